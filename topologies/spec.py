@@ -1,0 +1,226 @@
+"""The fabric as data: a multi-plane, two-tier Clos described in YAML.
+
+Shape (MRC.md, "Multi-plane, two-tier Clos"): ``planes`` separate leaf-spine fabrics. In every
+plane there are ``t0_per_plane`` T0 (leaf) switches and ``t1_per_plane`` T1 (spine) switches; every
+T0 links to every T1 of its plane, and planes never interconnect. T0 number ``g`` of every plane
+serves the same ``hosts_per_t0`` hosts (the *T0 group* ``g``); each host NIC has one port per
+plane, port ``p`` cabled to the T0 of plane ``p`` in its group.
+
+Names users see (``mrclab up``, scenarios, probe reports):
+
+* hosts ``h0 .. h{N-1}``, numbered group by group;
+* T0 of plane ``p`` in group ``g``: ``t0-{p}-{g}``; T1 number ``n`` of plane ``p``: ``t1-{p}-{n}``;
+* a link: its two ends joined by a colon, lower tier first: ``h0:t0-1-0``, ``t0-1-0:t1-1-1``.
+
+Limits come from the address plan's uSID encoding (see :mod:`topologies.addressing`): 4 bits of
+plane and 10 bits of index in each 16-bit uSID, and 12 bits of T1 number in the EV.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+#: The default fabric shipped with the project (issue 2): 4 planes, 2 T0 groups, 2 T1 per plane,
+#: 2 hosts per T0 group -> 4 hosts, 16 switches.
+DEFAULT_TOPO = Path(__file__).with_name("lab.yaml")
+
+MAX_PLANES = 16  # 4 plane bits in every uSID
+MAX_INDEX = 1023  # 10 index bits in every uSID (T0 group, T1 number, host in group)
+MAX_HOSTS = 0xFFFE  # host number + 1 must fit the last 16 bits of a NIC address
+
+
+class SpecError(ValueError):
+    """A fabric spec that cannot be built. The message names the file, the field and what is allowed."""
+
+
+@dataclass(frozen=True)
+class LinkParams:
+    """Per-link shaping applied by the emulation (``tbf`` on both ends of every link).
+
+    ``bandwidth_mbps`` 0 means unshaped; ``delay_us`` is not applied by this kernel (no netem) and
+    is kept only for reporting.
+    """
+
+    bandwidth_mbps: float = 0.0
+    queue_packets: int = 100
+
+
+@dataclass(frozen=True)
+class ClosSpec:
+    """A validated multi-plane two-tier Clos. Build it with :func:`load_spec` or :meth:`from_dict`."""
+
+    name: str = "lab"
+    planes: int = 4
+    t0_per_plane: int = 2
+    t1_per_plane: int = 2
+    hosts_per_t0: int = 2
+    locator_block: str = "fcbb:bb00::/32"
+    nic_prefix: str = "fd6d:7263::/32"
+    link: LinkParams = LinkParams()
+    source: str = "<dict>"
+
+    # ---- derived shape -------------------------------------------------------------------------
+    @property
+    def n_hosts(self) -> int:
+        return self.t0_per_plane * self.hosts_per_t0
+
+    @property
+    def n_switches(self) -> int:
+        return self.planes * (self.t0_per_plane + self.t1_per_plane)
+
+    @property
+    def n_links(self) -> int:
+        return self.planes * (self.n_hosts + self.t0_per_plane * self.t1_per_plane)
+
+    def hosts(self) -> list[str]:
+        return [host_name(i) for i in range(self.n_hosts)]
+
+    def t0s(self) -> list[str]:
+        return [t0_name(p, g) for p in range(self.planes) for g in range(self.t0_per_plane)]
+
+    def t1s(self) -> list[str]:
+        return [t1_name(p, n) for p in range(self.planes) for n in range(self.t1_per_plane)]
+
+    def switches(self) -> list[str]:
+        return self.t0s() + self.t1s()
+
+    def group_of(self, host: str) -> int:
+        return self.host_index(host) // self.hosts_per_t0
+
+    def host_index(self, host: str) -> int:
+        if not host.startswith("h") or not host[1:].isdigit() or int(host[1:]) >= self.n_hosts:
+            raise SpecError(f"{self.source}: unknown host {host!r}; hosts are h0..h{self.n_hosts - 1}")
+        return int(host[1:])
+
+    def links(self) -> list[tuple[str, str]]:
+        """Every link as (lower-tier end, upper-tier end), hosts first, then T0-T1, plane by plane."""
+        out = []
+        for p in range(self.planes):
+            for h in range(self.n_hosts):
+                out.append((host_name(h), t0_name(p, h // self.hosts_per_t0)))
+        for p in range(self.planes):
+            for g in range(self.t0_per_plane):
+                for n in range(self.t1_per_plane):
+                    out.append((t0_name(p, g), t1_name(p, n)))
+        return out
+
+    # ---- construction --------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>") -> ClosSpec:
+        """Validate ``data`` (as read from YAML) and build the spec.
+
+        Raises :class:`SpecError` naming ``source``, the field and the allowed values for unknown
+        keys, wrong types, out-of-range counts, or prefixes of the wrong length.
+        """
+        if not isinstance(data, Mapping):
+            raise SpecError(f"{source}: a fabric spec is a mapping of fields, got {type(data).__name__}")
+        allowed = {f.name for f in dataclasses.fields(cls)} - {"source"}
+        unknown = sorted(set(data) - allowed)
+        if unknown:
+            raise SpecError(f"{source}: unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+        kw: dict[str, Any] = {"source": source}
+        ranges = {
+            "planes": (1, MAX_PLANES),
+            "t0_per_plane": (1, MAX_INDEX + 1),
+            "t1_per_plane": (1, MAX_INDEX + 1),
+            "hosts_per_t0": (1, MAX_INDEX + 1),
+        }
+        for key, (lo, hi) in ranges.items():
+            if key in data:
+                v = data[key]
+                if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
+                    raise SpecError(f"{source}: field {key!r} = {v!r}; allowed: an integer from {lo} to {hi}")
+                kw[key] = v
+        if "name" in data:
+            if not isinstance(data["name"], str) or not data["name"]:
+                raise SpecError(f"{source}: field 'name' must be a non-empty string")
+            kw["name"] = data["name"]
+        for key, plen in (("locator_block", 32), ("nic_prefix", 32)):
+            if key in data:
+                kw[key] = _prefix(data[key], plen, key, source)
+        if "link" in data:
+            kw["link"] = _link_params(data["link"], source)
+        spec = cls(**kw)
+        if spec.n_hosts > MAX_HOSTS:
+            raise SpecError(
+                f"{source}: t0_per_plane x hosts_per_t0 = {spec.n_hosts} hosts; the address plan "
+                f"encodes at most {MAX_HOSTS}"
+            )
+        if ipaddress.IPv6Network(spec.locator_block).overlaps(ipaddress.IPv6Network(spec.nic_prefix)):
+            raise SpecError(f"{source}: locator_block {spec.locator_block} overlaps nic_prefix {spec.nic_prefix}")
+        return spec
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d.pop("source")
+        return d
+
+
+def _prefix(value: Any, plen: int, key: str, source: str) -> str:
+    try:
+        net = ipaddress.IPv6Network(str(value), strict=True)
+    except ValueError as e:
+        raise SpecError(f"{source}: field {key!r} = {value!r} is not an IPv6 prefix ({e})") from None
+    if net.prefixlen != plen:
+        raise SpecError(f"{source}: field {key!r} = {value!r}; allowed: an IPv6 /{plen} prefix")
+    return str(net)
+
+
+def _link_params(value: Any, source: str) -> LinkParams:
+    if not isinstance(value, Mapping):
+        raise SpecError(f"{source}: field 'link' must be a mapping")
+    allowed = {f.name for f in dataclasses.fields(LinkParams)}
+    unknown = sorted(set(value) - allowed)
+    if unknown:
+        raise SpecError(f"{source}: unknown field(s) link.{', link.'.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
+    bw = value.get("bandwidth_mbps", 0.0)
+    q = value.get("queue_packets", 100)
+    if not isinstance(bw, (int, float)) or isinstance(bw, bool) or not 0 <= bw <= 100_000:
+        raise SpecError(f"{source}: field 'link.bandwidth_mbps' = {bw!r}; allowed: 0 (unshaped) to 100000")
+    if not isinstance(q, int) or isinstance(q, bool) or not 2 <= q <= 100_000:
+        raise SpecError(f"{source}: field 'link.queue_packets' = {q!r}; allowed: an integer from 2 to 100000")
+    return LinkParams(bandwidth_mbps=float(bw), queue_packets=q)
+
+
+def load_spec(path: str | Path | None = None) -> ClosSpec:
+    """Read and validate a fabric spec from YAML (``None``: the default ``topologies/lab.yaml``).
+
+    Raises :class:`SpecError` for a missing file, bad YAML or any invalid field.
+    """
+    p = Path(path) if path is not None else DEFAULT_TOPO
+    try:
+        text = p.read_text()
+    except OSError as e:
+        raise SpecError(f"{p}: cannot read fabric spec ({e.strerror})") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise SpecError(f"{p}: not valid YAML ({e})") from None
+    return ClosSpec.from_dict(data or {}, source=str(p))
+
+
+def host_name(i: int) -> str:
+    return f"h{i}"
+
+
+def t0_name(plane: int, group: int) -> str:
+    return f"t0-{plane}-{group}"
+
+
+def t1_name(plane: int, index: int) -> str:
+    return f"t1-{plane}-{index}"
+
+
+def parse_switch(name: str) -> tuple[int, int, int]:
+    """``t0-P-G`` / ``t1-P-N`` -> (tier 0|1, plane, index). Raises ValueError for other names."""
+    parts = name.split("-")
+    if len(parts) == 3 and parts[0] in ("t0", "t1") and parts[1].isdigit() and parts[2].isdigit():
+        return (0 if parts[0] == "t0" else 1), int(parts[1]), int(parts[2])
+    raise ValueError(f"{name!r} is not a switch name (t0-PLANE-GROUP or t1-PLANE-INDEX)")
