@@ -212,6 +212,16 @@ class AddressPlan:
     def host_t0(self, host: str, plane: int) -> str:
         return t0_name(plane, self.spec.group_of(host))
 
+    def host_intf(self, host: str, plane: int) -> str:
+        """Name of ``host``'s plane-``plane`` NIC port inside its namespace."""
+        self.spec.host_index(host)
+        return f"{host}-eth{plane}"
+
+    def gateway_mac(self, host: str, plane: int) -> str:
+        """Destination MAC for frames ``host`` sends on its plane-``plane`` port (its T0's port)."""
+        t0 = self.host_t0(host, plane)
+        return self.switch_mac(t0, self.port_to(t0, host))
+
     def host_of_address(self, addr: ipaddress.IPv6Address) -> str | None:
         """Inverse of :meth:`nic_address`; None for an address of no host."""
         if addr not in self.nic_net:
