@@ -188,7 +188,7 @@ class AddressPlan:
 
     def host_mac(self, host: str, plane: int) -> str:
         i = self.spec.host_index(host)
-        return _mac(0x02, 0x68, plane, 0, i >> 8, i & 0xFF)
+        return _mac(0x02, 0x68, plane, (i >> 16) & 0xFF, (i >> 8) & 0xFF, i & 0xFF)
 
     def peer_mac(self, switch: str, port: int) -> str:
         """MAC of the interface on the far end of ``switch``'s ``port``."""

@@ -1,0 +1,218 @@
+/*
+ * mrclab: SRv6 uN (uSID shift) forwarding from static tables, for a multi-plane two-tier Clos.
+ *
+ * P4_16, v1model (BMv2 simple_switch_grpc). Entries come from controller/routeplan.py.
+ *
+ *   parse     Ethernet / outer IPv6 / [inner IPv6] / [UDP]
+ *   my_sid    exact on dst[127:80] (32-bit locator block + own 16-bit uSID, RFC 9800 NEXT-C-SID):
+ *             hit -> uN: shift the uSID part of dst left by 16 bits, the block stays.
+ *   routing   LPM on the (shifted) dst -> egress port, MAC rewrite. Miss -> drop (NO_ROUTE).
+ *             "No match on either: drop and count" (MRC.md, SRv6 uN forwarding).
+ *   hop limit decremented; a packet arriving with hop limit <= 1 is dropped (HOP_LIMIT).
+ *   faults    blackhole_ctl: default action set over P4Runtime; `blackhole` drops every packet
+ *             (the switch stays up and answers P4Runtime: the paper's section 5.1 T1 incident).
+ *             port_fault: per egress port, drop with probability threshold / 65536 (gray
+ *             failure). The draw is a per-port LCG (Numerical Recipes constants) XORed with a
+ *             salt from the entry, so a run is repeatable for a given seed and packet order.
+ *   counters  port_tx (packets, bytes) by egress port; drops by (port << 3 | reason).
+ */
+#include <core.p4>
+#include <v1model.p4>
+
+const bit<16> ETHERTYPE_IPV6 = 0x86DD;
+const bit<8>  PROTO_IPV6     = 41;
+const bit<8>  PROTO_UDP      = 17;
+
+/* Drop reasons: index = (port << 3) | reason in the `drops` counter. */
+const bit<32> DROP_NOT_IPV6  = 0;
+const bit<32> DROP_NO_ROUTE  = 1;
+const bit<32> DROP_HOP_LIMIT = 2;
+const bit<32> DROP_BLACKHOLE = 3;
+const bit<32> DROP_GRAY      = 4;
+
+const bit<32> MAX_PORTS = 512;
+
+header ethernet_t {
+    bit<48> dst_addr;
+    bit<48> src_addr;
+    bit<16> ether_type;
+}
+
+header ipv6_t {
+    bit<4>   version;
+    bit<8>   traffic_class;
+    bit<20>  flow_label;
+    bit<16>  payload_len;
+    bit<8>   next_hdr;
+    bit<8>   hop_limit;
+    bit<128> src_addr;
+    bit<128> dst_addr;
+}
+
+header udp_t {
+    bit<16> src_port;
+    bit<16> dst_port;
+    bit<16> length;
+    bit<16> checksum;
+}
+
+struct headers_t {
+    ethernet_t ethernet;
+    ipv6_t     ipv6;
+    ipv6_t     inner_ipv6;
+    udp_t      udp;
+}
+
+struct metadata_t {
+    bit<32> drop_reason;
+    bit<1>  dropped;
+}
+
+parser MrcParser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
+                 inout standard_metadata_t std) {
+    state start {
+        pkt.extract(hdr.ethernet);
+        transition select(hdr.ethernet.ether_type) {
+            ETHERTYPE_IPV6: parse_ipv6;
+            default: accept;
+        }
+    }
+    state parse_ipv6 {
+        pkt.extract(hdr.ipv6);
+        transition select(hdr.ipv6.next_hdr) {
+            PROTO_IPV6: parse_inner_ipv6;
+            PROTO_UDP: parse_udp;
+            default: accept;
+        }
+    }
+    state parse_inner_ipv6 {
+        pkt.extract(hdr.inner_ipv6);
+        transition select(hdr.inner_ipv6.next_hdr) {
+            PROTO_UDP: parse_udp;
+            default: accept;
+        }
+    }
+    state parse_udp {
+        pkt.extract(hdr.udp);
+        transition accept;
+    }
+}
+
+control MrcVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
+    apply { }
+}
+
+control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_metadata_t std) {
+    counter(MAX_PORTS, CounterType.packets_and_bytes) port_tx;
+    counter(MAX_PORTS * 8, CounterType.packets) drops;
+    register<bit<32>>(MAX_PORTS) gray_state;
+
+    action drop_with(bit<32> reason) {
+        meta.dropped = 1;
+        meta.drop_reason = reason;
+        mark_to_drop(std);
+    }
+
+    /* uN: shift the 80 uSID bits after the 32-bit block left by one 16-bit uSID. */
+    action usid_shift() {
+        hdr.ipv6.dst_addr = hdr.ipv6.dst_addr[127:96] ++ hdr.ipv6.dst_addr[79:0] ++ 16w0;
+    }
+
+    table my_sid {
+        key = { hdr.ipv6.dst_addr[127:80] : exact @name("sid"); }
+        actions = { usid_shift; NoAction; }
+        default_action = NoAction();
+        size = 64;
+    }
+
+    action forward(bit<9> port, bit<48> src_mac, bit<48> dst_mac) {
+        std.egress_spec = port;
+        hdr.ethernet.src_addr = src_mac;
+        hdr.ethernet.dst_addr = dst_mac;
+        hdr.ipv6.hop_limit = hdr.ipv6.hop_limit - 1;
+    }
+
+    action no_route() {
+        drop_with(DROP_NO_ROUTE);
+    }
+
+    table routing {
+        key = { hdr.ipv6.dst_addr : lpm @name("dst"); }
+        actions = { forward; no_route; }
+        default_action = no_route();
+        size = 4096;
+    }
+
+    action blackhole() {
+        drop_with(DROP_BLACKHOLE);
+    }
+
+    table blackhole_ctl {
+        key = { }
+        actions = { blackhole; NoAction; }
+        default_action = NoAction();
+        size = 1;
+    }
+
+    action gray_loss(bit<16> threshold, bit<32> salt) {
+        bit<32> state;
+        bit<32> idx = (bit<32>) std.egress_spec;
+        gray_state.read(state, idx);
+        state = state * 1664525 + 1013904223;
+        gray_state.write(idx, state);
+        bit<32> draw = (state ^ salt) >> 16;
+        if (draw < (bit<32>) threshold) {
+            drop_with(DROP_GRAY);
+        }
+    }
+
+    table port_fault {
+        key = { std.egress_spec : exact @name("port"); }
+        actions = { gray_loss; NoAction; }
+        default_action = NoAction();
+        size = MAX_PORTS;
+    }
+
+    apply {
+        meta.dropped = 0;
+        if (!hdr.ipv6.isValid()) {
+            drop_with(DROP_NOT_IPV6);
+        } else if (hdr.ipv6.hop_limit <= 1) {
+            drop_with(DROP_HOP_LIMIT);
+        } else {
+            blackhole_ctl.apply();
+            if (meta.dropped == 0) {
+                my_sid.apply();
+                routing.apply();
+            }
+            if (meta.dropped == 0) {
+                port_fault.apply();
+            }
+        }
+        if (meta.dropped == 1) {
+            drops.count(((bit<32>) std.ingress_port << 3) | meta.drop_reason);
+        } else {
+            port_tx.count((bit<32>) std.egress_spec);
+        }
+    }
+}
+
+control MrcEgress(inout headers_t hdr, inout metadata_t meta, inout standard_metadata_t std) {
+    apply { }
+}
+
+control MrcComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
+    apply { }
+}
+
+control MrcDeparser(packet_out pkt, in headers_t hdr) {
+    apply {
+        pkt.emit(hdr.ethernet);
+        pkt.emit(hdr.ipv6);
+        pkt.emit(hdr.inner_ipv6);
+        pkt.emit(hdr.udp);
+    }
+}
+
+V1Switch(MrcParser(), MrcVerifyChecksum(), MrcIngress(), MrcEgress(),
+         MrcComputeChecksum(), MrcDeparser()) main;
