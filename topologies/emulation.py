@@ -1,0 +1,359 @@
+"""The Mininet builder: hosts and switches of a :class:`ClosSpec` as network namespaces and veths.
+
+Every node runs in its own network namespace, attached under the name ``mrclab-<node>`` so that
+``ip -n``, ``ip netns exec`` and sockets opened from Python (``pyroute2.netns``) reach it, and so
+cleanup finds exactly what this project made. Node classes:
+
+* :class:`NicHost`: one interface per plane (``hN-eth{p}``), MAC from the address plan, IPv6 off
+  on the NIC ports (the MRC endpoint owns them through raw sockets; no ND or MLD chatter), offloads
+  off.
+* :class:`LinuxSrv6Switch`: forwarding on, DAD off; the controller writes its seg6 routes.
+* :class:`Bmv2Switch`: ``simple_switch_grpc`` inside the namespace, ports ``{port}@{sw}-eth{port}``,
+  P4Runtime on a unix socket in the run directory (no TCP port clashes between 16 switches),
+  no per-packet logging unless ``debug``.
+
+This module only builds and runs the emulation; programming the switches is the controller's job.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from mininet.link import Link, TCLink
+from mininet.log import setLogLevel
+from mininet.net import Mininet
+from mininet.node import Host, Switch
+
+from topologies.addressing import AddressPlan
+from topologies.cleanup import NETNS_PREFIX, RunState, cleanup_run, live_runs
+from topologies.spec import ClosSpec
+
+DATAPLANES = ("bmv2", "linux")
+BMV2_BINARY = "simple_switch_grpc"
+#: Device that anchors a linux switch's SRv6 SIDs: a veth pair local to the namespace (this kernel
+#: has no ``dummy`` driver, ``dev lo`` does not forward after ``End``, and a port would take the
+#: SID with it when it goes down).
+SID_DEV = "sid0"
+
+
+class EmulationError(RuntimeError):
+    """The emulation could not be built or a node misbehaved; the message says which."""
+
+
+def toolchain_missing() -> str | None:
+    """None when p4c and simple_switch_grpc are on PATH, else the reason bmv2 cannot run."""
+    missing = [b for b in ("p4c", BMV2_BINARY) if shutil.which(b) is None]
+    return f"{' and '.join(missing)} not on PATH" if missing else None
+
+
+def default_dataplane() -> str:
+    """``bmv2`` where the P4 toolchain is installed, else ``linux`` (DESIGN.md)."""
+    return "bmv2" if toolchain_missing() is None else "linux"
+
+
+class _NsNode:
+    """Mixin: the node's namespace under the name ``mrclab-<node>``."""
+
+    name: str
+    pid: int
+
+    @property
+    def netns(self) -> str:
+        return NETNS_PREFIX + self.name
+
+
+class NicHost(_NsNode, Host):
+    """A host NIC with one port per plane. IP configuration is left to the MRC endpoint."""
+
+    def config(self, **params):  # noqa: D102 - Mininet hook; addresses are set by Emulation
+        return {}
+
+
+class LinuxSrv6Switch(_NsNode, Switch):
+    """A switch that is a namespace using the kernel's SRv6 (``seg6local End`` + ``next-csid``)."""
+
+    def __init__(self, name: str, **params) -> None:
+        params["inNamespace"] = True
+        super().__init__(name, **params)
+
+    def start(self, controllers) -> None:  # noqa: D102 - Mininet hook
+        pass
+
+    def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 - Mininet's name
+        super().stop(deleteIntfs)
+
+
+class Bmv2Switch(_NsNode, Switch):
+    """``simple_switch_grpc`` in the node's namespace, started with no P4 program (``--no-p4``)."""
+
+    def __init__(self, name: str, device_id: int = 0, run_dir: str = "/tmp", debug: bool = False, **params) -> None:
+        params["inNamespace"] = True
+        super().__init__(name, **params)
+        self.device_id = device_id
+        self.run_dir = Path(run_dir)
+        self.debug = debug
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def grpc_addr(self) -> str:
+        return f"unix:{self.run_dir / (self.name + '.grpc')}"
+
+    def command(self) -> list[str]:
+        cmd = [BMV2_BINARY, "--no-p4", "--device-id", str(self.device_id)]
+        for intf in self.intfList():
+            if intf.name != "lo":
+                cmd += ["-i", f"{self.ports[intf]}@{intf.name}"]
+        if self.debug:
+            cmd += ["--log-file", str(self.run_dir / f"{self.name}.log"), "--log-flush",
+                    "--pcap", str(self.run_dir)]
+        cmd += ["--", "--grpc-server-addr", self.grpc_addr, "--cpu-port", "0"]
+        return cmd
+
+    def start(self, controllers=None) -> None:  # noqa: D102 - Mininet hook
+        sock = Path(self.grpc_addr[len("unix:"):])
+        sock.unlink(missing_ok=True)
+        log = open(self.run_dir / f"{self.name}.out", "ab")
+        self.proc = subprocess.Popen(
+            ["ip", "netns", "exec", self.netns, *self.command()],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        log.close()
+
+    def wait_ready(self, timeout_s: float = 10.0) -> None:
+        """Wait until the P4Runtime socket exists. Raises EmulationError if the process died."""
+        sock = Path(self.grpc_addr[len("unix:"):])
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                out = (self.run_dir / f"{self.name}.out").read_text(errors="replace")[-600:]
+                raise EmulationError(f"{self.name}: {BMV2_BINARY} exited with {self.proc.returncode}: {out}")
+            if sock.exists():
+                return
+            time.sleep(0.01)
+        raise EmulationError(f"{self.name}: {BMV2_BINARY} did not open {sock} within {timeout_s} s")
+
+    def kill(self) -> None:
+        """Kill the switch process (a crashed switch); the namespace and links stay."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 - Mininet's name
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.proc = None
+        super().stop(deleteIntfs)
+
+
+class Emulation:
+    """A running fabric's nodes and links. Use as a context manager; :meth:`stop` always cleans up.
+
+    ``progress`` receives one short line per step. Raises :class:`EmulationError` when another
+    fabric of this project is running or a node fails to start; what was built is removed first.
+    """
+
+    def __init__(
+        self,
+        spec: ClosSpec,
+        dataplane: str = "linux",
+        *,
+        debug: bool = False,
+        progress: Callable[[str], None] | None = None,
+    ) -> None:
+        if dataplane not in DATAPLANES:
+            raise EmulationError(f"data plane {dataplane!r}; allowed: {', '.join(DATAPLANES)}")
+        if dataplane == "bmv2" and (why := toolchain_missing()):
+            raise EmulationError(f"data plane bmv2 needs the P4 toolchain: {why}")
+        if os.geteuid() != 0:
+            raise EmulationError("building the fabric needs root (network namespaces)")
+        self.spec = spec
+        self.plan = AddressPlan(spec)
+        self.dataplane = dataplane
+        self.debug = debug
+        self.progress = progress or (lambda _msg: None)
+        self.net: Mininet | None = None
+        self.state: RunState | None = None
+        self.timings: dict[str, float] = {}
+
+    # ---- lifecycle -----------------------------------------------------------------------------
+    def __enter__(self) -> Emulation:
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        running = live_runs()
+        if running:
+            raise EmulationError(
+                f"a fabric of this project is already running (pid {running[0].owner_pid}, "
+                f"{running[0].run_dir}); stop it or run `mrclab clean --force`"
+            )
+        setLogLevel("error")
+        t0 = time.monotonic()
+        self.state = RunState.create(self.dataplane, self.spec.to_dict())
+        try:
+            self._build()
+        except BaseException:
+            self.stop()
+            raise
+        self.timings["build_s"] = time.monotonic() - t0
+
+    def _build(self) -> None:
+        spec, plan = self.spec, self.plan
+        shaped = spec.link.bandwidth_mbps > 0
+        self.net = net = Mininet(topo=None, build=False, controller=None, link=TCLink if shaped else Link,
+                                 autoSetMacs=False)
+        self.progress(f"creating {spec.n_hosts} hosts and {spec.n_switches} {self.dataplane} switches")
+        for h in spec.hosts():
+            self._track(net.addHost(h, cls=NicHost))
+        for dev, sw in enumerate(spec.switches()):
+            if self.dataplane == "bmv2":
+                node = net.addSwitch(sw, cls=Bmv2Switch, device_id=dev, run_dir=self.state.run_dir,
+                                     debug=self.debug)
+            else:
+                node = net.addSwitch(sw, cls=LinuxSrv6Switch)
+            self._track(node)
+        self.progress(f"creating {spec.n_links} links")
+        params = {}
+        if shaped:
+            params = {"bw": spec.link.bandwidth_mbps, "max_queue_size": spec.link.queue_packets, "use_tbf": True}
+        for a, b in spec.links():
+            if a.startswith("h"):
+                plane = int(b.split("-")[1])
+                pa, pb = plane, plan.port_to(b, a)
+                maca, macb = plan.host_mac(a, plane), plan.switch_mac(b, pb)
+            else:
+                pa, pb = plan.port_to(a, b), plan.port_to(b, a)
+                maca, macb = plan.switch_mac(a, pa), plan.switch_mac(b, pb)
+            net.addLink(a, b, port1=pa, port2=pb, intfName1=f"{a}-eth{pa}", intfName2=f"{b}-eth{pb}",
+                        addr1=maca, addr2=macb, **params)
+        net.build()
+        self._configure_interfaces()
+        if self.dataplane == "bmv2":
+            self.progress(f"starting {spec.n_switches} simple_switch_grpc processes")
+            for sw in self.switches():
+                sw.start()
+                assert sw.proc is not None
+                self.state.add_pid(sw.proc.pid)
+            for sw in self.switches():
+                sw.wait_ready()
+
+    def _track(self, node) -> None:
+        subprocess.run(["ip", "netns", "attach", node.netns, str(node.pid)], check=True, capture_output=True)
+        assert self.state is not None
+        self.state.add_netns(node.netns)
+        self.state.add_pid(node.pid)
+
+    def _configure_interfaces(self) -> None:
+        """One ``ip -batch`` and one sysctl call per node: fast and deterministic."""
+        assert self.net is not None
+        for node in self.net.hosts:
+            intfs = [i.name for i in node.intfList() if i.name != "lo"]
+            sysctls = [f"net.ipv6.conf.{i}.disable_ipv6=1" for i in intfs]
+            self._sysctl(node.netns, sysctls)
+            script = "".join(f"ethtool -K {i} tx off rx off tso off gso off gro off >/dev/null 2>&1; " for i in intfs)
+            subprocess.run(["ip", "netns", "exec", node.netns, "sh", "-c", script], capture_output=True)
+            self._ip_batch(node.netns, ["link set lo up"] + [f"link set {i} up" for i in intfs])
+        for node in self.net.switches:
+            intfs = [i.name for i in node.intfList() if i.name != "lo"]
+            sysctls = ["net.ipv6.conf.all.forwarding=1", "net.ipv6.conf.default.accept_dad=0"]
+            sysctls += [f"net.ipv6.conf.{i}.accept_dad=0" for i in intfs]
+            anchor = []
+            if self.dataplane == "bmv2":  # BMv2 owns the ports: keep the kernel out of the way
+                sysctls += [f"net.ipv6.conf.{i}.disable_ipv6=1" for i in intfs]
+            else:
+                anchor = [f"link add {SID_DEV} type veth peer {SID_DEV}p", f"link set {SID_DEV}p up",
+                          f"link set {SID_DEV} up"]
+            self._sysctl(node.netns, sysctls)
+            self._ip_batch(node.netns, ["link set lo up"] + anchor + [f"link set {i} up" for i in intfs])
+
+    @staticmethod
+    def _sysctl(netns: str, settings: list[str]) -> None:
+        subprocess.run(["ip", "netns", "exec", netns, "sysctl", "-qw", *settings], check=True, capture_output=True)
+
+    @staticmethod
+    def _ip_batch(netns: str, lines: list[str]) -> None:
+        r = subprocess.run(["ip", "-n", netns, "-batch", "-"], input="\n".join(lines) + "\n",
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            raise EmulationError(f"ip -n {netns}: {r.stderr.strip()}")
+
+    def stop(self) -> None:
+        """Stop every process and remove every namespace and link this emulation made. Idempotent."""
+        net, self.net = self.net, None
+        if net is not None:
+            for sw in net.switches:
+                if isinstance(sw, Bmv2Switch):
+                    sw.kill()
+        state, self.state = self.state, None
+        if state is not None:
+            cleanup_run(state)
+        if net is not None:
+            for node in net.hosts + net.switches:
+                try:
+                    node.shell = None  # the namespaces are gone: nothing left to talk to
+                except Exception:
+                    pass
+
+    # ---- access ----------------------------------------------------------------------------------
+    @property
+    def run_dir(self) -> Path:
+        assert self.state is not None, "emulation not started"
+        return Path(self.state.run_dir)
+
+    def node(self, name: str):
+        if self.net is None or name not in self.net.nameToNode:
+            raise EmulationError(f"unknown node {name!r}")
+        return self.net.nameToNode[name]
+
+    def switches(self) -> list:
+        assert self.net is not None
+        return list(self.net.switches)
+
+    def netns(self, name: str) -> str:
+        return self.node(name).netns
+
+    def popen(self, node: str, argv: list[str], **kw) -> subprocess.Popen:
+        """Start a process inside ``node``'s namespace, tracked for cleanup."""
+        p = subprocess.Popen(["ip", "netns", "exec", self.netns(node), *argv], **kw)
+        assert self.state is not None
+        self.state.add_pid(p.pid)
+        return p
+
+    # ---- faults the emulation itself can do --------------------------------------------------
+    def link_intfs(self, a: str, b: str) -> list[tuple[str, str]]:
+        """(netns, interface) of both ends of the link between nodes ``a`` and ``b``."""
+        assert self.net is not None
+        links = self.net.linksBetween(self.node(a), self.node(b))
+        if not links:
+            raise EmulationError(f"no link between {a} and {b}")
+        link = links[0]
+        return [(link.intf1.node.netns, link.intf1.name), (link.intf2.node.netns, link.intf2.name)]
+
+    def set_link(self, a: str, b: str, up: bool) -> None:
+        """Set both ends of link ``a``-``b`` administratively up or down (a cut cable)."""
+        for ns, intf in self.link_intfs(a, b):
+            self._ip_batch(ns, [f"link set {intf} {'up' if up else 'down'}"])
+
+    def restart_switch(self, name: str) -> None:
+        """Start a killed BMv2 switch again (no pipeline: the controller must reprogram it)."""
+        sw = self.node(name)
+        if not isinstance(sw, Bmv2Switch):
+            raise EmulationError(f"{name} is not a bmv2 switch")
+        sw.kill()
+        sw.start()
+        assert sw.proc is not None and self.state is not None
+        self.state.add_pid(sw.proc.pid)
+        sw.wait_ready()
