@@ -63,12 +63,15 @@ class NicSockets:
         self.socks: dict[tuple[str, int], socket.socket] = {}
         try:
             for h in plan.spec.hosts():
-                for p in range(plan.spec.planes):
-                    s = pr_netns.create_socket(netns_of(h), socket.AF_PACKET, socket.SOCK_RAW,
-                                               socket.htons(ETH_P_IPV6))
-                    s.bind((plan.host_intf(h, p), ETH_P_IPV6))
-                    s.setblocking(False)
-                    self.socks[(h, p)] = s
+                pr_netns.pushns(netns_of(h))  # this thread only; the socket keeps the namespace
+                try:
+                    for p in range(plan.spec.planes):
+                        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_IPV6))
+                        self.socks[(h, p)] = s
+                        s.bind((plan.host_intf(h, p), ETH_P_IPV6))
+                        s.setblocking(False)
+                finally:
+                    pr_netns.popns()
         except BaseException:
             self.close()
             raise

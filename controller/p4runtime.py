@@ -1,0 +1,290 @@
+"""P4Runtime writer: the route plan as table entries on BMv2, over p4runtime-shell's client.
+
+One :class:`P4Switch` per switch (p4runtime-shell's ``P4RuntimeClient``, not the shell's single
+global client). Writing is a diff: the switch's tables are read, then only the missing, changed
+and stale entries are written, in batches; so re-applying is idempotent and cheap. Read-back
+compares the tables with the plan entry by entry.
+
+Table and action names are those of ``p4src/mrclab.p4``; IDs come from the P4Info that p4c wrote.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import logging
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+import google.protobuf.text_format
+from p4.config.v1 import p4info_pb2
+from p4.v1 import p4runtime_pb2
+from p4runtime_sh.p4runtime import P4RuntimeClient, P4RuntimeException, P4RuntimeWriteException
+
+from controller.routeplan import SwitchEntries
+
+BATCH = 500  # updates per WriteRequest
+ELECTION_ID = (0, 1)
+DROP_REASONS = ("not_ipv6", "no_route", "hop_limit", "blackhole", "gray_loss")  # p4src/mrclab.p4 DROP_*
+
+
+class P4RuntimeError(RuntimeError):
+    """A switch refused a request, could not be reached, or its tables differ from the plan."""
+
+
+class P4Info:
+    """Name -> ID index over a P4Info message."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.msg = p4info_pb2.P4Info()
+        google.protobuf.text_format.Merge(path.read_text(), self.msg, allow_unknown_field=True)
+        self.tables = {t.preamble.name.split(".")[-1]: t for t in self.msg.tables}
+        self.actions = {a.preamble.name.split(".")[-1]: a for a in self.msg.actions}
+        self.counters = {c.preamble.name.split(".")[-1]: c for c in self.msg.counters}
+
+    def table(self, name: str):
+        return self.tables[name]
+
+    def field_id(self, table: str, field: str) -> int:
+        for mf in self.tables[table].match_fields:
+            if mf.name == field:
+                return mf.id
+        raise KeyError(f"{table} has no match field {field}")
+
+    def action(self, name: str):
+        return self.actions[name]
+
+    def param_ids(self, action: str) -> dict[str, int]:
+        return {p.name: p.id for p in self.actions[action].params}
+
+
+def _enc(value: int, bits: int) -> bytes:
+    """P4Runtime canonical byte string: big endian, no leading zero bytes (at least one byte)."""
+    if value >= 1 << bits:
+        raise ValueError(f"{value} does not fit {bits} bits")
+    n = max(1, (value.bit_length() + 7) // 8)
+    return value.to_bytes(n, "big")
+
+
+def _mac(mac: str) -> int:
+    return int(mac.replace(":", ""), 16)
+
+
+@dataclass(frozen=True)
+class EntryKey:
+    table: str
+    match: tuple  # (int value, prefix length or None)
+
+
+@dataclass(frozen=True)
+class DesiredEntry:
+    key: EntryKey
+    action: str
+    params: tuple[tuple[str, int], ...]
+
+
+def desired_entries(entries: SwitchEntries) -> list[DesiredEntry]:
+    """The route plan of one switch in P4 terms (``my_sid`` + ``routing``)."""
+    out = [DesiredEntry(EntryKey("my_sid", (int(entries.sid.network_address) >> 80, None)), "usid_shift", ())]
+    for r in entries.routes:
+        out.append(
+            DesiredEntry(
+                EntryKey("routing", (int(r.prefix.network_address), r.prefix.prefixlen)),
+                "forward",
+                (("port", r.port), ("src_mac", _mac(r.src_mac)), ("dst_mac", _mac(r.dst_mac))),
+            )
+        )
+    return out
+
+
+class P4Switch:
+    """A P4Runtime session with one BMv2 switch.
+
+    Raises :class:`P4RuntimeError` when the switch cannot be reached or refuses a request.
+    """
+
+    def __init__(self, name: str, device_id: int, grpc_addr: str, p4info: P4Info, bmv2_json: Path) -> None:
+        self.name, self.device_id, self.grpc_addr = name, device_id, grpc_addr
+        self.p4info, self.bmv2_json = p4info, bmv2_json
+        self.client: P4RuntimeClient | None = None
+        self.entries_written = 0
+
+    # ---- session -----------------------------------------------------------------------------
+    def connect(self) -> None:
+        self.close()
+        logging.getLogger().setLevel(logging.CRITICAL)  # p4runtime-shell logs its own criticals
+        try:
+            self.client = P4RuntimeClient(self.device_id, self.grpc_addr, ELECTION_ID)
+        except SystemExit:  # p4runtime-shell exits when the handshake fails
+            raise P4RuntimeError(f"{self.name}: no P4Runtime session at {self.grpc_addr}") from None
+
+    def close(self) -> None:
+        if self.client is not None:
+            try:
+                self.client.tear_down()
+            except Exception:  # the switch may be gone already
+                pass
+            self.client = None
+
+    def _c(self) -> P4RuntimeClient:
+        if self.client is None:
+            self.connect()
+        assert self.client is not None
+        return self.client
+
+    def push_pipeline(self) -> None:
+        try:
+            self._c().set_fwd_pipe_config(str(self.p4info.path), str(self.bmv2_json))
+        except P4RuntimeException as e:
+            raise P4RuntimeError(f"{self.name}: pipeline push refused: {e}") from None
+
+    def has_pipeline(self) -> bool:
+        """True when the switch runs a pipeline with our P4Info (False after a restart)."""
+        try:
+            info = self._c().get_p4info()
+        except Exception:
+            return False
+        return len(info.tables) > 0
+
+    # ---- entries -----------------------------------------------------------------------------
+    def _table_entry(self, e: DesiredEntry | EntryKey, with_action: bool = True) -> p4runtime_pb2.TableEntry:
+        key = e.key if isinstance(e, DesiredEntry) else e
+        t = self.p4info.table(key.table)
+        te = p4runtime_pb2.TableEntry(table_id=t.preamble.id)
+        mf_info = t.match_fields[0]
+        fm = te.match.add()
+        fm.field_id = mf_info.id
+        value, plen = key.match
+        if plen is None:
+            fm.exact.value = _enc(value, mf_info.bitwidth)
+        else:
+            fm.lpm.value = _enc(value, mf_info.bitwidth)
+            fm.lpm.prefix_len = plen
+        if with_action and isinstance(e, DesiredEntry):
+            self._set_action(te.action.action, e.action, dict(e.params))
+        return te
+
+    def _set_action(self, act: p4runtime_pb2.Action, name: str, params: dict[str, int]) -> None:
+        a = self.p4info.action(name)
+        act.action_id = a.preamble.id
+        for p in a.params:
+            if p.name in params:
+                act.params.add(param_id=p.id, value=_enc(params[p.name], p.bitwidth))
+
+    def read_entries(self, tables: Iterable[str]) -> dict[EntryKey, DesiredEntry]:
+        """Every entry of ``tables`` as the switch holds it."""
+        out: dict[EntryKey, DesiredEntry] = {}
+        id2table = {t.preamble.id: n for n, t in self.p4info.tables.items()}
+        id2action = {a.preamble.id: n for n, a in self.p4info.actions.items()}
+        for table in tables:
+            ent = p4runtime_pb2.Entity()
+            ent.table_entry.table_id = self.p4info.table(table).preamble.id
+            try:
+                for rep in self._c().read_one(ent):
+                    for entity in rep.entities:
+                        te = entity.table_entry
+                        fm = te.match[0]
+                        if fm.HasField("lpm"):
+                            match = (int.from_bytes(fm.lpm.value, "big"), fm.lpm.prefix_len)
+                        else:
+                            match = (int.from_bytes(fm.exact.value, "big"), None)
+                        aname = id2action.get(te.action.action.action_id, "?")
+                        pnames = {v: k for k, v in self.p4info.param_ids(aname).items()} if aname != "?" else {}
+                        params = tuple(
+                            (pnames.get(p.param_id, str(p.param_id)), int.from_bytes(p.value, "big"))
+                            for p in te.action.action.params
+                        )
+                        key = EntryKey(id2table[te.table_id], match)
+                        out[key] = DesiredEntry(key, aname, params)
+            except P4RuntimeException as e:
+                raise P4RuntimeError(f"{self.name}: read of {table} refused: {e}") from None
+        return out
+
+    def _write(self, updates: list[p4runtime_pb2.Update]) -> None:
+        for i in range(0, len(updates), BATCH):
+            req = p4runtime_pb2.WriteRequest()
+            req.updates.extend(updates[i : i + BATCH])
+            try:
+                self._c().write(req)
+            except (P4RuntimeWriteException, P4RuntimeException) as e:
+                raise P4RuntimeError(f"{self.name}: write refused: {e}") from None
+            self.entries_written += len(updates[i : i + BATCH])
+
+    def apply(self, entries: SwitchEntries) -> int:
+        """Make the switch's tables equal the plan (a diff, not a wipe). Returns updates written."""
+        want = {d.key: d for d in desired_entries(entries)}
+        have = self.read_entries(["my_sid", "routing"])
+        U = p4runtime_pb2.Update
+        updates = []
+        for k, d in want.items():
+            if k not in have:
+                updates.append(U(type=U.INSERT, entity=p4runtime_pb2.Entity(table_entry=self._table_entry(d))))
+            elif have[k] != d:
+                updates.append(U(type=U.MODIFY, entity=p4runtime_pb2.Entity(table_entry=self._table_entry(d))))
+        for k in have.keys() - want.keys():
+            updates.append(U(type=U.DELETE, entity=p4runtime_pb2.Entity(table_entry=self._table_entry(k, False))))
+        self._write(updates)
+        return len(updates)
+
+    def verify(self, entries: SwitchEntries) -> None:
+        """Raise :class:`P4RuntimeError` naming the differences unless read-back equals the plan."""
+        want = {d.key: d for d in desired_entries(entries)}
+        have = self.read_entries(["my_sid", "routing"])
+        if want != have:
+            missing = [str(k) for k in want.keys() - have.keys()]
+            extra = [str(k) for k in have.keys() - want.keys()]
+            changed = [str(k) for k in want.keys() & have.keys() if want[k] != have[k]]
+            raise P4RuntimeError(f"{self.name}: tables differ from the route plan: missing {missing}, "
+                                 f"unexpected {extra}, different {changed}")
+
+    # ---- faults ------------------------------------------------------------------------------
+    def set_blackhole(self, on: bool) -> None:
+        """Default action of ``blackhole_ctl``: drop everything (on) or NoAction (off)."""
+        te = p4runtime_pb2.TableEntry(table_id=self.p4info.table("blackhole_ctl").preamble.id, is_default_action=True)
+        self._set_action(te.action.action, "blackhole" if on else "NoAction", {})
+        U = p4runtime_pb2.Update
+        self._write([U(type=U.MODIFY, entity=p4runtime_pb2.Entity(table_entry=te))])
+
+    def set_port_loss(self, port: int, probability: float, salt: int = 0) -> None:
+        """Drop packets leaving ``port`` with ``probability`` (0 removes the fault). 16-bit resolution."""
+        if not 0.0 <= probability <= 1.0:
+            raise ValueError(f"drop probability {probability}; allowed: 0.0 to 1.0")
+        key = EntryKey("port_fault", (port, None))
+        have = self.read_entries(["port_fault"])
+        U = p4runtime_pb2.Update
+        if probability == 0.0:
+            if key in have:
+                self._write([U(type=U.DELETE, entity=p4runtime_pb2.Entity(table_entry=self._table_entry(key, False)))])
+            return
+        d = DesiredEntry(key, "gray_loss", (("threshold", min(0xFFFF, round(probability * 65536))), ("salt", salt & 0xFFFFFFFF)))
+        kind = U.MODIFY if key in have else U.INSERT
+        self._write([U(type=kind, entity=p4runtime_pb2.Entity(table_entry=self._table_entry(d)))])
+
+    def read_counter(self, name: str) -> dict[int, int]:
+        """Index -> packet count of every non-zero cell of counter ``name``."""
+        ent = p4runtime_pb2.Entity()
+        ent.counter_entry.counter_id = self.p4info.counters[name].preamble.id
+        out = {}
+        try:
+            for rep in self._c().read_one(ent):
+                for e in rep.entities:
+                    if e.counter_entry.data.packet_count:
+                        out[e.counter_entry.index.index] = e.counter_entry.data.packet_count
+        except P4RuntimeException as e:
+            raise P4RuntimeError(f"{self.name}: counter read refused: {e}") from None
+        return out
+
+    def forwarded_packets(self) -> int:
+        return sum(self.read_counter("port_tx").values())
+
+    def drops(self) -> dict[tuple[int, str], int]:
+        """(ingress port, reason) -> packets dropped."""
+        return {(i >> 3, DROP_REASONS[i & 7] if (i & 7) < len(DROP_REASONS) else str(i & 7)): n
+                for i, n in self.read_counter("drops").items()}
+
+
+def prefix_str(value: int, plen: int | None) -> str:
+    if plen is None:
+        return hex(value)
+    return str(ipaddress.IPv6Network((value, plen)))

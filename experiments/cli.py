@@ -1,0 +1,313 @@
+"""The ``mrclab`` command line.
+
+    mrclab up     [--topo FILE] [--dataplane bmv2|linux] [--debug] [--no-cli]
+    mrclab probe  [--topo FILE] [--dataplane bmv2|linux] [--evidence] [--json FILE]
+    mrclab size   --ports N --planes P
+    mrclab shell  SWITCH
+    mrclab clean  [--force]
+    mrclab bench  fabric|endpoint
+    mrclab run    [SCENARIO] [--out DIR] [--duration S]
+    mrclab report RESULTS...
+
+Exit codes: 0 success; 1 a check failed (a path, an expectation); 2 bad input (the message says
+which file and field); 3 the environment cannot do it (not root, toolchain missing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from topologies.spec import SpecError, load_spec
+
+console = Console(stderr=True, highlight=False)
+out = Console(highlight=False)
+
+
+def _progress(msg: str) -> None:
+    console.print(f"[dim]·[/dim] {msg}")
+
+
+def _terminate_on_signals() -> None:
+    """SIGTERM / SIGHUP end the run through normal unwinding, so cleanup always runs."""
+
+    def handler(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, handler)
+
+
+def _need_root() -> None:
+    if os.geteuid() != 0:
+        console.print("[red]this command builds network namespaces and needs root[/red]")
+        raise SystemExit(3)
+
+
+# ---- up -------------------------------------------------------------------------------------------
+def cmd_up(args) -> int:
+    from controller.fabric import Fabric
+
+    _need_root()
+    spec = load_spec(args.topo)
+    _terminate_on_signals()
+    dp = _choose_dataplane(args.dataplane)
+    with Fabric(spec, dp, debug=args.debug, progress=_progress) as fab:
+        t = fab.timings
+        console.print(f"[green]fabric {spec.name} up[/green] on [bold]{dp}[/bold]: {spec.n_hosts} hosts, "
+                      f"{spec.n_switches} switches, {spec.n_links} links, {fab.routes.n_entries} entries, "
+                      f"verified in {t['total_s']:.1f} s")
+        console.print("nodes: " + " ".join(spec.hosts() + spec.switches()))
+        out.print(f"ready {fab.emu.run_dir}", soft_wrap=True)
+        sys.stdout.flush()
+        if args.no_cli or not sys.stdin.isatty():
+            console.print("running until SIGINT/SIGTERM")
+            threading.Event().wait() if hasattr(signal, "pause") is False else signal.pause()
+        else:
+            from mininet.cli import CLI
+
+            console.print("Mininet CLI: `h0 ip link`, `t0-0-0 ip -6 route`; namespaces are mrclab-<node>")
+            CLI(fab.emu.net)
+    return 0
+
+
+def _choose_dataplane(requested: str | None) -> str:
+    from topologies.emulation import default_dataplane, toolchain_missing
+
+    if requested is None:
+        dp = default_dataplane()
+        why = toolchain_missing()
+        console.print(f"data plane: [bold]{dp}[/bold]" + (f" (bmv2 unavailable: {why})" if why else " (P4 toolchain found)"))
+        return dp
+    if requested == "bmv2" and (why := toolchain_missing()):
+        console.print(f"[red]data plane bmv2 needs the P4 toolchain: {why}[/red]")
+        raise SystemExit(3)
+    return requested
+
+
+# ---- probe ----------------------------------------------------------------------------------------
+def cmd_probe(args) -> int:
+    from topologies.addressing import AddressPlan
+    from topologies.cleanup import live_runs
+    from traffic.pathprobe import implicate, probe_paths
+
+    _need_root()
+    _terminate_on_signals()
+    running = live_runs()
+    if running and args.topo is None and args.dataplane is None:
+        st = running[0]
+        from topologies.spec import ClosSpec
+
+        spec = ClosSpec.from_dict(st.topo, source=f"{st.run_dir}/state.json")
+        plan = AddressPlan(spec)
+        console.print(f"using the fabric that `mrclab up` runs (pid {st.owner_pid}, {st.dataplane})")
+        if args.evidence:
+            console.print("[yellow]--evidence needs a fabric this command starts itself; ignored[/yellow]")
+        results = probe_paths(plan, lambda n: f"mrclab-{n}", timeout_s=args.timeout)
+        return _report_probe(spec, results, implicate, args)
+    spec = load_spec(args.topo)
+    from controller.fabric import Fabric
+
+    dp = _choose_dataplane(args.dataplane)
+    with Fabric(spec, dp, progress=_progress, watchdog=False) as fab:
+        count = (lambda: fab.switch_packets()) if args.evidence else None
+        console.print(f"probing {len(fab.plan.all_paths())} paths")
+        results = probe_paths(fab.plan, fab.netns, timeout_s=args.timeout, count_packets=count)
+    return _report_probe(spec, results, implicate, args)
+
+
+def _report_probe(spec, results, implicate, args) -> int:
+    hosts = spec.hosts()
+    table = Table(title=f"reachability: delivered / paths ({spec.name})")
+    table.add_column("src \\ dst")
+    for h in hosts:
+        table.add_column(h, justify="center")
+    for a in hosts:
+        row = []
+        for b in hosts:
+            rs = [r for r in results if r.path.src == a and r.path.dst == b]
+            if not rs:
+                row.append("-")
+                continue
+            ok = sum(r.delivered for r in rs)
+            style = "green" if ok == len(rs) else ("red" if ok == 0 else "yellow")
+            row.append(f"[{style}]{ok}/{len(rs)}[/{style}]")
+        table.add_row(a, *row)
+    out.print(table)
+    failed = [r for r in results if not r.delivered]
+    for r in failed[:20]:
+        p = r.path
+        out.print(f"[red]FAIL[/red] {p.src}->{p.dst} plane {p.plane} T1 {p.t1} via {' '.join(p.hops)}: {r.problem}")
+    if len(failed) > 20:
+        out.print(f"... and {len(failed) - 20} more failed paths")
+    if args.evidence and results and not failed:
+        wrong = [r for r in results if set(r.evidence) != set(r.path.hops)]
+        out.print(f"per-switch evidence: {len(results) - len(wrong)}/{len(results)} probes counted by exactly the switches their address named")
+    if failed:
+        for elem, n in implicate(results):
+            out.print(f"implicated: [bold]{elem}[/bold] (all {n} probed paths through it failed)")
+    out.print(f"{len(results) - len(failed)}/{len(results)} paths delivered")
+    if args.json:
+        Path(args.json).write_text(json.dumps([
+            {"src": r.path.src, "dst": r.path.dst, "plane": r.path.plane, "t1": r.path.t1, "ev": r.path.ev,
+             "outer_dst": str(r.path.outer_dst), "hops": r.path.hops, "delivered": r.delivered,
+             "problem": r.problem, "evidence": r.evidence} for r in results], indent=1))
+    return 1 if failed else 0
+
+
+# ---- size / clean / shell -------------------------------------------------------------------------
+def cmd_size(args) -> int:
+    from topologies.sizing import size_clos
+
+    try:
+        s = size_clos(args.ports, args.planes)
+    except ValueError as e:
+        console.print(f"[red]{e}[/red]")
+        return 2
+    t = Table(title=f"largest two-tier Clos of {s.ports}-port switches, {s.planes} planes")
+    t.add_column("quantity")
+    t.add_column("count", justify="right")
+    for k, v in [("hosts (NICs)", s.hosts), ("T0 per plane", s.t0_per_plane), ("T1 per plane", s.t1_per_plane),
+                 ("hosts per T0", s.hosts_per_t0), ("switches", s.switches), ("host-T0 links", s.host_links),
+                 ("T0-T1 links", s.fabric_links), ("links", s.links)]:
+        t.add_row(k, f"{v:,}")
+    out.print(t)
+    out.print(f"one T0-T1 link is {100 * s.t0_t1_link_share():.2f}% of a node's capacity; one NIC-T0 link is 1/{s.planes}")
+    out.print(f"hosts: {s.hosts}")
+    if not s.encodable:
+        out.print("[yellow]note: this size exceeds mrclab's address plan (16 planes, 1024 switches per tier per plane)[/yellow]")
+    return 0
+
+
+def cmd_clean(args) -> int:
+    from topologies.cleanup import clean
+
+    _need_root()
+    removed = clean(force=args.force)
+    for r in removed:
+        out.print(f"removed {r}")
+    if not removed:
+        out.print("nothing of mrclab's left to clean")
+    return 0
+
+
+def cmd_shell(args) -> int:
+    from topologies.cleanup import live_runs
+    from topologies.spec import ClosSpec
+
+    runs = [r for r in live_runs() if r.dataplane == "bmv2"]
+    if not runs:
+        console.print("[red]no bmv2 fabric is running; start one with `mrclab up --dataplane bmv2`[/red]")
+        return 3
+    st = runs[0]
+    spec = ClosSpec.from_dict(st.topo)
+    if args.switch not in spec.switches():
+        console.print(f"[red]unknown switch {args.switch!r}; switches: {', '.join(spec.switches())}[/red]")
+        return 2
+    dev = spec.switches().index(args.switch)
+    addr = f"unix:{st.run_dir}/{args.switch}.grpc"
+    console.print(f"p4runtime-shell on {args.switch} (device {dev}, {addr}); P4Info is read from the switch")
+    os.execvp(sys.executable, [sys.executable, "-m", "p4runtime_sh", "--grpc-addr", addr,
+                               "--device-id", str(dev), "--election-id", "0,2"])
+
+
+# ---- bench / run / report (experiments) -----------------------------------------------------------
+def cmd_bench(args) -> int:
+    if args.what == "fabric":
+        from experiments.bench_fabric import main as bench
+
+        return bench(args)
+    from benchmarks.bench_endpoint import main as bench_ep  # type: ignore[import-not-found]
+
+    return bench_ep()
+
+
+def cmd_run(args) -> int:
+    from experiments.runner import main as run_main
+
+    return run_main(args)
+
+
+def cmd_report(args) -> int:
+    from experiments.report import main as report_main
+
+    return report_main(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="mrclab", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    dp = {"choices": ["bmv2", "linux"], "default": None,
+          "help": "data plane (default: bmv2 where p4c and simple_switch_grpc are installed, else linux)"}
+
+    s = sub.add_parser("up", help="bring the fabric up, verify it and open the Mininet CLI")
+    s.add_argument("--topo", help="fabric spec YAML (default: topologies/lab.yaml)")
+    s.add_argument("--dataplane", **dp)
+    s.add_argument("--debug", action="store_true", help="BMv2 per-packet logging and pcaps in the run directory")
+    s.add_argument("--no-cli", action="store_true", help="no CLI: stay up until SIGINT/SIGTERM")
+    s.set_defaults(fn=cmd_up)
+
+    s = sub.add_parser("probe", help="probe every path; exit 1 when any fails")
+    s.add_argument("--topo")
+    s.add_argument("--dataplane", **dp)
+    s.add_argument("--timeout", type=float, default=1.0, help="seconds to wait for probes (default 1)")
+    s.add_argument("--evidence", action="store_true", help="probe paths one by one and read per-switch counters")
+    s.add_argument("--json", help="also write the results as JSON to this file")
+    s.set_defaults(fn=cmd_probe)
+
+    s = sub.add_parser("size", help="size the largest two-tier multi-plane Clos for a switch radix")
+    s.add_argument("--ports", type=int, required=True)
+    s.add_argument("--planes", type=int, default=8)
+    s.set_defaults(fn=cmd_size)
+
+    s = sub.add_parser("clean", help="remove what crashed runs left behind (only mrclab's own)")
+    s.add_argument("--force", action="store_true", help="also stop runs whose owner is still alive")
+    s.set_defaults(fn=cmd_clean)
+
+    s = sub.add_parser("shell", help="p4runtime-shell on a switch of the running bmv2 fabric")
+    s.add_argument("switch")
+    s.set_defaults(fn=cmd_shell)
+
+    s = sub.add_parser("bench", help="benchmarks: fabric bring-up and forwarding, endpoint rates")
+    s.add_argument("what", choices=["fabric", "endpoint"])
+    s.add_argument("--dataplane", action="append", choices=["bmv2", "linux"],
+                   help="data plane(s) to measure (default: every available one)")
+    s.set_defaults(fn=cmd_bench)
+
+    s = sub.add_parser("run", help="run a failure-injection scenario (default: the quickstart)")
+    s.add_argument("scenario", nargs="?", help="scenario YAML or the name of a shipped one")
+    s.add_argument("--out", help="results folder (default: results/<scenario>-<time>)")
+    s.add_argument("--duration", type=float, help="override the scenario's duration (seconds)")
+    s.add_argument("--dataplane", choices=["bmv2", "linux"], help="override the scenario's data plane")
+    s.add_argument("--transport", choices=["mrc", "roce"], help="override the scenario's transport")
+    s.set_defaults(fn=cmd_run)
+
+    s = sub.add_parser("report", help="compare results folders side by side")
+    s.add_argument("results", nargs="+")
+    s.add_argument("--out", help="where to write the overlaid plot (default: first folder)")
+    s.set_defaults(fn=cmd_report)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.fn(args) or 0)
+    except SpecError as e:
+        console.print(f"[red]error:[/red] {e}")
+        return 2
+    except KeyboardInterrupt:
+        console.print("interrupted; cleaned up")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
