@@ -172,8 +172,17 @@ class Fabric:
         return feature in FEATURES[self.dataplane]
 
     def set_link(self, a: str, b: str, up: bool) -> None:
-        """Cut (``up=False``) or restore the cable between nodes ``a`` and ``b``."""
+        """Cut (``up=False``) or restore the cable between nodes ``a`` and ``b``.
+
+        On linux the kernel flushes the routes of a port set down; a switch's static routes are
+        configuration that outlives a link flap, so restoring a link re-applies (a diff) the
+        entries of its switch ends.
+        """
         self.emu.set_link(a, b, up)
+        if up and self.dataplane == "linux":
+            for sw in (a, b):
+                if not sw.startswith("h") and sw not in self.down_switches:
+                    seg6.apply(self.emu.netns(sw), self.routes[sw], self.routes.block)
 
     def blackhole(self, switch: str, on: bool) -> None:
         """The switch stays up (answers its controller) but forwards nothing."""
@@ -207,6 +216,8 @@ class Fabric:
         else:
             for peer in self.plan.ports(switch).values():
                 self.emu.set_link(switch, peer, up=True)
+                if not peer.startswith("h") and peer not in self.down_switches:
+                    seg6.apply(self.emu.netns(peer), self.routes[peer], self.routes.block)
             e = self.routes[switch]
             seg6.apply(self.emu.netns(switch), e, self.routes.block)
             seg6.verify(self.emu.netns(switch), e, self.routes.block)

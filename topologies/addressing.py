@@ -259,26 +259,39 @@ class AddressPlan:
     def path(self, src: str, dst: str, plane: int, t1: int | None = None, entropy: int = 0) -> Path:
         """(src host, dst host, plane, T1) -> the :class:`Path` with its outer address and EV.
 
-        ``t1`` must be given for cross-group pairs and None (or 0) for same-group pairs.
-        Raises SpecError for unknown hosts or out-of-range plane / T1.
+        ``t1`` must be given for cross-group pairs and is ignored for same-group pairs. With
+        ``src == dst`` the path is a *loop* (MRC.md, "Clustermapper"): out to the plane's T0 and
+        straight back (``t1`` None) or up to T1 ``t1`` and back, testing one NIC-T0 or one T0-T1
+        link in isolation. Raises SpecError for unknown hosts or out-of-range plane / T1.
         """
         s = self.spec
         if not 0 <= plane < s.planes:
             raise SpecError(f"plane {plane} out of range; planes are 0..{s.planes - 1}")
         gs, gd = s.group_of(src), s.group_of(dst)
-        if gs == gd:
+        if gs == gd and src != dst:
             t1 = None
-        elif t1 is None or not 0 <= t1 < s.t1_per_plane:
+        elif t1 is not None and not 0 <= t1 < s.t1_per_plane or (t1 is None and gs != gd):
             raise SpecError(f"T1 {t1} out of range for {src}->{dst}; T1s are 0..{s.t1_per_plane - 1}")
         ev = make_ev(plane, t1 or 0, entropy)
-        tpl = self.template(src, dst)
+        di = s.host_index(dst) % s.hosts_per_t0
         if t1 is None:
-            hops = (t0_name(plane, gs),)
+            hops: tuple[str, ...] = (t0_name(plane, gs),)
+            usids = [usid(TIER_T0, plane, gs), usid(TIER_DOWNLINK, plane, di)]
             links = ((src, hops[0]), (dst, hops[0]))
         else:
             hops = (t0_name(plane, gs), t1_name(plane, t1), t0_name(plane, gd))
+            usids = [usid(TIER_T0, plane, gs), usid(TIER_T1, plane, t1), usid(TIER_T0, plane, gd),
+                     usid(TIER_DOWNLINK, plane, di)]
             links = ((src, hops[0]), (hops[0], hops[1]), (hops[2], hops[1]), (dst, hops[2]))
-        return Path(src, dst, plane, t1, ev, tpl.outer_dst(ev), hops, links)
+        addr = int(self.block.network_address)
+        for k, u in enumerate(usids):
+            addr |= u << (80 - 16 * k)
+        return Path(src, dst, plane, t1, ev, ipaddress.IPv6Address(addr), hops, links)
+
+    def loop_paths(self, host: str) -> list[Path]:
+        """Loops from ``host`` back to itself: per plane one via its T0 and one via each T1."""
+        t1s: list[int | None] = [None, *range(self.spec.t1_per_plane)]
+        return [self.path(host, host, p, t) for p in range(self.spec.planes) for t in t1s]
 
     def path_for_ev(self, src: str, dst: str, ev: int) -> Path:
         """The path an EV names between ``src`` and ``dst`` (its entropy bits kept in ``ev``)."""
@@ -291,10 +304,13 @@ class AddressPlan:
         t1s: list[int | None] = [None] if same else list(range(self.spec.t1_per_plane))
         return [self.path(src, dst, p, t) for p in range(self.spec.planes) for t in t1s]
 
-    def all_paths(self) -> list[Path]:
-        """Every path between every ordered pair of distinct hosts."""
+    def all_paths(self, loops: bool = False) -> list[Path]:
+        """Every path between every ordered pair of distinct hosts (plus every loop with ``loops``)."""
         hosts = self.spec.hosts()
-        return [p for a in hosts for b in hosts if a != b for p in self.paths(a, b)]
+        out = [p for a in hosts for b in hosts if a != b for p in self.paths(a, b)]
+        if loops:
+            out += [p for h in hosts for p in self.loop_paths(h)]
+        return out
 
     @cached_property
     def all_usids(self) -> dict[str, int]:

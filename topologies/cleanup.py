@@ -81,13 +81,14 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def live_runs() -> list[RunState]:
-    """Runs whose owner process is still alive (e.g. a ``mrclab up`` in another terminal)."""
+def live_runs(include_own: bool = False) -> list[RunState]:
+    """Runs whose owner process is alive (e.g. a ``mrclab up`` in another terminal); this
+    process's own runs only with ``include_own``."""
     out = []
     if RUN_ROOT.is_dir():
         for d in sorted(RUN_ROOT.iterdir()):
             st = RunState.load(d)
-            if st is not None and st.alive and st.owner_pid != os.getpid():
+            if st is not None and st.alive and (include_own or st.owner_pid != os.getpid()):
                 out.append(st)
     return out
 

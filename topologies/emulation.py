@@ -194,7 +194,7 @@ class Emulation:
         self.stop()
 
     def start(self) -> None:
-        running = live_runs()
+        running = live_runs(include_own=True)
         if running:
             raise EmulationError(
                 f"a fabric of this project is already running (pid {running[0].owner_pid}, "
@@ -251,10 +251,12 @@ class Emulation:
                 sw.wait_ready()
 
     def _track(self, node) -> None:
-        subprocess.run(["ip", "netns", "attach", node.netns, str(node.pid)], check=True, capture_output=True)
         assert self.state is not None
-        self.state.add_netns(node.netns)
         self.state.add_pid(node.pid)
+        r = subprocess.run(["ip", "netns", "attach", node.netns, str(node.pid)], capture_output=True, text=True)
+        if r.returncode != 0:
+            raise EmulationError(f"cannot name namespace {node.netns}: {r.stderr.strip()} (try `mrclab clean`)")
+        self.state.add_netns(node.netns)
 
     def _configure_interfaces(self) -> None:
         """One ``ip -batch`` and one sysctl call per node: fast and deterministic."""

@@ -135,14 +135,15 @@ def probe_paths(
     count_packets: Callable[[], dict[str, int]] | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> list[ProbeResult]:
-    """Send one probe per path and collect the results, in ``paths`` order (default: every path).
+    """Send one probe per path and collect the results, in ``paths`` order (default: every path
+    between distinct hosts and every loop, :meth:`AddressPlan.all_paths`).
 
     Without ``count_packets`` all probes are sent at once and collected until ``timeout_s`` after
     the last send. With it, paths are probed one at a time and ``count_packets()`` (switch ->
     packets it has forwarded) is read around each probe, so every result carries per-switch
     evidence of where its probe went.
     """
-    paths = list(plan.all_paths() if paths is None else paths)
+    paths = list(plan.all_paths(loops=True) if paths is None else paths)
     results = [ProbeResult(p) for p in paths]
     run_id = (os.getpid() << 8 | int(time.time()) & 0xFF) & 0xFFFFFFFF
     socks = NicSockets(plan, netns_of)
@@ -226,7 +227,7 @@ def implicate(results: list[ProbeResult]) -> list[tuple[str, int]]:
     good: set[str] = set()
     bad: dict[str, int] = {}
     for r in results:
-        elems = list(r.path.hops) + [f"{a}:{b}" for a, b in r.path.links]
+        elems = set(r.path.hops) | {f"{a}:{b}" for a, b in r.path.links}
         if r.delivered:
             good.update(elems)
         else:

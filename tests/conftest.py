@@ -1,0 +1,54 @@
+"""Markers: ``root`` (namespaces, kernel SRv6) and ``bmv2`` (p4c + simple_switch_grpc) are skipped
+with the reason when the machine cannot run them; unmarked tests need nothing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+
+import pytest
+
+
+def _root_reason() -> str | None:
+    if os.geteuid() != 0:
+        return "needs root (network namespaces)"
+    if shutil.which("ip") is None:
+        return "needs iproute2"
+    r = subprocess.run(["ip", "netns", "list"], capture_output=True)
+    if r.returncode != 0:
+        return "cannot use network namespaces here"
+    try:
+        import mininet  # noqa: F401
+    except ImportError:
+        return "needs Mininet (apt-get install mininet; venv with --system-site-packages)"
+    return None
+
+
+def _bmv2_reason() -> str | None:
+    missing = [b for b in ("p4c", "simple_switch_grpc") if shutil.which(b) is None]
+    return f"needs the P4 toolchain: {' and '.join(missing)} not on PATH" if missing else None
+
+
+def pytest_collection_modifyitems(config, items):
+    root_why, bmv2_why = _root_reason(), _bmv2_reason()
+    for item in items:
+        if "root" in item.keywords and root_why:
+            item.add_marker(pytest.mark.skip(reason=root_why))
+        if "bmv2" in item.keywords and (bmv2_why or root_why):
+            item.add_marker(pytest.mark.skip(reason=bmv2_why or root_why))
+
+
+@pytest.fixture
+def no_leftovers():
+    """Asserts that a test leaves no namespace, run directory or process of mrclab behind."""
+    from topologies.cleanup import RUN_ROOT, list_netns
+
+    before = {n for n in list_netns() if n.startswith("mrclab-")}
+    yield
+    after = {n for n in list_netns() if n.startswith("mrclab-")}
+    assert after <= before, f"left behind namespaces: {sorted(after - before)}"
+    runs = list(RUN_ROOT.glob("*/state.json")) if RUN_ROOT.is_dir() else []
+    assert not runs, f"left behind run state: {runs}"
+    ps = subprocess.run(["pgrep", "-f", "simple_switch_grpc.*mrclab"], capture_output=True, text=True)
+    assert not ps.stdout.strip(), f"left behind switch processes: {ps.stdout}"

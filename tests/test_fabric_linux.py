@@ -1,0 +1,97 @@
+"""The default fabric on the linux data plane (kernel SRv6 uN in namespaces)."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+
+from controller import seg6
+from controller.fabric import Fabric, FabricError
+from topologies.cleanup import list_netns
+from topologies.emulation import EmulationError
+from topologies.spec import load_spec
+from traffic.pathprobe import implicate, probe_paths
+
+pytestmark = pytest.mark.root
+
+
+@pytest.fixture(scope="module")
+def fabric():
+    with Fabric(load_spec(), "linux") as fab:
+        yield fab
+
+
+def test_every_path_delivers_through_the_switches_its_address_names(fabric):
+    results = probe_paths(fabric.plan, fabric.netns, count_packets=fabric.switch_packets)
+    assert len(results) == 80 + 4 * 4 * 3  # every pair path, plus T0 and T1 loops per host and plane
+    assert all(r.delivered for r in results), [r.problem for r in results if not r.delivered][:5]
+    for r in results:
+        # the uN SID counters moved on exactly the switches of the path, T1 included
+        assert r.evidence == {sw: r.path.hops.count(sw) for sw in r.path.hops}, (r.path, r.evidence)
+    assert {r.path.t1 for r in results if r.path.t1 is not None} == {0, 1}
+
+
+def test_read_back_equals_route_plan_and_reapply_is_idempotent(fabric):
+    fabric.verify()
+    e = fabric.routes["t1-0-0"]
+    ns = fabric.netns("t1-0-0")
+    before = seg6.read_back(ns, fabric.routes.block)
+    seg6.apply(ns, e, fabric.routes.block)
+    after = seg6.read_back(ns, fabric.routes.block)
+    assert [r.key() for r in before] == [r.key() for r in after]
+
+
+def test_stale_route_is_removed_by_reapply(fabric):
+    ns = fabric.netns("t1-1-0")
+    subprocess.run(["ip", "-n", ns, "-6", "route", "add", "fcbb:bb00:9999::/48", "via", "fe80::1",
+                    "dev", "t1-1-0-eth1"], check=True)
+    with pytest.raises(seg6.Seg6Error, match="unexpected"):
+        fabric.verify()
+    seg6.apply(ns, fabric.routes["t1-1-0"], fabric.routes.block)
+    fabric.verify()
+
+
+def test_blackholed_t1_fails_exactly_its_paths(fabric):
+    fabric.blackhole("t1-2-1", True)
+    try:
+        results = probe_paths(fabric.plan, fabric.netns, timeout_s=0.5)
+    finally:
+        fabric.blackhole("t1-2-1", False)
+    failed = {(r.path.src, r.path.dst, r.path.plane, r.path.t1) for r in results if not r.delivered}
+    expected = {(p.src, p.dst, p.plane, p.t1) for p in fabric.plan.all_paths(loops=True) if "t1-2-1" in p.hops}
+    assert failed == expected and len(expected) == 8 + 4  # 8 pair paths and each host's loop via it
+    assert implicate(results) == [("t1-2-1", 12)]
+    assert all(r.delivered for r in probe_paths(fabric.plan, fabric.netns))
+
+
+def test_cut_link_is_implicated(fabric):
+    fabric.set_link("t0-3-0", "t1-3-0", up=False)
+    try:
+        results = probe_paths(fabric.plan, fabric.netns, timeout_s=0.5)
+    finally:
+        fabric.set_link("t0-3-0", "t1-3-0", up=True)
+    bad = [r for r in results if not r.delivered]
+    assert bad and all("t0-3-0" in r.path.hops[:1] + r.path.hops[2:] and "t1-3-0" in r.path.hops for r in bad)
+    assert implicate(results) == [("t0-3-0:t1-3-0", len(bad))]
+    fabric.verify()  # a port going down must not take the SID or routes with it... after it is back
+    assert all(r.delivered for r in probe_paths(fabric.plan, fabric.netns))
+
+
+def test_gray_loss_is_refused_on_linux(fabric):
+    with pytest.raises(FabricError, match="bmv2"):
+        fabric.link_loss("t0-0-0", "t1-0-0", 0.2)
+    with pytest.raises(FabricError, match="unknown switch"):
+        fabric.blackhole("t9-0-0", True)
+
+
+def test_second_fabric_is_refused_while_one_runs(fabric):
+    other = Fabric(load_spec(), "linux")
+    try:
+        with pytest.raises(EmulationError, match="already running"):
+            other.start()
+    finally:
+        other.stop()
+    assert fabric.emu.state is not None  # the first one is untouched
