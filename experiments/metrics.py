@@ -1,0 +1,147 @@
+"""Metrics of a run and the expectations a scenario can bound.
+
+Input is the normalised record the runner builds from the endpoints' telemetry (a
+:class:`RunData`): per-QP cumulative delivered bytes sampled over time, per-QP totals and the event
+log (faults, EV state changes, retransmits, losses). Times are seconds from the start of the
+timeline. Goodput is bytes delivered into the receiver's memory region per second, in Mb/s, in
+:data:`BIN_S` bins.
+
+Definitions:
+
+* ``baseline``: mean total goodput from ``warmup_s`` after traffic starts until the first fault.
+* ``goodput_ratio(window)``: mean goodput in ``window`` / baseline (of one ``host``'s flows if given).
+* ``goodput_mbps(window)``: mean goodput in ``window``.
+* ``recovery_time_s(after, fraction=0.9)``: seconds from ``after`` until the 0.5 s moving mean of
+  goodput is back above ``fraction`` x baseline (inf if never).
+* ``retransmit_fraction``: retransmitted data packets / data packets sent.
+* ``messages_intact``: every message that completed arrived byte-identical (``equals: all``).
+* ``evs_retired(after, within_s)``: EVs that went ASSUMED_BAD in [after, after + within_s].
+* ``retire_time_rtts(after)``: time from ``after`` to the first EV retired, in smoothed RTTs.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+BIN_S = 0.1
+
+
+@dataclass
+class RunData:
+    """What a run produced, normalised. ``samples[qp] = [(t_s, delivered_bytes_cumulative), ...]``;
+    ``qp_src[qp]`` the sending host; ``events`` dicts with at least ``t`` and ``kind``."""
+
+    duration_s: float
+    samples: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    qp_src: dict[str, str] = field(default_factory=dict)
+    totals: dict[str, dict] = field(default_factory=dict)
+    events: list[dict] = field(default_factory=list)
+    rtt_us: float | None = None
+    first_fault_s: float | None = None
+    traffic_start_s: float = 0.0
+
+    def bins(self) -> list[float]:
+        n = int(math.ceil(self.duration_s / BIN_S))
+        return [round(i * BIN_S, 6) for i in range(n)]
+
+    def goodput_mbps(self, host: str | None = None) -> list[float]:
+        """Goodput per bin (Mb/s), all QPs or those sent by ``host``; bin i covers [i, i+1) x BIN_S."""
+        nb = len(self.bins())
+        total = [0.0] * nb
+        for qp, pts in self.samples.items():
+            if host is not None and self.qp_src.get(qp) != host:
+                continue
+            for (t0, b0), (t1, b1) in zip(pts, pts[1:]):
+                if t1 <= t0 or b1 < b0:
+                    continue
+                # spread the bytes of each sampling interval over the bins it covers
+                rate = (b1 - b0) / (t1 - t0)
+                i = max(0, int(t0 / BIN_S))
+                while i < nb and i * BIN_S < t1:
+                    lo, hi = max(t0, i * BIN_S), min(t1, (i + 1) * BIN_S)
+                    if hi > lo:
+                        total[i] += rate * (hi - lo) * 8 / 1e6 / BIN_S
+                    i += 1
+        return total
+
+    def qp_goodput_mbps(self) -> dict[str, list[float]]:
+        out = {}
+        for qp in self.samples:
+            sub = RunData(self.duration_s, {qp: self.samples[qp]}, {qp: "x"})
+            out[qp] = sub.goodput_mbps("x")
+        return out
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+def window_mean(series: list[float], lo: float, hi: float) -> float:
+    i, j = int(round(lo / BIN_S)), int(round(hi / BIN_S))
+    return _mean(series[i:j])
+
+
+def baseline_mbps(d: RunData, host: str | None = None, warmup_s: float = 1.0) -> float:
+    g = d.goodput_mbps(host)
+    lo = d.traffic_start_s + warmup_s
+    hi = d.first_fault_s if d.first_fault_s is not None else d.duration_s
+    if hi - lo < 2 * BIN_S:
+        lo = max(0.0, hi - 1.0)
+    return window_mean(g, lo, hi)
+
+
+def recovery_time_s(d: RunData, after: float, fraction: float = 0.9, host: str | None = None) -> float:
+    g = d.goodput_mbps(host)
+    base = baseline_mbps(d, host)
+    k = int(round(0.5 / BIN_S))
+    start = int(round(after / BIN_S))
+    for i in range(start, len(g) - k + 1):
+        if _mean(g[i : i + k]) >= fraction * base:
+            return max(0.0, i * BIN_S - after)
+    return math.inf
+
+
+def retired(d: RunData, after: float, within_s: float) -> list[dict]:
+    return [e for e in d.events if e.get("kind") == "ev_state" and e.get("new") == "ASSUMED_BAD"
+            and after <= e["t"] <= after + within_s]
+
+
+def evaluate(d: RunData, metric: str, args: dict) -> tuple[float, bool | None, str]:
+    """(value, passed or None when unbounded, bound text) of one expectation."""
+    host = args.get("host")
+    if metric == "goodput_ratio":
+        base = baseline_mbps(d, host)
+        v = window_mean(d.goodput_mbps(host), *args["window"]) / base if base > 0 else 0.0
+    elif metric == "goodput_mbps":
+        v = window_mean(d.goodput_mbps(host), *args["window"])
+    elif metric == "recovery_time_s":
+        v = recovery_time_s(d, args["after"], args.get("fraction", 0.9), host)
+    elif metric == "retransmit_fraction":
+        sent = sum(t.get("data_packets", 0) for t in d.totals.values())
+        rtx = sum(t.get("retransmits", 0) for t in d.totals.values())
+        v = rtx / sent if sent else 0.0
+    elif metric == "messages_intact":
+        done = sum(t.get("messages_delivered", 0) for t in d.totals.values())
+        bad = sum(t.get("messages_corrupt", 0) for t in d.totals.values())
+        v = float(done - bad)
+        ok = bad == 0 and done > 0
+        return v, ok, f"all intact ({done} delivered, {bad} corrupt)"
+    elif metric == "evs_retired":
+        after = args.get("after", d.first_fault_s or 0.0)
+        v = float(len({(e.get("host"), e.get("qp"), e.get("ev")) for e in retired(d, after, args.get("within_s", 1.0))}))
+    elif metric == "retire_time_rtts":
+        after = args.get("after", d.first_fault_s or 0.0)
+        r = retired(d, after, d.duration_s)
+        if not r or not d.rtt_us:
+            v = math.inf
+        else:
+            v = (min(e["t"] for e in r) - after) * 1e6 / d.rtt_us
+    else:  # validated by the scenario loader
+        raise KeyError(metric)
+    lo, hi = args.get("min"), args.get("max")
+    if lo is None and hi is None:
+        return v, None, "reported"
+    ok = (lo is None or v >= lo) and (hi is None or v <= hi)
+    bound = " and ".join(x for x in [f">= {lo}" if lo is not None else "", f"<= {hi}" if hi is not None else ""] if x)
+    return v, ok, bound
