@@ -224,15 +224,17 @@ class Fabric:
         self.down_switches.discard(switch)
 
     def link_loss(self, a: str, b: str, rate: float, salt: int = 0) -> None:
-        """Gray failure: drop ``rate`` of the packets a switch end of link ``a``-``b`` sends on it."""
+        """Gray failure: drop ``rate`` of the packets each switch end of link ``a``-``b`` sends on it."""
+        for sw in (n for n in (a, b) if not n.startswith("h")):
+            self.port_loss(sw, b if sw == a else a, rate, salt)
+
+    def port_loss(self, switch: str, peer: str, rate: float, salt: int = 0) -> None:
+        """Drop ``rate`` (0..1) of the packets ``switch`` sends towards ``peer`` (one direction)."""
         if not self.supports("gray_loss"):
             raise FabricError(f"gray loss needs the bmv2 data plane; this fabric runs {self.dataplane}")
-        ends = [n for n in (a, b) if not n.startswith("h")]
-        for sw in ends:
-            self._check_switch(sw)
-            peer = b if sw == a else a
-            with self._lock:
-                self.p4[sw].set_port_loss(self.plan.port_to(sw, peer), rate, salt)
+        self._check_switch(switch)
+        with self._lock:
+            self.p4[switch].set_port_loss(self.plan.port_to(switch, peer), rate, salt)
 
     def switch_packets(self, switches: list[str] | None = None) -> dict[str, int]:
         """Switch -> packets it has forwarded (bmv2: ``port_tx``; linux: its uN SID's counter)."""

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from mininet.link import Link, TCLink
+from mininet.link import Link
 from mininet.log import setLogLevel
 from mininet.net import Mininet
 from mininet.node import Host, Switch
@@ -212,9 +212,7 @@ class Emulation:
 
     def _build(self) -> None:
         spec, plan = self.spec, self.plan
-        shaped = spec.link.bandwidth_mbps > 0
-        self.net = net = Mininet(topo=None, build=False, controller=None, link=TCLink if shaped else Link,
-                                 autoSetMacs=False)
+        self.net = net = Mininet(topo=None, build=False, controller=None, link=Link, autoSetMacs=False)
         self.progress(f"creating {spec.n_hosts} hosts and {spec.n_switches} {self.dataplane} switches")
         for h in spec.hosts():
             self._track(net.addHost(h, cls=NicHost))
@@ -226,9 +224,6 @@ class Emulation:
                 node = net.addSwitch(sw, cls=LinuxSrv6Switch)
             self._track(node)
         self.progress(f"creating {spec.n_links} links")
-        params = {}
-        if shaped:
-            params = {"bw": spec.link.bandwidth_mbps, "max_queue_size": spec.link.queue_packets, "use_tbf": True}
         for a, b in spec.links():
             if a.startswith("h"):
                 plane = int(b.split("-")[1])
@@ -238,9 +233,11 @@ class Emulation:
                 pa, pb = plan.port_to(a, b), plan.port_to(b, a)
                 maca, macb = plan.switch_mac(a, pa), plan.switch_mac(b, pb)
             net.addLink(a, b, port1=pa, port2=pb, intfName1=f"{a}-eth{pa}", intfName2=f"{b}-eth{pb}",
-                        addr1=maca, addr2=macb, **params)
+                        addr1=maca, addr2=macb)
         net.build()
         self._configure_interfaces()
+        if spec.link.bandwidth_mbps > 0:
+            self._shape(spec.link.bandwidth_mbps, spec.link.queue_packets)
         if self.dataplane == "bmv2":
             self.progress(f"starting {spec.n_switches} simple_switch_grpc processes")
             for sw in self.switches():
@@ -280,6 +277,21 @@ class Emulation:
                           f"link set {SID_DEV} up"]
             self._sysctl(node.netns, sysctls)
             self._ip_batch(node.netns, ["link set lo up"] + anchor + [f"link set {i} up" for i in intfs])
+
+    def _shape(self, mbps: float, queue_packets: int) -> None:
+        """``tbf`` at ``mbps`` on both ends of every link (Mininet's TCLink needs netem for the queue
+        limit, which this kernel lacks). Burst: 4 ms of line rate, at least two 1500-byte frames."""
+        assert self.net is not None
+        burst = max(3000, int(mbps * 1e6 / 8 / 250))
+        limit = queue_packets * 1500
+        self.progress(f"shaping every link to {mbps:g} Mb/s (tbf, {queue_packets} packets of queue)")
+        for node in self.net.hosts + self.net.switches:
+            lines = [f"qdisc replace dev {i.name} root tbf rate {mbps}mbit burst {burst} limit {limit}"
+                     for i in node.intfList() if i.name != "lo"]
+            r = subprocess.run(["tc", "-n", node.netns, "-batch", "-"], input="\n".join(lines) + "\n",
+                               capture_output=True, text=True)
+            if r.returncode != 0:
+                raise EmulationError(f"tc -n {node.netns}: {r.stderr.strip()}")
 
     @staticmethod
     def _sysctl(netns: str, settings: list[str]) -> None:

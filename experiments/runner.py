@@ -1,0 +1,232 @@
+"""``mrclab run``: bring the fabric up, start the endpoints, play the fault timeline on time, sample
+goodput every 100 ms, tear everything down whatever happens, and write a results folder.
+
+Results folder (``results/<scenario>-<YYYYmmdd-HHMMSS>`` unless ``--out``):
+
+* ``scenario.yaml``   the scenario as run (after command-line overrides), with the data plane chosen
+* ``metrics.json``    baseline, every expectation (value, bound, verdict), totals per QP
+* ``timeseries.csv``  t_s, total goodput and goodput per QP (Mb/s, 100 ms bins)
+* ``events.csv``      every fault, EV state change, retransmit and loss with its time
+* ``goodput.png``     goodput against time, faults marked
+* ``ev_state.png``    EV state over time (paper figs. 12-14)
+* ``endpoints/``      each endpoint's config and raw telemetry (JSON lines)
+
+Exit status: 0 when every expectation holds, 1 when one fails, 2 for a bad scenario, 3 when this
+machine cannot run it (not root, data plane missing).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from datetime import datetime
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+
+from controller.fabric import FEATURES, Fabric
+from experiments import endpoints
+from experiments.metrics import BIN_S, RunData, baseline_mbps, evaluate
+from experiments.plots import ev_state_plot, goodput_plot
+from experiments.scenario import Scenario, ScenarioError, load_scenario
+from experiments.timeline import apply_fault
+from topologies.emulation import default_dataplane, toolchain_missing
+
+console = Console(stderr=True, highlight=False)
+
+
+class RunRefused(RuntimeError):
+    """The scenario is valid but this machine or data plane cannot run it."""
+
+
+def choose_dataplane(scn: Scenario) -> str:
+    """The data plane to use; raises :class:`RunRefused` naming the missing feature or tool."""
+    dp = scn.dataplane
+    if dp == "auto":
+        dp = default_dataplane()
+        missing = scn.needs - FEATURES[dp]
+        if missing and dp == "linux":
+            raise RunRefused(f"{scn.source}: needs {', '.join(sorted(missing))}, which only the bmv2 data plane "
+                             f"has, and bmv2 is unavailable here ({toolchain_missing()})")
+        return dp
+    if dp == "bmv2" and (why := toolchain_missing()):
+        raise RunRefused(f"{scn.source}: dataplane bmv2 requested but {why}")
+    missing = scn.needs - FEATURES[dp]
+    if missing:
+        raise RunRefused(f"{scn.source}: the {dp} data plane cannot do {', '.join(sorted(missing))} "
+                         f"(faults that need it: {', '.join(f.event for f in scn.faults if f.event in _events_needing(missing))}); "
+                         f"run it with dataplane: bmv2")
+    return dp
+
+
+def _events_needing(features: set[str]) -> set[str]:
+    from experiments.scenario import EVENTS
+
+    return {e for e, (_, _, feat) in EVENTS.items() if feat in features}
+
+
+def run(scn: Scenario, out: Path | None = None, *, live: bool = True) -> dict:
+    """Run ``scn`` and write its results folder; returns the metrics dict (also ``metrics.json``)."""
+    dp = choose_dataplane(scn)
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = Path(out) if out else Path("results") / f"{scn.name}-{scn.transport}-{dp}-{stamp}"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "endpoints").mkdir(exist_ok=True)
+    as_run = dict(scn.raw, dataplane=dp)
+    (out / "scenario.yaml").write_text(yaml.safe_dump(as_run, sort_keys=False))
+    spec_path = out / "fabric.yaml"
+    spec_path.write_text(yaml.safe_dump(scn.spec.to_dict(), sort_keys=False))
+
+    console.print(f"[bold]{scn.name}[/bold] ({scn.transport} on {dp}, {scn.duration_s:.0f} s, seed {scn.seed})"
+                  + (f": {scn.paper}" if scn.paper else ""))
+    fault_log: list[dict] = []
+    procs: dict[str, subprocess.Popen] = {}
+    t0_wall = t0 = 0.0
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
+
+    def on_signal(signum, _frame):
+        raise SystemExit(128 + signum)
+
+    for s in previous:
+        signal.signal(s, on_signal)
+    try:
+        with Fabric(scn.spec, dp, progress=lambda m: console.print(f"[dim]·[/dim] {m}"), watchdog=dp == "bmv2") as fab:
+            cfgs = endpoints.configs(scn, fab.plan, spec_path, out / "endpoints")
+            console.print(f"[dim]·[/dim] starting {len(cfgs)} endpoints ({', '.join(cfgs)})")
+            t0_wall = time.time() + 1.0  # every endpoint starts sending at this wall-clock time
+            for host, cfg in cfgs.items():
+                cfg["start_at_wall"] = t0_wall
+                cpath = out / "endpoints" / f"{host}.json"
+                cpath.write_text(json.dumps(cfg, indent=1))
+                log = open(out / "endpoints" / f"{host}.log", "wb")
+                procs[host] = fab.emu.popen(host, [sys.executable, "-m", "traffic.endpoint", "--config", str(cpath)],
+                                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+                log.close()
+            t0 = time.monotonic() + (t0_wall - time.time())
+            _play(fab, scn, procs, out, t0, fault_log, live)
+            endpoints.stop(procs)
+    finally:
+        endpoints.stop(procs)
+        for s, h in previous.items():
+            signal.signal(s, h)
+
+    data = endpoints.collect(scn, out / "endpoints", t0_wall)
+    data.events = sorted(fault_log + data.events, key=lambda e: e["t"])
+    data.first_fault_s = min((f["t"] for f in fault_log), default=None)
+    data.traffic_start_s = min((f.start_s for f in scn.flows), default=0.0)
+    return _finish(scn, dp, data, fault_log, out)
+
+
+def _play(fab: Fabric, scn: Scenario, procs, out: Path, t0: float, fault_log: list[dict], live: bool) -> None:
+    pending = list(scn.faults)
+    last = "waiting for the first fault"
+    telemetry = endpoints.LiveTelemetry(out / "endpoints")
+    with Live(console=console, refresh_per_second=4, transient=True, disable=not live) as lv:
+        while True:
+            now = time.monotonic() - t0
+            if now >= scn.duration_s:
+                break
+            while pending and pending[0].at <= now:
+                f = pending.pop(0)
+                at = time.monotonic() - t0
+                desc = apply_fault(fab, f, scn)
+                fault_log.append({"t": round(at, 4), "kind": "fault", "event": f.event, "label": desc,
+                                  "late_ms": round((at - f.at) * 1e3, 1)})
+                last = f"{at:6.1f} s  {desc}"
+                console.print(f"[red]![/red] {last}")
+            for host, p in procs.items():
+                if p.poll() is not None and p.returncode != 0:
+                    tail = (out / "endpoints" / f"{host}.log").read_text(errors="replace")[-800:]
+                    raise RuntimeError(f"endpoint on {host} exited with {p.returncode}:\n{tail}")
+            mbps = telemetry.goodput_mbps()
+            bar_n = int(30 * max(0.0, now) / scn.duration_s)
+            lv.update(f"[cyan]{'█' * bar_n}{'░' * (30 - bar_n)}[/cyan] {max(0.0, now):5.1f}/{scn.duration_s:.0f} s   "
+                      f"goodput {mbps:7.1f} Mb/s   last: {last}")
+            nxt = min([pending[0].at if pending else scn.duration_s, scn.duration_s, now + BIN_S])
+            time.sleep(max(0.0, min(BIN_S, nxt - now)))
+
+
+def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: Path) -> dict:
+    faults = [{"t": f["t"], "label": f["label"]} for f in fault_log]
+    title = f"{scn.name}: {scn.transport} on {dp}"
+    goodput_plot(data, faults, out / "goodput.png", title)
+    ev_state_plot(data, faults, out / "ev_state.png", title + ", EV state")
+    series = data.goodput_mbps()
+    per_qp = data.qp_goodput_mbps()
+    with open(out / "timeseries.csv", "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["t_s", "goodput_mbps", *[f"{qp}_mbps" for qp in per_qp]])
+        for i, t in enumerate(data.bins()):
+            w.writerow([f"{t:.1f}", f"{series[i]:.3f}", *[f"{v[i]:.3f}" for v in per_qp.values()]])
+    keys = ["t", "kind", "host", "qp", "ev", "old", "new", "reason", "psn", "label", "event", "late_ms"]
+    with open(out / "events.csv", "w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=keys, extrasaction="ignore")
+        w.writeheader()
+        for e in data.events:
+            w.writerow(e)
+    verdicts = []
+    for x in scn.expect:
+        v, ok, bound = evaluate(data, x.metric, x.args)
+        verdicts.append({"expectation": x.describe(), "metric": x.metric, "value": None if math.isinf(v) else v,
+                         "bound": bound, "passed": ok})
+    metrics = {
+        "scenario": scn.name, "paper": scn.paper, "transport": scn.transport, "dataplane": dp, "seed": scn.seed,
+        "duration_s": scn.duration_s, "baseline_mbps": baseline_mbps(data), "rtt_us": data.rtt_us,
+        "faults": fault_log, "expectations": verdicts, "totals": data.totals,
+        "ev_state_changes": sum(1 for e in data.events if e.get("kind") == "ev_state"),
+        "passed": all(v["passed"] is not False for v in verdicts),
+    }
+    (out / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
+    _summary(metrics, out)
+    return metrics
+
+
+def _summary(m: dict, out: Path) -> None:
+    t = Table(title=f"{m['scenario']} ({m['transport']} on {m['dataplane']}): baseline {m['baseline_mbps']:.1f} Mb/s")
+    t.add_column("expectation")
+    t.add_column("value", justify="right")
+    t.add_column("bound")
+    t.add_column("verdict")
+    for v in m["expectations"]:
+        val = "inf" if v["value"] is None else f"{v['value']:.3g}"
+        verdict = {True: "[green]pass[/green]", False: "[red]FAIL[/red]", None: "-"}[v["passed"]]
+        t.add_row(v["expectation"], val, v["bound"], verdict)
+    Console(highlight=False).print(t)
+    tot = m["totals"]
+    sent = sum(x.get("data_packets", 0) for x in tot.values())
+    rtx = sum(x.get("retransmits", 0) for x in tot.values())
+    Console(highlight=False).print(
+        f"data packets {sent}, retransmits {rtx}, EV state changes {m['ev_state_changes']}; "
+        f"results in {out}/ (plot: {out / 'goodput.png'})")
+
+
+def main(args) -> int:
+    try:
+        scn = load_scenario(args.scenario, duration_s=args.duration, dataplane=args.dataplane,
+                            transport=args.transport)
+    except ScenarioError as e:
+        console.print(f"[red]error:[/red] {e}")
+        return 2
+    import os
+
+    if os.geteuid() != 0:
+        console.print("[red]mrclab run builds network namespaces and needs root[/red]")
+        return 3
+    try:
+        m = run(scn, Path(args.out) if args.out else None, live=sys.stderr.isatty())
+    except RunRefused as e:
+        console.print(f"[red]refused:[/red] {e}")
+        return 3
+    return 0 if m["passed"] else 1
+
+
+__all__ = ["run", "main", "choose_dataplane", "RunRefused", "asdict"]
