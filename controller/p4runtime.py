@@ -211,6 +211,15 @@ class P4Switch:
                 raise P4RuntimeError(f"{self.name}: write refused: {e}") from None
             self.entries_written += len(updates[i : i + BATCH])
 
+    def insert(self, entries: list[DesiredEntry]) -> None:
+        """Insert entries as they are (benchmarks, the trivial program); batches of :data:`BATCH`."""
+        U = p4runtime_pb2.Update
+        self._write([U(type=U.INSERT, entity=p4runtime_pb2.Entity(table_entry=self._table_entry(d))) for d in entries])
+
+    def delete(self, keys: list[EntryKey]) -> None:
+        U = p4runtime_pb2.Update
+        self._write([U(type=U.DELETE, entity=p4runtime_pb2.Entity(table_entry=self._table_entry(k, False))) for k in keys])
+
     def apply(self, entries: SwitchEntries) -> int:
         """Make the switch's tables equal the plan (a diff, not a wipe). Returns updates written."""
         want = {d.key: d for d in desired_entries(entries)}

@@ -1,0 +1,201 @@
+"""``mrclab bench fabric``: how fast the fabric comes up and how fast one path forwards.
+
+For each data plane (default: every one this machine has) it prints:
+
+* bring-up of the default fabric, phase by phase: namespaces/links/switch processes, p4c (cached
+  after the first run), pipeline push, route install, read-back, and the total;
+* route entries written per second: 3,000 extra /48 routes written to one switch in batches
+  (P4Runtime WriteRequests of 500 on bmv2, one ``ip -batch`` on linux), then removed;
+* packets per second through one cross-T1 path (h0 -> t0 -> t1 -> t0 -> h2, 3 switches, 160-byte
+  frames): the highest offered rate, found by doubling then bisection, whose loss is under 1%.
+  On bmv2 the same three switches are then loaded with ``p4src/forward.p4`` (port-to-port, BMv2's
+  own ceiling) and measured the same way, and the ratio is printed.
+
+Targets (issue 2, on 2 cores): bmv2 default fabric up and verified < 10 s; >= 2,000 entries/s;
+the mrclab program >= 70% of the trivial program's rate. Not a test: figures vary with load.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import re
+import subprocess
+import sys
+import time
+
+from rich.console import Console
+from rich.table import Table
+
+from controller.fabric import Fabric
+from topologies.emulation import default_dataplane, toolchain_missing
+from topologies.spec import load_spec
+from traffic.pathprobe import probe_frame
+
+console = Console(highlight=False)
+N_BULK = 3000
+TRIAL_S = 1.0
+FRAME_PAD = 160
+
+
+def _rx_packets(netns: str, intf: str) -> int:
+    r = subprocess.run(["ip", "-n", netns, "-s", "-j", "link", "show", intf], capture_output=True, text=True)
+    return int(json.loads(r.stdout)[0]["stats64"]["rx"]["packets"])
+
+
+def trial(fab: Fabric, frame: bytes, src: str, dst: str, plane: int, rate: float) -> tuple[float, float]:
+    """Offer ``rate`` pps for TRIAL_S; returns (achieved offered pps, loss fraction)."""
+    dintf = fab.plan.host_intf(dst, plane)
+    before = _rx_packets(fab.netns(dst), dintf)
+    p = subprocess.run(["ip", "netns", "exec", fab.netns(src), sys.executable, "-m", "experiments.blast",
+                        "--iface", fab.plan.host_intf(src, plane), "--frame", frame.hex(),
+                        "--rate", str(rate), "--duration", str(TRIAL_S)], capture_output=True, text=True)
+    m = re.search(r"sent (\d+) in ([\d.]+) s", p.stdout)
+    if not m:
+        raise RuntimeError(f"blaster failed: {p.stderr.strip()}")
+    sent, secs = int(m.group(1)), float(m.group(2))
+    time.sleep(0.3)  # let queues drain
+    got = _rx_packets(fab.netns(dst), dintf) - before
+    return sent / secs, max(0.0, 1 - got / sent) if sent else 1.0
+
+
+def max_rate(fab: Fabric, src: str = "h0", dst: str = "h2", plane: int = 0, t1: int = 0,
+             start: float = 1000.0, log=lambda _m: None) -> tuple[float, list[tuple[float, float, float]]]:
+    """Highest offered rate (pps) with < 1% loss on one path; also every trial (target, achieved, loss)."""
+    path = fab.plan.path(src, dst, plane, t1)
+    frame = probe_frame(fab.plan, path, 0, 0)
+    frame += bytes(max(0, FRAME_PAD - len(frame)))
+    trials = []
+    good, bad = 0.0, None
+    rate = start
+    while bad is None and rate < 2_000_000:
+        achieved, loss = trial(fab, frame, src, dst, plane, rate)
+        trials.append((rate, achieved, loss))
+        log(f"  offered {achieved:9.0f} pps (target {rate:.0f}): loss {loss:.2%}")
+        if loss < 0.01 and achieved >= 0.9 * rate:
+            good = achieved
+            rate *= 2
+        elif loss < 0.01:  # the sender is the limit, not the path
+            good = max(good, achieved)
+            break
+        else:
+            bad = rate
+    if bad is not None:
+        lo, hi = max(good, start / 2), bad
+        for _ in range(4):
+            mid = (lo + hi) / 2
+            achieved, loss = trial(fab, frame, src, dst, plane, mid)
+            trials.append((mid, achieved, loss))
+            log(f"  offered {achieved:9.0f} pps (target {mid:.0f}): loss {loss:.2%}")
+            if loss < 0.01:
+                lo, good = mid, max(good, achieved)
+            else:
+                hi = mid
+    return good, trials
+
+
+def bulk_entries_linux(fab: Fabric, switch: str = "t1-0-0") -> float:
+    ns = fab.netns(switch)
+    base = int(ipaddress.IPv6Address("fcbb:bb00:f000::"))
+    nets = [ipaddress.IPv6Network((base + (i << 80), 48)) for i in range(N_BULK)]
+    lines = [f"route replace {n} via fe80::1 dev {switch}-eth1" for n in nets]
+    t = time.monotonic()
+    subprocess.run(["ip", "-n", ns, "-batch", "-"], input="\n".join(lines) + "\n", text=True, check=True)
+    dt = time.monotonic() - t
+    subprocess.run(["ip", "-n", ns, "-batch", "-"], text=True, check=True,
+                   input="\n".join(f"route del {n} dev {switch}-eth1" for n in nets) + "\n")
+    return N_BULK / dt
+
+
+def bulk_entries_bmv2(fab: Fabric, switch: str = "t1-0-0") -> float:
+    from controller.p4runtime import DesiredEntry, EntryKey
+
+    base = int(ipaddress.IPv6Address("fcbb:bb00:f000::"))
+    ents = [DesiredEntry(EntryKey("routing", (base + (i << 80), 48)), "forward",
+                         (("port", 1), ("src_mac", 0x02), ("dst_mac", 0x04))) for i in range(N_BULK)]
+    sw = fab.p4[switch]
+    t = time.monotonic()
+    sw.insert(ents)
+    dt = time.monotonic() - t
+    sw.delete([e.key for e in ents])
+    return N_BULK / dt
+
+
+def trivial_program_rate(fab: Fabric, log) -> float:
+    """Load forward.p4 on t0-0-0, t1-0-0, t0-0-1 (port to port along h0 -> h2), measure, restore."""
+    from controller.compiler import compile_p4
+    from controller.p4runtime import DesiredEntry, EntryKey, P4Info, P4Switch
+    from p4src import FORWARD_P4
+
+    prog = compile_p4(FORWARD_P4)
+    info = P4Info(prog.p4info)
+    plan = fab.plan
+    hops = [("t0-0-0", "h0", "t1-0-0"), ("t1-0-0", "t0-0-0", "t0-0-1"), ("t0-0-1", "t1-0-0", "h2")]
+    trivial = {}
+    with fab._lock:
+        for sw, frm, to in hops:
+            p = fab.p4[sw]
+            p.close()
+            t = P4Switch(sw, p.device_id, p.grpc_addr, info, prog.bmv2_json)
+            t.connect()
+            t.push_pipeline()
+            t.insert([DesiredEntry(EntryKey("port_map", (plan.port_to(sw, frm), None)), "set_port",
+                                   (("port", plan.port_to(sw, to)),))])
+            trivial[sw] = t
+        try:
+            rate, _ = max_rate(fab, log=log)
+        finally:
+            for sw, t in trivial.items():
+                t.close()
+                fab.reprogram(sw)
+    return rate
+
+
+def measure(dataplane: str, log) -> dict:
+    spec = load_spec()
+    res: dict = {"dataplane": dataplane}
+    with Fabric(spec, dataplane, watchdog=False) as fab:
+        res["timings"] = dict(fab.timings)
+        res["entries"] = fab.routes.n_entries
+        log(f"{dataplane}: up and verified in {fab.timings['total_s']:.2f} s")
+        res["entries_per_s"] = (bulk_entries_bmv2 if dataplane == "bmv2" else bulk_entries_linux)(fab)
+        log(f"{dataplane}: {res['entries_per_s']:.0f} entries/s")
+        log(f"{dataplane}: searching the highest <1%-loss rate over h0 -> t0-0-0 -> t1-0-0 -> t0-0-1 -> h2")
+        res["path_pps"], res["trials"] = max_rate(fab, log=log)
+        if dataplane == "bmv2":
+            log("bmv2: the same three switches with p4src/forward.p4 (port to port)")
+            res["trivial_pps"] = trivial_program_rate(fab, log)
+    return res
+
+
+def main(args=None) -> int:
+    dps = getattr(args, "dataplane", None) or (["bmv2", "linux"] if toolchain_missing() is None else ["linux"])
+    if "bmv2" in dps and (why := toolchain_missing()):
+        console.print(f"[red]bmv2: {why}[/red]")
+        return 3
+    results = [measure(dp, lambda m: console.print(f"[dim]{m}[/dim]")) for dp in dps]
+    t = Table(title="mrclab bench fabric (default fabric: 4 hosts, 16 switches)")
+    t.add_column("figure")
+    for r in results:
+        t.add_column(r["dataplane"], justify="right")
+
+    def row(label, fn):
+        t.add_row(label, *[fn(r) for r in results])
+
+    for key, label in [("build_s", "namespaces, links, switch processes (s)"), ("compile_s", "p4c, cached after the first run (s)"),
+                       ("pipeline_s", "pipeline push (s)"), ("routes_s", "route install (s)"),
+                       ("verify_s", "read-back verification (s)"), ("total_s", "fabric up and verified (s)")]:
+        row(label, lambda r, k=key: f"{r['timings'][k]:.2f}" if k in r["timings"] else "-")
+    row("route entries written per second", lambda r: f"{r['entries_per_s']:,.0f}")
+    row("one cross-T1 path, pps at < 1% loss", lambda r: f"{r['path_pps']:,.0f}")
+    row("same path, trivial P4 program, pps", lambda r: f"{r['trivial_pps']:,.0f}" if r.get("trivial_pps") else "-")
+    row("mrclab program / trivial program",
+        lambda r: f"{r['path_pps'] / r['trivial_pps']:.0%}" if r.get("trivial_pps") else "-")
+    console.print(t)
+    console.print(f"default-fabric entries: {results[0]['entries']}; bulk write: {N_BULK} routes to t1-0-0; "
+                  f"frames of {FRAME_PAD} bytes; targets: bmv2 up < 10 s, >= 2000 entries/s, mrclab >= 70% of trivial")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
