@@ -1,0 +1,56 @@
+"""Run metrics on synthetic telemetry with known answers."""
+
+import math
+
+import pytest
+
+from experiments.metrics import RunData, baseline_mbps, evaluate, recovery_time_s
+
+
+def run_with_rate(rate_mbps, duration=20.0, step=0.1):
+    """One QP whose delivered bytes grow at rate_mbps(t)."""
+    pts, b, t = [(0.0, 0)], 0.0, 0.0
+    while t < duration - 1e-9:
+        b += rate_mbps(t) * 1e6 / 8 * step
+        t = round(t + step, 6)
+        pts.append((t, int(b)))
+    return RunData(duration_s=duration, samples={"h0->h2#1": pts}, qp_src={"h0->h2#1": "h0"}, first_fault_s=10.0)
+
+
+def test_goodput_bins_reproduce_the_rate():
+    d = run_with_rate(lambda t: 8.0)
+    g = d.goodput_mbps()
+    assert len(g) == 200
+    assert all(abs(x - 8.0) < 0.01 for x in g[:-1])
+    assert d.goodput_mbps("h1") == [0.0] * 200
+
+
+def test_ratio_recovery_and_bounds():
+    d = run_with_rate(lambda t: 8.0 if t < 10 or t >= 13 else 4.0)
+    assert baseline_mbps(d) == pytest.approx(8.0, rel=0.01)
+    v, ok, _ = evaluate(d, "goodput_ratio", {"window": [10.5, 12.5], "min": 0.4, "max": 0.6})
+    assert v == pytest.approx(0.5, rel=0.02) and ok is True
+    v, ok, _ = evaluate(d, "goodput_ratio", {"window": [10.5, 12.5], "min": 0.9})
+    assert ok is False
+    assert recovery_time_s(d, 10.0) == pytest.approx(3.0, abs=0.11)
+    never = run_with_rate(lambda t: 8.0 if t < 10 else 1.0)
+    assert math.isinf(recovery_time_s(never, 10.0))
+
+
+def test_retire_metrics_and_intact():
+    d = run_with_rate(lambda t: 8.0)
+    d.rtt_us = 500.0
+    d.events = [{"t": 10.002, "kind": "ev_state", "host": "h0", "qp": 1, "ev": 0x1000, "old": "GOOD",
+                 "new": "ASSUMED_BAD"},
+                {"t": 10.004, "kind": "ev_state", "host": "h0", "qp": 1, "ev": 0x1001, "old": "GOOD", "new": "SKIP"}]
+    v, ok, _ = evaluate(d, "evs_retired", {"after": 10.0, "within_s": 1.0, "min": 1})
+    assert v == 1 and ok
+    v, ok, _ = evaluate(d, "retire_time_rtts", {"after": 10.0, "max": 5})
+    assert v == pytest.approx(4.0, rel=0.01) and ok
+    d.totals = {"q": {"messages_delivered": 10, "messages_corrupt": 0, "data_packets": 100, "retransmits": 3}}
+    assert evaluate(d, "messages_intact", {})[1] is True
+    assert evaluate(d, "retransmit_fraction", {"max": 0.05}) == (0.03, True, "<= 0.05")
+    d.totals["q"]["messages_corrupt"] = 1
+    assert evaluate(d, "messages_intact", {})[1] is False
+    d.totals = {}
+    assert evaluate(d, "messages_intact", {})[1] is False  # nothing delivered is not "all intact"
