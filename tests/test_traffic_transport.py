@@ -1,0 +1,154 @@
+"""The pure transports over a channel that drops, duplicates, reorders and delays: every message
+arrives complete and byte-identical, exactly once, completions in message order, and the sender
+finishes. The same for the RoCE-style baseline."""
+
+import random
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from traffic.channel import Channel
+from traffic.mrc import MrcSettings
+from transport_sim import PLAN, delivered_intact, run
+
+messages_st = st.lists(st.integers(1, 9000), min_size=1, max_size=6).flatmap(
+    lambda sizes: st.tuples(*[st.binary(min_size=n, max_size=n) for n in sizes]))
+channel_st = st.fixed_dictionaries({
+    "drop": st.sampled_from([0.0, 0.01, 0.05, 0.2]),
+    "dup": st.sampled_from([0.0, 0.05, 0.3]),
+    "delay": st.sampled_from([(0.0005, 0.001), (0.0001, 0.01), (0.002, 0.05)]),
+    "fifo": st.booleans(),
+    "seed": st.integers(0, 2**16),
+})
+FAST = MrcSettings(payload_bytes=512, window_packets=32, region_bytes=1 << 17, min_rto_s=0.01)
+
+
+def _check(o, n_msgs, imm):
+    assert o.sender.done, f"sender did not finish by t={o.t_end:.2f} s"
+    st_ = o.receiver.stats
+    assert st_.messages_delivered == n_msgs and st_.messages_corrupt == 0
+    assert delivered_intact(o)
+    if imm:
+        assert st_.completions == list(range(n_msgs))  # each exactly once, in MSN order
+
+
+@pytest.mark.parametrize("transport", ["mrc", "roce"])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+@given(msgs=messages_st, ch=channel_st, imm=st.booleans())
+def test_any_loss_dup_reorder_pattern_delivers_every_message_exactly_once(transport, msgs, ch, imm):
+    chan = Channel(random.Random(ch["seed"]), drop=ch["drop"], dup=ch["dup"], delay_s=ch["delay"],
+                   fifo_per_ev=ch["fifo"])
+    o = run(list(msgs), chan, transport=transport, settings=FAST, imm=imm, seed=ch["seed"], limit_s=120)
+    _check(o, len(msgs), imm)
+
+
+def _lose_one(at_s):
+    marks = {}
+
+    def hook(now, tx, rx, chan):
+        if "ev" not in marks and now > at_s:
+            ev = tx.evs.active()[5]
+            marks.update(ev=ev, t=now, shares=tx.evs.plane_shares(), plane=tx.evs.evs[ev].plane)
+            chan.drop_once[ev] = 1  # exactly one untrimmed loss on this EV
+        if "ev" in marks and "lost_psn" not in marks:
+            mine = [psn for psn, r in tx.recs.items() if r.ev == marks["ev"] and r.t_sent >= marks["t"]]
+            if mine:
+                marks["lost_psn"] = min(mine)
+        if "lost_psn" in marks and "visible" not in marks:
+            later = [psn for psn, r in tx.recs.items() if r.ev == marks["ev"] and psn > marks["lost_psn"]]
+            if later or tx.evs.evs[marks["ev"]].state == "ASSUMED_BAD":
+                marks["visible"] = now  # a later packet on the same EV is in flight: its SACK reveals the gap
+        if "ev" in marks and "retired" not in marks and tx.evs.evs[marks["ev"]].state == "ASSUMED_BAD":
+            marks["retired"] = now
+
+    return marks, hook
+
+
+def test_untrimmed_loss_retires_its_ev_within_one_rtt_and_a_same_plane_backup_replaces_it():
+    marks, hook = _lose_one(0.003)
+    s = MrcSettings(payload_bytes=1024, window_packets=64, region_bytes=4 << 20)
+    o = run([random.Random(3).randbytes(2_000_000)], Channel(random.Random(5), delay_s=(0.001, 0.001)),
+            settings=s, hook=hook)
+    _check(o, 1, False)
+    ev = marks["ev"]
+    retire = [kw for k, kw in o.events if k == "ev_state" and kw["ev"] == ev and kw["new"] == "ASSUMED_BAD"]
+    assert retire and "untrimmed loss" in retire[0]["reason"]  # by a later packet on the same EV, not a timer
+    assert o.sender.stats["timeouts"] == 0
+    rtt = o.sender.srtt
+    # detectable when a later packet on the EV is sent; retired when its SACK returns: one RTT
+    assert marks["retired"] - marks["visible"] <= rtt + 0.001, (marks, rtt)
+    assert o.sender.evs.plane_shares() == marks["shares"]  # a backup of the same plane took its place
+    assert ev not in o.sender.evs.active() or o.sender.evs.evs[ev].state == "GOOD"  # or probes revived it
+
+
+def test_dead_ev_is_retired_by_the_timer_and_the_transfer_completes():
+    dead = {}
+
+    def hook(now, tx, rx, chan):
+        if not dead and now > 0.003:
+            dead["ev"] = tx.evs.active()[5]
+            chan.drop_ev.add(dead["ev"])
+
+    s = MrcSettings(payload_bytes=1024, window_packets=64, region_bytes=4 << 20)
+    o = run([bytes(2_000_000)], Channel(random.Random(5)), settings=s, hook=hook)
+    _check(o, 1, False)
+    reasons = [kw["reason"] for k, kw in o.events if k == "ev_state" and kw["ev"] == dead["ev"]
+               and kw["new"] == "ASSUMED_BAD"]
+    assert reasons and "timeout" in reasons[0]
+    assert o.sender.evs.evs[dead["ev"]].state == "ASSUMED_BAD"  # its probes never come back
+
+
+def test_plane_shares_stay_equal_under_retirements():
+    msgs = [bytes(2_000_000)]
+    killed = []
+
+    def hook(now, tx, rx, chan):
+        if len(killed) < 3 and now > 0.002 * (len(killed) + 1):
+            ev = [e for e in tx.evs.active() if e not in killed][0]
+            killed.append(ev)
+            chan.drop_ev.add(ev)
+
+    o = run(msgs, Channel(random.Random(4)), hook=hook,
+            settings=MrcSettings(payload_bytes=1024, window_packets=48, region_bytes=4 << 20))
+    assert len(killed) == 3
+    _check(o, 1, False)
+    assert o.sender.evs.plane_shares() == [4, 4, 4, 4]
+
+
+def test_denied_evs_are_never_used():
+    from topologies.addressing import make_ev
+
+    deny = frozenset({make_ev(1, 0)})
+    import itertools
+    from traffic.mrc import make_sender
+    tx = make_sender(1, PLAN, "h0", "h2", MrcSettings(), random.Random(1), iter([(0, bytes(100_000))]),
+                     denylist=deny)
+    used = set()
+    for k in itertools.count():
+        pkts = tx.poll(k * 0.001)
+        if not pkts:
+            break
+        used |= {p.ev for p in pkts}
+    assert not any((ev >> 12) & 0xF == 1 and ev & 0xFFF == 0 for ev in used)
+    assert all(tx.evs.evs[e].state == "DENIED" for e in tx.evs.evs if (e >> 12) & 0xF == 1 and e & 0xFFF == 0)
+
+
+def test_roce_stalls_on_a_cut_path_until_its_timer_then_completes():
+    msgs = [bytes(1_000_000)]
+    cut = {}
+
+    def hook(now, tx, rx, chan):
+        if 0.01 < now < 0.3:
+            chan.drop_ev.add(tx.ev)
+            if now > 0.02:  # what was in flight at the cut has drained by now
+                cut.setdefault("acked_early", tx.stats["bytes_acked"])
+                cut["acked_late"] = tx.stats["bytes_acked"]
+        elif now >= 0.3:
+            chan.drop_ev.discard(tx.ev)
+
+    o = run(msgs, Channel(random.Random(1)), transport="roce", hook=hook,
+            settings=MrcSettings(payload_bytes=1024, window_packets=32, region_bytes=1 << 21))
+    _check(o, 1, False)
+    assert 0 < cut["acked_early"] == cut["acked_late"] < 1_000_000  # stalled while its one path is cut
+    assert o.sender.stats["timeouts"] >= 1 and o.t_end > 0.3

@@ -1,0 +1,189 @@
+"""The EV set of one QP and the health of each EV (MRC.md, "EV health").
+
+States: GOOD (in rotation), SKIP (skip once: ECN or a trim, then GOOD), ASSUMED_BAD (an untrimmed
+loss or a timeout: retired, probed in the background), DENIED (operator denylist: never used, never
+probed). An *active* set of ``evs_per_plane`` EVs per plane carries data in rotation, planes
+interleaved; a *backup* set of ``backup_per_plane`` per plane waits. A retired active EV is replaced
+at once by a GOOD backup **of the same plane**, so planes stay equally loaded. A retired EV that
+answers ``probe_successes`` probes in a row becomes GOOD again and joins the backups.
+
+EVs are drawn per plane at random (seeded) among that plane's paths, with random entropy bits so
+that a small fabric still has many distinct EVs (topologies.addressing: EV layout).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from topologies.addressing import AddressPlan, ev_plane, make_ev
+
+GOOD, SKIP, ASSUMED_BAD, DENIED = "GOOD", "SKIP", "ASSUMED_BAD", "DENIED"
+
+
+@dataclass
+class EvInfo:
+    ev: int
+    plane: int
+    state: str = GOOD
+    active: bool = False
+    probe_ok: int = 0
+    packets: int = 0
+    bytes: int = 0
+    losses: int = 0
+    retransmits: int = 0
+    changes: int = 0
+
+
+@dataclass
+class EvSet:
+    """Active + backup EVs of one QP. ``on_change(ev, old, new, reason)`` hears every transition."""
+
+    evs: dict[int, EvInfo]
+    planes: int
+    evs_per_plane: int
+    on_change: Callable[[int, str, str, str], None] = field(default=lambda *a: None)
+    _rot: list[int] = field(default_factory=list)
+    _i: int = 0
+    planes_down: set[int] = field(default_factory=set)
+    _fb: int = -1
+
+    @classmethod
+    def draw(cls, plan: AddressPlan, src: str, dst: str, rng: random.Random, evs_per_plane: int,
+             backup_per_plane: int, denylist: frozenset[int] = frozenset(), on_change=None) -> EvSet:
+        """Draw ``evs_per_plane`` active and ``backup_per_plane`` backup EVs per plane."""
+        paths = plan.paths(src, dst)
+        evs: dict[int, EvInfo] = {}
+        for plane in range(plan.spec.planes):
+            in_plane = [p for p in paths if p.plane == plane]
+            want = evs_per_plane + backup_per_plane
+            chosen: list[int] = []
+            # explicitly denied EVs of this pair are part of the set (and stay DENIED)
+            for ev in sorted(denylist):
+                if ev_plane(ev) == plane and ev not in evs:
+                    evs[ev] = EvInfo(ev, plane, state=DENIED)
+            while len(chosen) < want:
+                p = in_plane[len(chosen) % len(in_plane)] if len(chosen) < len(in_plane) else rng.choice(in_plane)
+                ev = make_ev(plane, p.t1 or 0, rng.randrange(1, 1 << 16))
+                if ev not in evs and ev not in chosen:
+                    chosen.append(ev)
+            for k, ev in enumerate(chosen):
+                evs[ev] = EvInfo(ev, plane, active=k < evs_per_plane)
+        # a denied path (entropy 0 or not) also denies every drawn EV that names the same path
+        denied_paths = {(ev_plane(d), d & 0xFFF) for d in denylist}
+        for e in evs.values():
+            if (e.plane, e.ev & 0xFFF) in denied_paths:
+                e.state, e.active = DENIED, False
+        s = cls(evs=evs, planes=plan.spec.planes, evs_per_plane=evs_per_plane,
+                on_change=on_change or (lambda *a: None))
+        for plane in range(s.planes):
+            s._refill(plane)
+        s._rebuild()
+        return s
+
+    # ---- rotation -----------------------------------------------------------------------------
+    def _rebuild(self) -> None:
+        per_plane = [[e.ev for e in self.evs.values() if e.active and e.plane == p and p not in self.planes_down]
+                     for p in range(self.planes)]
+        rot = []
+        for k in range(max((len(x) for x in per_plane), default=0)):
+            for x in per_plane:
+                if k < len(x):
+                    rot.append(x[k])
+        self._rot = rot
+        self._i = self._i % len(rot) if rot else 0
+
+    def next_ev(self, avoid: int | None = None) -> int | None:
+        """The next EV to carry a packet (skipping SKIP once, and ``avoid`` when possible)."""
+        n = len(self._rot)
+        for _ in range(2 * n):
+            ev = self._rot[self._i]
+            self._i = (self._i + 1) % n
+            e = self.evs[ev]
+            if e.state == SKIP:
+                self._set(e, GOOD, "skipped once")
+                continue
+            if e.state != GOOD or (ev == avoid and n > 1):
+                continue
+            return ev
+        return self._fallback()
+
+    def _fallback(self) -> int | None:
+        """No GOOD active EV: keep the QP alive on a GOOD backup, else on a retired EV of an up
+        plane (never a DENIED one), round robin, until probes bring EVs back."""
+        cands = [e for e in self.evs.values() if e.plane not in self.planes_down and e.state == GOOD]
+        cands = cands or [e for e in self.evs.values() if e.plane not in self.planes_down and e.state == ASSUMED_BAD]
+        if not cands:
+            return None
+        self._fb = (self._fb + 1) % len(cands)
+        return cands[self._fb].ev
+
+    def active(self) -> list[int]:
+        return list(self._rot)
+
+    def plane_shares(self) -> list[int]:
+        """Active, usable EVs per plane."""
+        out = [0] * self.planes
+        for ev in self._rot:
+            if self.evs[ev].state in (GOOD, SKIP):
+                out[self.evs[ev].plane] += 1
+        return out
+
+    # ---- health -------------------------------------------------------------------------------
+    def _set(self, e: EvInfo, new: str, reason: str) -> None:
+        if e.state != new:
+            old, e.state = e.state, new
+            e.changes += 1
+            self.on_change(e.ev, old, new, reason)
+
+    def _refill(self, plane: int) -> None:
+        have = sum(1 for e in self.evs.values() if e.active and e.plane == plane and e.state in (GOOD, SKIP))
+        for e in self.evs.values():
+            if have >= self.evs_per_plane:
+                break
+            if e.plane == plane and not e.active and e.state == GOOD:
+                e.active = True
+                have += 1
+
+    def skip(self, ev: int, reason: str) -> None:
+        e = self.evs.get(ev)
+        if e is not None and e.state == GOOD:
+            self._set(e, SKIP, reason)
+
+    def retire(self, ev: int, reason: str) -> bool:
+        """An untrimmed loss or timeout on ``ev``: ASSUMED_BAD, replaced by a same-plane backup.
+        Returns True when the EV was retired now (False if already retired, denied or unknown)."""
+        e = self.evs.get(ev)
+        if e is None or e.state in (ASSUMED_BAD, DENIED) or e.plane in self.planes_down:
+            return False
+        e.losses += 1
+        e.active = False
+        e.probe_ok = 0
+        self._set(e, ASSUMED_BAD, reason)
+        self._refill(e.plane)
+        self._rebuild()
+        return True
+
+    def probe_result(self, ev: int, ok: bool, needed: int) -> None:
+        """A probe on a retired EV answered (ok) or timed out; ``needed`` successes revive it."""
+        e = self.evs.get(ev)
+        if e is None or e.state != ASSUMED_BAD:
+            return
+        e.probe_ok = e.probe_ok + 1 if ok else 0
+        if e.probe_ok >= needed:
+            self._set(e, GOOD, f"{needed} probes answered")
+            self._refill(e.plane)
+            self._rebuild()
+
+    def retired(self) -> list[int]:
+        return [e.ev for e in self.evs.values() if e.state == ASSUMED_BAD]
+
+    def set_plane_down(self, plane: int, down: bool) -> None:
+        """Local port or the peer's port of ``plane`` down: its EVs leave the rotation (their health
+        is not blamed for losses on a dead port), and come back with it."""
+        if down:
+            self.planes_down.add(plane)
+        else:
+            self.planes_down.discard(plane)
+        self._rebuild()

@@ -1,0 +1,145 @@
+"""MRC wire format: header layouts (struct, for the hot path) and scapy layers (for templates and
+dissection). The authoritative description is docs/protocol.md.
+
+Stack of a data packet (MRC.md, "The transport")::
+
+    Ethernet | outer IPv6 (dst = uSID container, flow label = EV[31:16]) | inner IPv6 (NIC -> NIC)
+    | UDP (sport = EV[15:0], dport 4791) | BTH (12) | MRCX (20) | RETH (16) | [IMM (4)] | payload
+
+Control packets carry BTH and then their own body: SACK/NACK (:data:`SACK`), probe (:data:`PROBE`).
+There is no ICRC: the emulated links do not corrupt frames, and the UDP checksum is zero
+(documented in docs/protocol.md).
+"""
+
+from __future__ import annotations
+
+import struct
+
+from scapy.fields import BitField, ByteField, FlagsField, IntField, LongField, ShortField, XByteField, XIntField
+from scapy.layers.inet import UDP
+from scapy.packet import Packet, bind_layers
+
+UDP_PORT = 4791  # IANA RoCEv2
+
+# Opcodes (MRC.md: public models use 0xC6-0xCB for Write variants, 0xD1 ACK, 0xDC SACK, 0xDD NACK,
+# 0xDE probe). Every MRC data packet is self-describing, so only two Write opcodes are used.
+OP_WRITE = 0xC6
+OP_WRITE_IMM = 0xC7
+OP_ACK = 0xD1  # RoCE baseline: cumulative ACK
+OP_SACK = 0xDC
+OP_NACK = 0xDD
+OP_PROBE = 0xDE
+
+# BTH byte 4 flags (IBTA's reserved byte; MRC keeps its retransmit flag here)
+F_RETX = 0x01  # this data packet is a retransmission
+F_TRIM = 0x02  # a switch trimmed this packet's payload (congestion, not failure)
+F_ACKREQ = 0x80
+
+# MRCX flags
+X_LAST = 0x01  # last packet of its message (informational)
+
+# SACK/NACK flags
+S_ECN = 0x01  # the acknowledged data packet carried ECN CE
+S_TRIM = 0x02  # NACK: the packet at echo_psn arrived trimmed
+S_SEQ = 0x04  # RoCE baseline NACK: sequence error, go back to cum_psn
+
+PSN_MASK = 0xFFFFFF
+
+ETH = struct.Struct("!6s6sH")
+IPV6 = struct.Struct("!IHBB16s16s")  # ver/tc/flow, payload len, next header, hop limit, src, dst
+UDPH = struct.Struct("!HHHH")
+BTH = struct.Struct("!BBHBBHBBH")  # opcode, flags(se/m/pad/tver), pkey, fecn/becn+MRC flags, destqp(24), ackreq, psn(24)
+BTH_FMT = struct.Struct("!BBHB3sB3s")
+MRCX = struct.Struct("!IIIIBBH")  # msn, msg_len, msg_crc, msg_offset, flags, port_state, reserved
+RETH = struct.Struct("!QII")  # virtual address, r_key, dma length (of this packet)
+IMM = struct.Struct("!I")
+SACK = struct.Struct("!IQIIBBHI")  # cum_psn, bitmap, echo_ev, echo_psn, flags, port_state, rsvd, qp_echo
+PROBE = struct.Struct("!IBBHIQ")  # probe_id, is_reply, port_state, rsvd, ev, t_send_ns
+
+L2_L4 = ETH.size + 40 + 40 + UDPH.size  # 102 bytes up to and including UDP
+OFF_OUTER = ETH.size
+OFF_INNER = OFF_OUTER + 40
+OFF_UDP = OFF_INNER + 40
+OFF_BTH = OFF_UDP + UDPH.size
+BTH_SIZE = 12
+OFF_BODY = OFF_BTH + BTH_SIZE
+DATA_HDR = L2_L4 + BTH_SIZE + MRCX.size + RETH.size  # 150 bytes before payload (154 with IMM)
+
+
+def pack_bth(opcode: int, flags: int, qp: int, psn: int) -> bytes:
+    return struct.pack("!BBHB", opcode, 0, 0xFFFF, flags) + (qp & PSN_MASK).to_bytes(3, "big") + \
+        b"\x00" + (psn & PSN_MASK).to_bytes(3, "big")
+
+
+# ---- scapy layers: dissection of captures and building templates ------------------------------
+class BTHdr(Packet):
+    """InfiniBand Base Transport Header (IBTA vol. 1, 9.2), MRC flags in the reserved byte."""
+
+    name = "BTH"
+    fields_desc = [
+        XByteField("opcode", OP_WRITE),
+        BitField("se", 0, 1), BitField("migreq", 0, 1), BitField("padcnt", 0, 2), BitField("tver", 0, 4),
+        ShortField("pkey", 0xFFFF),
+        FlagsField("mrc_flags", 0, 8, ["RETX", "TRIM", "r2", "r3", "r4", "r5", "BECN", "FECN"]),
+        BitField("dqpn", 0, 24),
+        BitField("ackreq", 0, 1), BitField("rsvd", 0, 7),
+        BitField("psn", 0, 24),
+    ]
+
+
+class MRCXHdr(Packet):
+    """MRC extension header: message sequence number and the message this packet belongs to."""
+
+    name = "MRCX"
+    fields_desc = [IntField("msn", 0), IntField("msg_len", 0), XIntField("msg_crc", 0), IntField("msg_offset", 0),
+                   FlagsField("flags", 0, 8, ["LAST", "f1", "f2", "f3", "f4", "f5", "f6", "f7"]),
+                   XByteField("port_state", 0), ShortField("rsvd", 0)]
+
+
+class ImmDt(Packet):
+    name = "ImmDt"
+    fields_desc = [XIntField("imm", 0)]
+
+
+class RETHdr(Packet):
+    """RDMA Extended Transport Header (IBTA 9.3.3): where this packet's payload goes."""
+
+    name = "RETH"
+    fields_desc = [LongField("va", 0), XIntField("rkey", 0), IntField("dma_len", 0)]
+
+    def guess_payload_class(self, payload):
+        under = self.underlayer
+        while under is not None and not isinstance(under, BTHdr):
+            under = under.underlayer
+        if under is not None and under.opcode == OP_WRITE_IMM:
+            return ImmDt
+        return super().guess_payload_class(payload)
+
+
+
+
+class SackHdr(Packet):
+    """SACK / NACK body: cumulative PSN, 64-bit bitmap above it, the echoed EV and PSN."""
+
+    name = "SACK"
+    fields_desc = [IntField("cum_psn", 0), LongField("bitmap", 0), XIntField("echo_ev", 0), IntField("echo_psn", 0),
+                   FlagsField("flags", 0, 8, ["ECN", "TRIM", "SEQ", "f3", "f4", "f5", "f6", "f7"]),
+                   XByteField("port_state", 0), ShortField("rsvd", 0), IntField("qp_echo", 0)]
+
+
+class ProbeHdr(Packet):
+    """EV probe (request or reply) for retired EVs."""
+
+    name = "MRCProbe"
+    fields_desc = [IntField("probe_id", 0), ByteField("is_reply", 0), XByteField("port_state", 0),
+                   ShortField("rsvd", 0), XIntField("ev", 0), LongField("t_send_ns", 0)]
+
+
+bind_layers(UDP, BTHdr, dport=UDP_PORT)
+bind_layers(BTHdr, MRCXHdr, opcode=OP_WRITE)
+bind_layers(BTHdr, MRCXHdr, opcode=OP_WRITE_IMM)
+bind_layers(MRCXHdr, RETHdr)
+bind_layers(BTHdr, SackHdr, opcode=OP_SACK)
+bind_layers(BTHdr, SackHdr, opcode=OP_NACK)
+bind_layers(BTHdr, SackHdr, opcode=OP_ACK)
+bind_layers(BTHdr, ProbeHdr, opcode=OP_PROBE)

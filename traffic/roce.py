@@ -1,0 +1,173 @@
+"""The baseline: a RoCEv2-style Reliable Connection on the same headers (MRC.md, "Relatives").
+
+One path per QP, chosen by hashing the QP's 5-tuple as ECMP would (deterministic for a seed); the
+receiver accepts only the next expected PSN, drops anything else and answers the first
+out-of-order packet of a gap with a sequence-error NACK; the sender then goes back N to the NACKed
+PSN. A retransmission timer (go back N from the oldest unacknowledged PSN, doubling up to
+``max_rto_s``) covers lost NACKs and dead paths: with its one path cut the QP stalls until then.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import zlib
+from collections.abc import Callable, Iterator
+
+from topologies.addressing import AddressPlan
+from traffic import headers as H
+from traffic.mrc import PSN_MOD, MrcReceiver, MrcSettings, Pkt, RegionRing, rkey_for
+
+
+def ecmp_ev(plan: AddressPlan, src: str, dst: str, qp: int, seed: int) -> int:
+    """The one path an ECMP hash of (src, dst, qp, seed) picks among all paths of the pair."""
+    paths = plan.paths(src, dst)
+    h = int.from_bytes(hashlib.sha256(f"{seed}:{src}:{dst}:{qp}".encode()).digest()[:4], "big")
+    return paths[h % len(paths)].ev
+
+
+class RoceSender:
+    """Go-back-N sender on a single EV."""
+
+    def __init__(self, qp: int, ev: int, messages: Iterator[tuple[int, bytes]], settings: MrcSettings,
+                 *, imm: bool = False, events: Callable[..., None] | None = None) -> None:
+        self.qp, self.ev, self.s, self.imm = qp, ev, settings, imm
+        self.events = events or (lambda kind, **kw: None)
+        self._messages = messages
+        self.pkts: list[tuple[int, int, int, int, int]] = []  # psn -> (msn, msg_len, crc, offset, length)
+        self.cache: dict[int, bytes] = {}
+        self.una = 0  # oldest unacknowledged PSN
+        self.nxt = 0  # next PSN to (re)send
+        self.built = 0  # PSNs materialised so far
+        self.exhausted = False
+        self.timer: float | None = None
+        self.backoff = 1
+        self.local_ports = 0xFF
+        self.stats = {"data_packets": 0, "retransmits": 0, "bytes_acked": 0, "messages_sent": 0,
+                      "messages_acked": 0, "losses": 0, "timeouts": 0, "nacks": 0, "probes": 0}
+        self._msg_end: dict[int, int] = {}  # last PSN of each message
+        self.ring = RegionRing(settings.region_bytes)
+
+    @property
+    def done(self) -> bool:
+        return self.exhausted and self.una >= self.built
+
+    def stop(self) -> None:
+        self.exhausted = True
+
+    def set_local_ports(self, state: int) -> None:
+        self.local_ports = state
+
+    def _materialise(self) -> bool:
+        if self.exhausted:
+            return False
+        try:
+            msn, data = next(self._messages)
+        except StopIteration:
+            self.exhausted = True
+            return False
+        self.cache[msn] = data
+        self.ring.place(msn, len(data))
+        crc = zlib.crc32(data)
+        off = 0
+        while True:
+            ln = min(self.s.payload_bytes, len(data) - off)
+            self.pkts.append((msn, len(data), crc, off, ln))
+            off += ln
+            if off >= len(data):
+                break
+        self._msg_end[msn] = len(self.pkts) - 1
+        self.built = len(self.pkts)
+        self.stats["messages_sent"] += 1
+        return True
+
+    def poll(self, now: float, budget: int = 64) -> list[Pkt]:
+        out = []
+        rto = self.s.min_rto_s * 5 * self.backoff
+        if self.timer is not None and now - self.timer > min(self.s.max_rto_s, rto) and self.una < self.nxt:
+            self.stats["timeouts"] += 1
+            self.events("timeout", qp=self.qp, psn=self.una, ev=self.ev)
+            self.nxt = self.una
+            self.backoff = min(self.backoff * 2, 64)
+            self.timer = now
+        while len(out) < budget and self.nxt - self.una < self.s.window_packets:
+            if self.nxt >= self.built and not self._materialise():
+                break
+            msn, msg_len, crc, off, ln = self.pkts[self.nxt]
+            data = memoryview(self.cache[msn])[off : off + ln]
+            va = self.ring.base[msn] + off
+            retx = self.nxt < self._high
+            out.append(Pkt(op=H.OP_WRITE_IMM if self.imm else H.OP_WRITE, qp=self.qp, psn=self.nxt % PSN_MOD,
+                           ev=self.ev, flags=H.F_RETX if retx else 0, msn=msn, msg_len=msg_len, msg_crc=crc,
+                           msg_offset=off, va=va, rkey=rkey_for(self.qp), dma_len=ln, payload=data,
+                           imm=msn if self.imm else None, port_state=self.local_ports))
+            self.stats["retransmits" if retx else "data_packets"] += 1
+            self.nxt += 1
+            self._high = max(self._high, self.nxt)
+            if self.timer is None:
+                self.timer = now
+        return out
+
+    _high = 0
+
+    def _full(self, psn24: int) -> int:
+        d = (psn24 - self.una) % PSN_MOD
+        return self.una + d
+
+    def on_packet(self, p: Pkt, now: float) -> None:
+        if p.op == H.OP_ACK:
+            self._advance(self._full(p.cum_psn), now)
+        elif p.op == H.OP_NACK and p.sflags & H.S_SEQ:
+            cum = self._full(p.cum_psn)
+            self._advance(cum, now)
+            if cum < self.nxt:
+                self.stats["nacks"] += 1
+                self.stats["losses"] += 1
+                self.events("nack", qp=self.qp, psn=cum, ev=self.ev)
+                self.nxt = cum  # go back N
+
+    def _advance(self, cum: int, now: float) -> None:
+        if cum <= self.una or cum > self._high:
+            return
+        for psn in range(self.una, cum):
+            msn, _, _, _, ln = self.pkts[psn]
+            self.stats["bytes_acked"] += ln
+            if self._msg_end.get(msn) == psn:
+                self.stats["messages_acked"] += 1
+                self.cache.pop(msn, None)
+                self.ring.base.pop(msn, None)
+                self._msg_end.pop(msn, None)
+        self.una = cum
+        self.nxt = max(self.nxt, cum)
+        self.backoff = 1
+        self.timer = now if self.una < self.nxt else None
+
+
+class RoceReceiver(MrcReceiver):
+    """In-order receiver: only the expected PSN is placed; a gap is NACKed once (sequence error)."""
+
+    def __init__(self, *a, **kw) -> None:
+        super().__init__(*a, **kw)
+        self.nacked_at: int | None = None
+
+    def on_packet(self, p: Pkt, now: float) -> list[Pkt]:
+        if p.op not in (H.OP_WRITE, H.OP_WRITE_IMM):
+            self.stats.drop("unexpected opcode")
+            return []
+        psn = self._full(p.psn)
+        if psn > self.cum:
+            self.stats.drop("out of order (go-back-N)")
+            if self.nacked_at != self.cum:
+                self.nacked_at = self.cum
+                return [self._sack(H.OP_NACK, psn, p.ev, H.S_SEQ)]
+            return []
+        out = super().on_packet(p, now)
+        return [self._as_ack(x) for x in out]
+
+    @staticmethod
+    def _as_ack(x: Pkt) -> Pkt:
+        if x.op == H.OP_SACK:
+            x.op = H.OP_ACK
+        return x
+
+    def poll(self, now: float) -> list[Pkt]:
+        return [self._as_ack(x) for x in super().poll(now)]
