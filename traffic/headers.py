@@ -4,11 +4,11 @@ dissection). The authoritative description is docs/protocol.md.
 Stack of a data packet (MRC.md, "The transport")::
 
     Ethernet | outer IPv6 (dst = uSID container, flow label = EV[31:16]) | inner IPv6 (NIC -> NIC)
-    | UDP (sport = EV[15:0], dport 4791) | BTH (12) | MRCX (20) | RETH (16) | [IMM (4)] | payload
+    | UDP (sport = EV[15:0], dport 4791) | BTH (12) | MRCX (20) | RETH (16) | [IMM (4)] | payload | ICRC (4)
 
-Control packets carry BTH and then their own body: SACK/NACK (:data:`SACK`), probe (:data:`PROBE`).
-There is no ICRC: the emulated links do not corrupt frames, and the UDP checksum is zero
-(documented in docs/protocol.md).
+Control packets carry BTH and then their own body: SACK/NACK (:data:`SACK`), probe (:data:`PROBE`),
+then the ICRC (CRC-32 of BTH..end of body). The UDP checksum is zero (RFC 6935 style: the ICRC
+protects the transport); docs/protocol.md has the whole layout.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ BTH_FMT = struct.Struct("!BBHB3sB3s")
 MRCX = struct.Struct("!IIIIBBH")  # msn, msg_len, msg_crc, msg_offset, flags, port_state, reserved
 RETH = struct.Struct("!QII")  # virtual address, r_key, dma length (of this packet)
 IMM = struct.Struct("!I")
-SACK = struct.Struct("!IQIIBBHI")  # cum_psn, bitmap, echo_ev, echo_psn, flags, port_state, rsvd, qp_echo
+SACK = struct.Struct("!IIQIIBBH")  # cum_psn, base_psn, bitmap, echo_ev, echo_psn, flags, port_state, rsvd
 PROBE = struct.Struct("!IBBHIQ")  # probe_id, is_reply, port_state, rsvd, ev, t_send_ns
 
 L2_L4 = ETH.size + 40 + 40 + UDPH.size  # 102 bytes up to and including UDP
@@ -119,12 +119,13 @@ class RETHdr(Packet):
 
 
 class SackHdr(Packet):
-    """SACK / NACK body: cumulative PSN, 64-bit bitmap above it, the echoed EV and PSN."""
+    """SACK / NACK body: cumulative PSN, a 64-bit bitmap of PSNs base_psn..base_psn+63, the echoed
+    EV and PSN of the arrival that triggered it, flags and the receiver's port-state bitmap."""
 
     name = "SACK"
-    fields_desc = [IntField("cum_psn", 0), LongField("bitmap", 0), XIntField("echo_ev", 0), IntField("echo_psn", 0),
-                   FlagsField("flags", 0, 8, ["ECN", "TRIM", "SEQ", "f3", "f4", "f5", "f6", "f7"]),
-                   XByteField("port_state", 0), ShortField("rsvd", 0), IntField("qp_echo", 0)]
+    fields_desc = [IntField("cum_psn", 0), IntField("base_psn", 0), LongField("bitmap", 0), XIntField("echo_ev", 0),
+                   IntField("echo_psn", 0), FlagsField("flags", 0, 8, ["ECN", "TRIM", "SEQ", "f3", "f4", "f5", "f6", "f7"]),
+                   XByteField("port_state", 0), ShortField("rsvd", 0)]
 
 
 class ProbeHdr(Packet):
