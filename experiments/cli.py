@@ -285,7 +285,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("run", help="run a failure-injection scenario (default: the quickstart)")
     s.add_argument("scenario", nargs="?", help="scenario YAML or the name of a shipped one")
     s.add_argument("--out", help="results folder (default: results/<scenario>-<time>)")
-    s.add_argument("--duration", type=float, help="override the scenario's duration (seconds)")
+    s.add_argument("--duration", type=float,
+                   help="run the timeline compressed (or stretched) to this many seconds: fault times, "
+                        "windows and start times scale with it")
     s.add_argument("--dataplane", choices=["bmv2", "linux"], help="override the scenario's data plane")
     s.add_argument("--transport", choices=["mrc", "roce"], help="override the scenario's transport")
     s.set_defaults(fn=cmd_run)

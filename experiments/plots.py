@@ -53,7 +53,8 @@ def ev_state_plot(d: RunData, faults: list[dict], path: Path, title: str, max_ro
     changes: dict[tuple[str, int], list[tuple[float, str]]] = {}
     for e in d.events:
         if e.get("kind") == "ev_state":
-            changes.setdefault((str(e.get("qp")), int(e.get("ev", 0))), []).append((e["t"], e["new"]))
+            qp = f"{e.get('host', '?')}->{e.get('peer', '?')}#{e.get('qp')}"
+            changes.setdefault((qp, int(e.get("ev", 0))), []).append((e["t"], e["new"]))
     rows = sorted(changes)[:max_rows]
     fig, ax = plt.subplots(figsize=(9, max(2.5, 0.18 * len(rows) + 1.5)), dpi=100)
     for i, key in enumerate(rows):

@@ -17,6 +17,7 @@ machine cannot run it (not root, data plane missing).
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import json
 import math
@@ -130,7 +131,8 @@ def _play(fab: Fabric, scn: Scenario, procs, out: Path, t0: float, fault_log: li
     pending = list(scn.faults)
     last = "waiting for the first fault"
     telemetry = endpoints.LiveTelemetry(out / "endpoints")
-    with Live(console=console, refresh_per_second=4, transient=True, disable=not live) as lv:
+    last_print = -10.0
+    with (Live(console=console, refresh_per_second=4, transient=True) if live else contextlib.nullcontext()) as lv:
         while True:
             now = time.monotonic() - t0
             if now >= scn.duration_s:
@@ -149,8 +151,13 @@ def _play(fab: Fabric, scn: Scenario, procs, out: Path, t0: float, fault_log: li
                     raise RuntimeError(f"endpoint on {host} exited with {p.returncode}:\n{tail}")
             mbps = telemetry.goodput_mbps()
             bar_n = int(30 * max(0.0, now) / scn.duration_s)
-            lv.update(f"[cyan]{'█' * bar_n}{'░' * (30 - bar_n)}[/cyan] {max(0.0, now):5.1f}/{scn.duration_s:.0f} s   "
-                      f"goodput {mbps:7.1f} Mb/s   last: {last}")
+            line = (f"{'█' * bar_n}{'░' * (30 - bar_n)} {max(0.0, now):5.1f}/{scn.duration_s:.0f} s   "
+                    f"goodput {mbps:7.1f} Mb/s")
+            if lv is not None:
+                lv.update(f"[cyan]{line}[/cyan]   last: {last}")
+            elif now - last_print >= 2.0:  # not a terminal: a progress line every 2 s
+                console.print(line)
+                last_print = now
             nxt = min([pending[0].at if pending else scn.duration_s, scn.duration_s, now + BIN_S])
             time.sleep(max(0.0, min(BIN_S, nxt - now)))
 

@@ -161,12 +161,37 @@ def load_scenario(path: str | Path | None, *, duration_s: float | None = None,
         raise ScenarioError(f"{p}: a scenario is a mapping of fields")
     raw = copy.deepcopy(raw)
     if duration_s is not None:
-        raw["duration_s"] = duration_s
+        _rescale(raw, float(duration_s), str(p))
     if dataplane is not None:
         raw["dataplane"] = dataplane
     if transport is not None:
         raw.setdefault("transport", {})["kind"] = transport
     return parse_scenario(raw, str(p))
+
+
+def _rescale(raw: dict, duration_s: float, src: str) -> None:
+    """Compress or stretch the timeline to ``duration_s``: fault times, flap periods, workload
+    start times, expectation windows and ``after`` scale; physical bounds (``within_s``,
+    ``max`` seconds) do not."""
+    old = raw.get("duration_s", 30)
+    if not isinstance(old, (int, float)) or old <= 0 or duration_s <= 0:
+        raise ScenarioError(f"{src}: --duration {duration_s}; allowed: a positive number of seconds")
+    k = duration_s / old
+    raw["duration_s"] = duration_s
+    for f in raw.get("faults", []) or []:
+        for key in ("at", "period_s"):
+            if isinstance(f, dict) and isinstance(f.get(key), (int, float)):
+                f[key] = round(f[key] * k, 3)
+    for w in raw.get("workload", []) or []:
+        if isinstance(w, dict) and isinstance(w.get("start_s"), (int, float)):
+            w["start_s"] = round(w["start_s"] * k, 3)
+    for key in ("expect", "expect_roce"):
+        for e in raw.get(key, []) or []:
+            if isinstance(e, dict):
+                if isinstance(e.get("window"), list):
+                    e["window"] = [round(x * k, 3) for x in e["window"]]
+                if isinstance(e.get("after"), (int, float)):
+                    e["after"] = round(e["after"] * k, 3)
 
 
 def parse_scenario(raw: dict, src: str) -> Scenario:

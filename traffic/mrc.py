@@ -38,14 +38,16 @@ class MrcSettings:
     """Transport settings, with defaults and their sources (docs/protocol.md, "Defaults").
 
     ``window_packets``: fixed window of unacknowledged data packets (flow control until the
-    congestion-control issue), 128 by default. ``payload_bytes``: data per packet (1024). EV set:
+    congestion-control issue), 64 by default: several times the bandwidth-delay product of the
+    emulated fabric, small enough not to fill its shaped queues (a fuller queue only adds RTT). ``payload_bytes``: data per packet (1024). EV set:
     ``evs_per_plane`` active (4) + ``backup_per_plane`` (2), ``reverse_evs_per_plane`` (1) for
     SACKs. ``probe_successes`` (3) answered probes revive a retired EV; probes every
-    ``probe_interval_s`` (0.05). Timers: ``min_rto_s`` (0.02; OCP's local ACK timeout is
-    1.024 us x 2^t, coarse here because the emulated RTT is ~1 ms), ``max_rto_s`` (1.0).
+    ``probe_interval_s`` (0.05). Timers: RTO = max(``min_rto_s``, 2 srtt + 4 rttvar), capped at
+    ``max_rto_s`` (1.0); ``min_rto_s`` is 0.02 (OCP's local ACK timeout is 1.024 us x 2^t; the
+    emulated RTT is 1-20 ms, so the floor is coarse).
     """
 
-    window_packets: int = 128
+    window_packets: int = 64
     payload_bytes: int = 1024
     evs_per_plane: int = 4
     backup_per_plane: int = 2
@@ -205,7 +207,9 @@ class MrcSender:
     def rto(self) -> float:
         if self.srtt is None:
             return max(self.s.min_rto_s, 0.1)
-        return min(self.s.max_rto_s, max(self.s.min_rto_s, self.srtt + 4 * self.rttvar))
+        # twice srtt: queueing delay on shaped links swings faster than rttvar follows, and a
+        # spurious timeout retires a healthy EV
+        return min(self.s.max_rto_s, max(self.s.min_rto_s, 2 * self.srtt + 4 * self.rttvar))
 
     # ---- sending ----------------------------------------------------------------------------
     def _next_chunk(self) -> tuple[int, int, int, int, memoryview, int] | None:
@@ -384,10 +388,13 @@ class MrcSender:
         # the echoed arrival.
         for psn, sent_ev, tx in sorted(newly):
             if tx == 1:
-                self._infer(sent_ev, psn)
-        self._infer(ev, echo)
+                self._infer(sent_ev, psn, base)
+        self._infer(ev, echo, base)
 
-    def _infer(self, ev: int, arrived: int) -> None:
+    def _infer(self, ev: int, arrived: int, known_from: int) -> None:
+        """PSNs sent on ``ev`` before ``arrived``: unacknowledged ones at or above ``known_from``
+        (the SACK's bitmap base: this SACK reports every PSN there) are lost. Below it the SACK
+        says nothing, so those are left to later SACKs or the timer."""
         q = self.per_ev.get(ev)
         if not q or arrived not in q:
             return
@@ -396,7 +403,7 @@ class MrcSender:
             if psn == arrived:
                 break
             rec = self.recs.get(psn)
-            if rec is not None and not rec.acked and rec.ev == ev and rec.t_sent >= 0:
+            if rec is not None and not rec.acked and rec.ev == ev and rec.t_sent >= 0 and psn >= known_from:
                 self.events("gap", qp=self.qp, psn=psn, ev=ev, behind=arrived)
                 self.evs.retire(ev, f"untrimmed loss of PSN {psn} behind PSN {arrived}")
                 self._lose(psn, rec, "gap on EV")
