@@ -60,6 +60,22 @@ def stop(procs: dict[str, subprocess.Popen], grace_s: float = 5.0) -> None:
             p.wait()
 
 
+def wait_started(procs: dict[str, subprocess.Popen], folder: Path, t0_wall: float) -> None:
+    """Wait until every endpoint has opened its sockets (its ``start`` record), at most until
+    ``t0_wall``; raises RuntimeError naming an endpoint that died or did not start in time."""
+    pending = set(procs)
+    while pending:
+        for host in list(pending):
+            if any(r.get("type") == "start" for r in _lines(folder / f"{host}.telemetry.jsonl")):
+                pending.discard(host)
+            elif procs[host].poll() is not None:
+                raise RuntimeError(f"endpoint on {host} exited with {procs[host].returncode} before starting "
+                                   f"(see {folder / (host + '.log')})")
+        if pending and time.time() > t0_wall:
+            raise RuntimeError(f"endpoints {', '.join(sorted(pending))} not started by t = 0; the machine is overloaded")
+        time.sleep(0.05)
+
+
 def _lines(path: Path):
     try:
         with open(path) as fh:

@@ -103,7 +103,7 @@ def run(scn: Scenario, out: Path | None = None, *, live: bool = True) -> dict:
         with Fabric(scn.spec, dp, progress=lambda m: console.print(f"[dim]·[/dim] {m}"), watchdog=dp == "bmv2") as fab:
             cfgs = endpoints.configs(scn, fab.plan, spec_path, out / "endpoints")
             console.print(f"[dim]·[/dim] starting {len(cfgs)} endpoints ({', '.join(cfgs)})")
-            t0_wall = time.time() + 1.0  # every endpoint starts sending at this wall-clock time
+            t0_wall = time.time() + 3.0  # every endpoint starts sending at this wall-clock time
             for host, cfg in cfgs.items():
                 cfg["start_at_wall"] = t0_wall
                 cpath = out / "endpoints" / f"{host}.json"
@@ -113,6 +113,7 @@ def run(scn: Scenario, out: Path | None = None, *, live: bool = True) -> dict:
                                             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
                 log.close()
             t0 = time.monotonic() + (t0_wall - time.time())
+            endpoints.wait_started(procs, out / "endpoints", t0_wall)
             _play(fab, scn, procs, out, t0, fault_log, live)
             endpoints.stop(procs)
     finally:

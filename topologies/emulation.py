@@ -39,6 +39,8 @@ BMV2_BINARY = "simple_switch_grpc"
 #: has no ``dummy`` driver, ``dev lo`` does not forward after ``End``, and a port would take the
 #: SID with it when it goes down).
 SID_DEV = "sid0"
+#: Every emulated link carries jumbo frames, so 4 KiB payloads plus MRC's 158 bytes of headers fit.
+MTU = 9000
 
 
 class EmulationError(RuntimeError):
@@ -264,7 +266,7 @@ class Emulation:
             self._sysctl(node.netns, sysctls)
             script = "".join(f"ethtool -K {i} tx off rx off tso off gso off gro off >/dev/null 2>&1; " for i in intfs)
             subprocess.run(["ip", "netns", "exec", node.netns, "sh", "-c", script], capture_output=True)
-            self._ip_batch(node.netns, ["link set lo up"] + [f"link set {i} up" for i in intfs])
+            self._ip_batch(node.netns, ["link set lo up"] + [f"link set {i} mtu {MTU} up" for i in intfs])
         for node in self.net.switches:
             intfs = [i.name for i in node.intfList() if i.name != "lo"]
             sysctls = ["net.ipv6.conf.all.forwarding=1", "net.ipv6.conf.default.accept_dad=0"]
@@ -276,7 +278,7 @@ class Emulation:
                 anchor = [f"link add {SID_DEV} type veth peer {SID_DEV}p", f"link set {SID_DEV}p up",
                           f"link set {SID_DEV} up"]
             self._sysctl(node.netns, sysctls)
-            self._ip_batch(node.netns, ["link set lo up"] + anchor + [f"link set {i} up" for i in intfs])
+            self._ip_batch(node.netns, ["link set lo up"] + anchor + [f"link set {i} mtu {MTU} up" for i in intfs])
 
     def _shape(self, mbps: float, queue_packets: int) -> None:
         """``tbf`` at ``mbps`` on both ends of every link (Mininet's TCLink needs netem for the queue

@@ -174,8 +174,10 @@ class Endpoint:
             for rv in recv:
                 for _ in range(256):
                     try:
-                        f = rv(4096)
+                        f = rv(9216)
                     except (BlockingIOError, InterruptedError):
+                        break
+                    except OSError:  # ENETDOWN once when the port goes down: the carrier poll handles it
                         break
                     work += 1
                     for plane, bufs in stack.on_frame(f, now):

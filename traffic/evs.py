@@ -7,8 +7,10 @@ interleaved; a *backup* set of ``backup_per_plane`` per plane waits. A retired a
 at once by a GOOD backup **of the same plane**, so planes stay equally loaded. A retired EV that
 answers ``probe_successes`` probes in a row becomes GOOD again and joins the backups.
 
-EVs are drawn per plane at random (seeded) among that plane's paths, with random entropy bits so
-that a small fabric still has many distinct EVs (topologies.addressing: EV layout).
+EVs are drawn per plane at random (seeded) among that plane's paths, stratified: a random
+permutation of the plane's paths is cycled, so every path gets an EV before any gets two; random
+entropy bits keep EVs distinct when a small fabric has fewer paths than EVs
+(topologies.addressing: EV layout).
 """
 
 from __future__ import annotations
@@ -63,8 +65,9 @@ class EvSet:
             for ev in sorted(denylist):
                 if ev_plane(ev) == plane and ev not in evs:
                     evs[ev] = EvInfo(ev, plane, state=DENIED)
+            order = rng.sample(in_plane, len(in_plane))  # random, but every path before any repeats
             while len(chosen) < want:
-                p = in_plane[len(chosen) % len(in_plane)] if len(chosen) < len(in_plane) else rng.choice(in_plane)
+                p = order[len(chosen) % len(order)]
                 ev = make_ev(plane, p.t1 or 0, rng.randrange(1, 1 << 16))
                 if ev not in evs and ev not in chosen:
                     chosen.append(ev)
@@ -138,13 +141,18 @@ class EvSet:
             self.on_change(e.ev, old, new, reason)
 
     def _refill(self, plane: int) -> None:
-        have = sum(1 for e in self.evs.values() if e.active and e.plane == plane and e.state in (GOOD, SKIP))
-        for e in self.evs.values():
-            if have >= self.evs_per_plane:
-                break
-            if e.plane == plane and not e.active and e.state == GOOD:
-                e.active = True
-                have += 1
+        """Top the plane's active set up from its GOOD backups, preferring the path (T1) that has
+        the fewest active EVs, so one retirement does not leave a path of the plane unused."""
+        live = [e for e in self.evs.values() if e.active and e.plane == plane and e.state in (GOOD, SKIP)]
+        spare = [e for e in self.evs.values() if e.plane == plane and not e.active and e.state == GOOD]
+        while len(live) < self.evs_per_plane and spare:
+            use = {}
+            for e in live:
+                use[e.ev & 0xFFF] = use.get(e.ev & 0xFFF, 0) + 1
+            best = min(spare, key=lambda e: use.get(e.ev & 0xFFF, 0))
+            spare.remove(best)
+            best.active = True
+            live.append(best)
 
     def skip(self, ev: int, reason: str) -> None:
         e = self.evs.get(ev)

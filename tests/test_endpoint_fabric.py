@@ -1,0 +1,155 @@
+"""The MRC endpoint processes on the default linux fabric: a 16 MiB write across T0 groups, with
+and without failures; the RoCE-style baseline on a healthy and on a cut path."""
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from controller.fabric import Fabric
+from topologies.addressing import ev_plane, ev_t1
+from topologies.spec import load_spec
+
+pytestmark = pytest.mark.root
+MIB16 = 16 << 20
+
+
+@pytest.fixture(scope="module")
+def fabric():
+    with Fabric(load_spec(), "linux") as fab:
+        yield fab
+
+
+def _read(p: Path) -> str:
+    try:
+        return p.read_text()
+    except OSError:
+        return ""
+
+
+class Transfer:
+    """h0 writes ``size`` bytes to h2 (one message) with endpoint processes in the namespaces."""
+
+    def __init__(self, fab, tmp: Path, transport="mrc", size=MIB16, settings=None, src="h0", dst="h2"):
+        self.fab, self.tmp, self.src, self.dst = fab, tmp, src, dst
+        topo = tmp / "fabric.yaml"
+        topo.write_text(yaml.safe_dump(fab.spec.to_dict()))
+        st = {"region_bytes": max(size + 4096, 1 << 20), **(settings or {})}
+        self.procs = {}
+        for host, qps in ((dst, []), (src, [{"qp": 1, "peer": dst, "message_bytes": size, "count": 1}])):
+            cfg = {"topo": str(topo), "host": host, "seed": 11, "transport": transport, "settings": st, "qps": qps,
+                   "telemetry_path": str(tmp / f"{host}.jsonl"), "telemetry_interval_s": 0.05}
+            (tmp / f"{host}.json").write_text(json.dumps(cfg))
+            self.procs[host] = fab.emu.popen(host, [sys.executable, "-m", "traffic.endpoint", "--config",
+                                                    str(tmp / f"{host}.json")],
+                                             stdout=subprocess.DEVNULL, stderr=open(tmp / f"{host}.err", "w"))
+            if host == dst:  # the receiver's sockets must be open before the first packet
+                deadline = time.monotonic() + 20
+                while time.monotonic() < deadline and '"start"' not in _read(tmp / f"{host}.jsonl"):
+                    time.sleep(0.05)
+        self.t0 = time.monotonic()
+
+    def wait(self, timeout: float) -> bool:
+        try:
+            self.procs[self.src].wait(timeout=timeout)
+            return self.procs[self.src].returncode == 0
+        except subprocess.TimeoutExpired:
+            return False
+        finally:
+            for p in self.procs.values():
+                if p.poll() is None:
+                    p.terminate()
+                    p.wait(timeout=10)
+
+    def records(self, host):
+        return [json.loads(x) for x in (self.tmp / f"{host}.jsonl").read_text().splitlines() if x.strip()]
+
+    def summary(self, host):
+        return [r for r in self.records(host) if r["type"] == "summary"][-1]
+
+    def events(self, host, kind):
+        return [r for r in self.records(host) if r["type"] == "event" and r["kind"] == kind]
+
+
+def test_16mib_write_arrives_intact_over_every_plane_and_every_t1(fabric, tmp_path):
+    before = fabric.switch_packets(fabric.spec.t1s())
+    t = Transfer(fabric, tmp_path)
+    assert t.wait(120), (tmp_path / "h0.err").read_text()[-2000:]
+    rx = t.summary("h2")["rx_qps"]["h0#1"]
+    assert rx["messages_delivered"] == 1 and rx["messages_corrupt"] == 0 and rx["delivered_bytes"] >= MIB16
+    tx = t.summary("h0")["tx_qps"]["1"]
+    assert tx["bytes_acked"] == MIB16
+    after = fabric.switch_packets(fabric.spec.t1s())
+    moved = {s: after[s] - before[s] for s in fabric.spec.t1s()}
+    assert all(n > 20 for n in moved.values()), str(sorted(moved.items()))  # every plane, every T1
+
+
+def test_t0_t1_link_down_mid_transfer_retires_its_evs_and_the_rest_carry_on(fabric, tmp_path):
+    t = Transfer(fabric, tmp_path, size=64 << 20)
+    time.sleep(1.0)
+    fabric.set_link("t0-1-0", "t1-1-0", up=False)
+    try:
+        assert t.wait(180), (tmp_path / "h0.err").read_text()[-2000:]
+    finally:
+        fabric.set_link("t0-1-0", "t1-1-0", up=True)
+    rx = t.summary("h2")["rx_qps"]["h0#1"]
+    assert rx["messages_delivered"] == 1 and rx["messages_corrupt"] == 0
+    evs = {int(k): v for k, v in t.summary("h0")["tx_qps"]["1"]["evs"].items()}
+    through = {ev: s for ev, s in evs.items() if ev_plane(ev) == 1 and ev_t1(ev) == 0}
+    others = {ev: s for ev, s in evs.items() if not (ev_plane(ev) == 1 and ev_t1(ev) == 0)}
+    bad = {e["ev"] for e in t.events("h0", "ev_state") if e["new"] == "ASSUMED_BAD"}
+    assert through and set(through) <= bad | {ev for ev, s in through.items() if s == "GOOD" and False}
+    assert all(s == "ASSUMED_BAD" for s in through.values()), through
+    assert sum(1 for s in others.values() if s == "GOOD") >= len(others) - 2  # the rest carry on
+
+
+def test_host_port_down_makes_the_peer_stop_using_that_plane(fabric, tmp_path):
+    t = Transfer(fabric, tmp_path, size=64 << 20)
+    time.sleep(1.0)
+    fabric.set_link("h2", "t0-3-1", up=False)  # the receiver's plane-3 port
+    try:
+        time.sleep(2.0)
+        planes = t.events("h0", "plane")
+        assert any(e["plane"] == 3 and e["up"] is False for e in planes), planes
+        s1 = [r for r in t.records("h0") if r["type"] == "sample"][-1]
+        time.sleep(1.0)
+        s2 = [r for r in t.records("h0") if r["type"] == "sample"][-1]
+        grew = s2["tx_qps"]["1"]["data_packets"] - s1["tx_qps"]["1"]["data_packets"]
+        assert grew > 0  # still sending, on the other planes
+    finally:
+        fabric.set_link("h2", "t0-3-1", up=True)
+    assert t.wait(180)
+    assert any(e["plane"] == 3 and e["up"] is True for e in t.events("h0", "plane"))  # back on the plane
+    rx = t.summary("h2")["rx_qps"]["h0#1"]
+    assert rx["messages_delivered"] == 1 and rx["messages_corrupt"] == 0
+
+
+def test_baseline_completes_on_a_healthy_path_and_stalls_when_its_path_is_cut(fabric, tmp_path):
+    from topologies.addressing import AddressPlan
+    from traffic.roce import ecmp_ev
+
+    ok = Transfer(fabric, tmp_path / "ok" if (tmp_path / "ok").mkdir() is None else None, transport="roce",
+                  size=4 << 20)
+    assert ok.wait(120)
+    assert ok.summary("h2")["rx_qps"]["h0#1"]["messages_delivered"] == 1
+
+    ev = ecmp_ev(AddressPlan(fabric.spec), "h0", "h2", 1, 11)
+    plane, t1 = ev_plane(ev), ev_t1(ev)
+    (tmp_path / "cut").mkdir()
+    cut = Transfer(fabric, tmp_path / "cut", transport="roce", size=64 << 20)
+    time.sleep(0.5)
+    fabric.set_link(f"t0-{plane}-0", f"t1-{plane}-{t1}", up=False)
+    try:
+        time.sleep(1.0)
+        a = [r for r in cut.records("h0") if r["type"] == "sample"][-1]["tx_qps"]["1"]["bytes_acked"]
+        time.sleep(1.5)
+        b = [r for r in cut.records("h0") if r["type"] == "sample"][-1]["tx_qps"]["1"]["bytes_acked"]
+        assert a == b < 64 << 20  # one path, cut: no progress
+        assert cut.events("h0", "timeout")  # its timer keeps firing
+    finally:
+        fabric.set_link(f"t0-{plane}-0", f"t1-{plane}-{t1}", up=True)
+    assert cut.wait(180)  # and it completes once the path is back
