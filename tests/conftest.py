@@ -50,5 +50,6 @@ def no_leftovers():
     assert after <= before, f"left behind namespaces: {sorted(after - before)}"
     runs = list(RUN_ROOT.glob("*/state.json")) if RUN_ROOT.is_dir() else []
     assert not runs, f"left behind run state: {runs}"
-    ps = subprocess.run(["pgrep", "-f", "simple_switch_grpc.*mrclab"], capture_output=True, text=True)
-    assert not ps.stdout.strip(), f"left behind switch processes: {ps.stdout}"
+    for pattern in ("simple_switch_grpc.*mrclab", "-m traffic.endpoint"):
+        ps = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
+        assert not ps.stdout.strip(), f"left behind processes matching {pattern!r}: {ps.stdout}"
