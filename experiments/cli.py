@@ -222,12 +222,14 @@ def cmd_shell(args) -> int:
 # ---- bench / run / report (experiments) -----------------------------------------------------------
 def cmd_bench(args) -> int:
     if args.what == "fabric":
+        _need_root()
         from experiments.bench_fabric import main as bench
 
         return bench(args)
-    from benchmarks.bench_endpoint import main as bench_ep  # type: ignore[import-not-found]
+    _need_root()
+    from experiments.bench_endpoint import main as bench_ep
 
-    return bench_ep()
+    return bench_ep(args)
 
 
 def cmd_run(args) -> int:

@@ -20,13 +20,18 @@ from scapy.layers.inet import UDP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 
-from topologies.addressing import AddressPlan, ev_from_wire, ev_plane, ev_to_wire
+from topologies.addressing import AddressPlan, ev_from_wire
 from traffic import headers as H
 from traffic.mrc import Pkt
 
 _U16 = struct.Struct("!H")
 _U32 = struct.Struct("!I")
 _DATA_OPS = (H.OP_WRITE, H.OP_WRITE_IMM)
+# BTH as opcode, flags(se/m/pad/tver), pkey, (MRC flags << 24 | dest QP), (ackreq << 24 | PSN)
+_BTH = struct.Struct("!BBHII")
+_DATA_HDR = struct.Struct("!BBHII" "IIIIBBH" "QII")  # BTH + MRCX + RETH
+_DATA_HDR_IMM = struct.Struct("!BBHII" "IIIIBBH" "QII" "I")
+_L3 = struct.Struct("!I")
 
 
 class Wire:
@@ -68,35 +73,41 @@ class Wire:
 
     def encode(self, p: Pkt, peer: str) -> tuple[int, list[bytes | memoryview]]:
         """(plane to send on, buffers for ``sendmsg``) of packet ``p`` to host ``peer``."""
-        plane = ev_plane(p.ev)
+        plane = (p.ev >> 12) & 0xF
         op = p.op
+        tail: bytes | memoryview = b""
         if op in _DATA_OPS:
-            body = H.pack_bth(op, p.flags, p.qp, p.psn) + H.MRCX.pack(
-                p.msn & 0xFFFFFFFF, p.msg_len, p.msg_crc, p.msg_offset, 0, p.port_state, 0
-            ) + H.RETH.pack(p.va, p.rkey, p.dma_len)
+            st = _DATA_HDR_IMM if op == H.OP_WRITE_IMM else _DATA_HDR
+            buf = bytearray(H.L2_L4 + st.size)
+            args = [op, 0, 0xFFFF, (p.flags << 24) | (p.qp & 0xFFFFFF), p.psn & 0xFFFFFF,
+                    p.msn & 0xFFFFFFFF, p.msg_len, p.msg_crc, p.msg_offset, 0, p.port_state, 0, p.va, p.rkey, p.dma_len]
             if op == H.OP_WRITE_IMM:
-                body += H.IMM.pack((p.imm or 0) & 0xFFFFFFFF)
-            tail: bytes | memoryview = p.payload
+                args.append((p.imm or 0) & 0xFFFFFFFF)
+            st.pack_into(buf, H.L2_L4, *args)
+            tail = p.payload
         elif op in (H.OP_SACK, H.OP_NACK, H.OP_ACK):
-            body = H.pack_bth(op, 0, p.qp, 0) + H.SACK.pack(
-                p.cum_psn, p.base_psn, p.bitmap, p.echo_ev, p.echo_psn, p.sflags, p.port_state, 0)
-            tail = b""
+            buf = bytearray(H.L2_L4 + 12 + H.SACK.size)
+            _BTH.pack_into(buf, H.L2_L4, op, 0, 0xFFFF, p.qp & 0xFFFFFF, 0)
+            H.SACK.pack_into(buf, H.OFF_BODY, p.cum_psn, p.base_psn, p.bitmap, p.echo_ev, p.echo_psn, p.sflags,
+                             p.port_state, 0)
         elif op == H.OP_PROBE:
-            body = H.pack_bth(op, 0, p.qp, 0) + H.PROBE.pack(p.probe_id, p.is_reply, p.port_state, 0, p.echo_ev or p.ev,
-                                                             p.t_send_ns)
-            tail = b""
+            buf = bytearray(H.L2_L4 + 12 + H.PROBE.size)
+            _BTH.pack_into(buf, H.L2_L4, op, 0, 0xFFFF, p.qp & 0xFFFFFF, 0)
+            H.PROBE.pack_into(buf, H.OFF_BODY, p.probe_id, p.is_reply, p.port_state, 0, p.echo_ev or p.ev, p.t_send_ns)
         else:
             raise ValueError(f"cannot encode opcode {op:#x}")
-        icrc = _U32.pack(zlib.crc32(tail, zlib.crc32(body)) if tail else zlib.crc32(body))
-        n = len(body) + len(tail) + 4
-        hdr = bytearray(self._template(peer, plane))
-        sport, label = ev_to_wire(p.ev)
-        struct.pack_into("!I", hdr, H.OFF_OUTER, (6 << 28) | label)  # version, TC 0, flow label
-        struct.pack_into("!H", hdr, H.OFF_OUTER + 4, 40 + 8 + n)
-        hdr[H.OFF_OUTER + 24 : H.OFF_OUTER + 40] = self._outer_dst(peer, p.ev)
-        struct.pack_into("!H", hdr, H.OFF_INNER + 4, 8 + n)
-        struct.pack_into("!HHH", hdr, H.OFF_UDP, sport, H.UDP_PORT, 8 + n)
-        return plane, [hdr, body, tail, icrc] if tail else [hdr, body, icrc]
+        crc = zlib.crc32(memoryview(buf)[H.L2_L4:])
+        if tail:
+            crc = zlib.crc32(tail, crc)
+        n = len(buf) - H.L2_L4 + len(tail) + 4
+        buf[: H.L2_L4] = self._template(peer, plane)
+        ev = p.ev
+        _L3.pack_into(buf, H.OFF_OUTER, 0x60000000 | ((ev >> 16) & 0xFFFF))  # version 6, flow label = EV high
+        struct.pack_into("!H", buf, H.OFF_OUTER + 4, 48 + n)
+        buf[H.OFF_OUTER + 24 : H.OFF_OUTER + 40] = self._dst.get((peer, ev)) or self._outer_dst(peer, ev)
+        struct.pack_into("!H", buf, H.OFF_INNER + 4, 8 + n)
+        struct.pack_into("!HHH", buf, H.OFF_UDP, ev & 0xFFFF, H.UDP_PORT, 8 + n)
+        return plane, [buf, tail, _U32.pack(crc)] if tail else [buf, _U32.pack(crc)]
 
     # ---- decode -------------------------------------------------------------------------------
     def _reject(self, why: str) -> None:
@@ -140,10 +151,8 @@ class Wire:
         first = _U32.unpack_from(f, o)[0]
         ev = ev_from_wire(sport, first & 0xFFFFF)
         ecn_ce = ((first >> 20) & 0x3) == 0x3
-        b = H.OFF_BTH
-        op, flags = f[b], f[b + 4]
-        qp = int.from_bytes(f[b + 5 : b + 8], "big")
-        psn = int.from_bytes(f[b + 9 : b + 12], "big")
+        op, _, _, fq, psn = _BTH.unpack_from(f, H.OFF_BTH)
+        flags, qp, psn = fq >> 24, fq & 0xFFFFFF, psn & 0xFFFFFF
         x = H.OFF_BODY
         if op in _DATA_OPS:
             need = H.MRCX.size + H.RETH.size + (H.IMM.size if op == H.OP_WRITE_IMM else 0)

@@ -1,0 +1,170 @@
+"""``mrclab bench endpoint``: how fast the endpoint moves data, against a raw-socket ceiling.
+
+Two settings: a plain veth pair between two namespaces (``mrclab-bench-a``/``-b``, one plane,
+jumbo MTU) and the default linux fabric (h0 -> h2, 4 planes, 3 switches per path, unshaped). In
+each: one QP of MRC, then of the RoCE-style baseline, with 1 KiB and 4 KiB payloads, for
+``DURATION_S`` each; and a raw-socket blaster (``experiments/blast.py``) sending frames of the same
+size as fast as it can, counted at the receiving interface. Printed: data packets per second and
+goodput (Mb/s, bytes placed in the receiver's memory region), and MRC / blaster.
+
+Targets (issue 3, 2 cores): >= 50,000 MRC data packets/s over the veth pair and >= 30% of the
+blaster's rate. Not a test: figures vary with load.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+from rich.console import Console
+from rich.table import Table
+
+from topologies.cleanup import RunState, cleanup_run
+
+console = Console(highlight=False)
+DURATION_S = 4.0
+PAYLOADS = (1024, 4096)
+HDR = 158  # MRC headers + ICRC on the wire for a data packet
+
+
+def _sh(*args: str) -> None:
+    subprocess.run(args, check=True, capture_output=True)
+
+
+def _rx_packets(ns: str, intf: str) -> int:
+    r = subprocess.run(["ip", "-n", ns, "-s", "-j", "link", "show", intf], capture_output=True, text=True, check=True)
+    return int(json.loads(r.stdout)[0]["stats64"]["rx"]["packets"])
+
+
+class VethPair:
+    """Two namespaces joined by one veth (h0-eth0 <-> h1-eth0), recorded for `mrclab clean`."""
+
+    def __init__(self) -> None:
+        self.state = RunState.create("bench", {})
+        self.ns = {"h0": "mrclab-bench-a", "h1": "mrclab-bench-b"}
+        for ns in self.ns.values():
+            _sh("ip", "netns", "add", ns)
+            self.state.add_netns(ns)
+        _sh("ip", "link", "add", "h0-eth0", "netns", self.ns["h0"], "type", "veth", "peer", "h1-eth0", "netns",
+            self.ns["h1"])
+        for h, ns in self.ns.items():
+            _sh("ip", "netns", "exec", ns, "sysctl", "-qw", f"net.ipv6.conf.{h}-eth0.disable_ipv6=1")
+            _sh("ip", "-n", ns, "link", "set", f"{h}-eth0", "mtu", "9000", "up")
+        self.spec = {"name": "veth", "planes": 1, "t0_per_plane": 1, "t1_per_plane": 1, "hosts_per_t0": 2}
+
+    def netns(self, h: str) -> str:
+        return self.ns[h]
+
+    def popen(self, h: str, argv: list[str], **kw) -> subprocess.Popen:
+        return subprocess.Popen(["ip", "netns", "exec", self.ns[h], *argv], **kw)
+
+    def close(self) -> None:
+        cleanup_run(self.state)
+
+
+def one_qp(env, spec: dict, src: str, dst: str, transport: str, payload: int, tmp: Path) -> dict:
+    """One QP from src to dst for DURATION_S; returns pps and goodput measured at the receiver."""
+    topo = tmp / "fabric.yaml"
+    topo.write_text(yaml.safe_dump(spec))
+    settings = {"payload_bytes": payload, "region_bytes": 64 << 20, "window_packets": 256}
+    procs = {}
+    for host, qps in ((dst, []), (src, [{"qp": 1, "peer": dst, "message_bytes": 1 << 20, "duration_s": DURATION_S}])):
+        cfg = {"topo": str(topo), "host": host, "seed": 5, "transport": transport, "settings": settings, "qps": qps,
+               "telemetry_path": str(tmp / f"{host}-{transport}-{payload}.jsonl"), "telemetry_interval_s": 0.25,
+               "start_at_wall": time.time() + 1.5}
+        (tmp / f"{host}.json").write_text(json.dumps(cfg))
+        procs[host] = env.popen(host, [sys.executable, "-m", "traffic.endpoint", "--config", str(tmp / f"{host}.json")],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        procs[src].wait(timeout=DURATION_S + 30)
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.terminate()
+                p.wait(timeout=10)
+    recs = [json.loads(x) for x in (tmp / f"{dst}-{transport}-{payload}.jsonl").read_text().splitlines()]
+    samples = [(r["t_wall"], sum(q["delivered_bytes"] for q in r["rx_qps"].values()))
+               for r in recs if r["type"] == "sample"]
+    moving = [(t, b) for t, b in samples if b > 0]
+    # steady state: from the first sample with data to the last one that grew
+    grew = [moving[i] for i in range(1, len(moving)) if moving[i][1] > moving[i - 1][1]]
+    if len(moving) < 2 or not grew:
+        return {"pps": 0.0, "mbps": 0.0}
+    (t0, b0), (t1, b1) = moving[0], grew[-1]
+    dt = max(t1 - t0, 1e-6)
+    return {"pps": (b1 - b0) / payload / dt, "mbps": (b1 - b0) * 8 / 1e6 / dt}
+
+
+def blaster(env, src: str, dst: str, intf_src: str, intf_dst: str, frame: bytes) -> float:
+    before = _rx_packets(env.netns(dst), intf_dst)
+    p = subprocess.run(["ip", "netns", "exec", env.netns(src), sys.executable, "-m", "experiments.blast",
+                        "--iface", intf_src, "--frame", frame.hex(), "--rate", "10000000", "--duration", "3"],
+                       capture_output=True, text=True)
+    time.sleep(0.3)
+    got = _rx_packets(env.netns(dst), intf_dst) - before
+    m = re.search(r"in ([\d.]+) s", p.stdout)
+    return got / float(m.group(1)) if m else 0.0
+
+
+def measure(env, spec: dict, src: str, dst: str, log) -> dict:
+    from topologies.addressing import AddressPlan
+    from topologies.spec import ClosSpec
+    from traffic.pathprobe import probe_frame
+
+    plan = AddressPlan(ClosSpec.from_dict(spec))
+    res = {}
+    with tempfile.TemporaryDirectory(prefix="mrclab-bench-") as d:
+        for payload in PAYLOADS:
+            row = {}
+            for transport in ("mrc", "roce"):
+                row[transport] = one_qp(env, spec, src, dst, transport, payload, Path(d))
+                log(f"  {transport} {payload} B: {row[transport]['pps']:,.0f} pps, {row[transport]['mbps']:,.0f} Mb/s")
+            frame = probe_frame(plan, plan.paths(src, dst)[0], 0, 0)
+            frame += bytes(payload + HDR - len(frame))
+            row["blaster_pps"] = blaster(env, src, dst, plan.host_intf(src, 0), plan.host_intf(dst, 0), frame)
+            log(f"  blaster {payload} B: {row['blaster_pps']:,.0f} pps")
+            res[payload] = row
+    return res
+
+
+def run(args=None) -> dict:
+    out = {}
+    console.print("[dim]veth pair (one plane)[/dim]")
+    veth = VethPair()
+    try:
+        out["veth pair"] = measure(veth, veth.spec, "h0", "h1", lambda m: console.print(f"[dim]{m}[/dim]"))
+    finally:
+        veth.close()
+    console.print("[dim]default linux fabric, h0 -> h2 (4 planes, 3 switches per path)[/dim]")
+    from controller.fabric import Fabric
+    from topologies.spec import load_spec
+
+    spec = load_spec()
+    with Fabric(spec, "linux", watchdog=False) as fab:
+        out["linux fabric"] = measure(fab.emu, spec.to_dict(), "h0", "h2", lambda m: console.print(f"[dim]{m}[/dim]"))
+    return out
+
+
+def main(args=None) -> int:
+    res = run(args)
+    t = Table(title=f"mrclab bench endpoint (one QP, {DURATION_S:.0f} s per figure)")
+    for c in ("setting", "payload", "MRC pps", "MRC Mb/s", "blaster pps", "MRC / blaster", "RoCE pps", "RoCE Mb/s"):
+        t.add_column(c, justify="right")
+    for setting, rows in res.items():
+        for payload, r in rows.items():
+            ratio = r["mrc"]["pps"] / r["blaster_pps"] if r["blaster_pps"] else 0.0
+            t.add_row(setting, f"{payload}", f"{r['mrc']['pps']:,.0f}", f"{r['mrc']['mbps']:,.0f}",
+                      f"{r['blaster_pps']:,.0f}", f"{ratio:.0%}", f"{r['roce']['pps']:,.0f}", f"{r['roce']['mbps']:,.0f}")
+    console.print(t)
+    console.print("targets: >= 50,000 MRC data packets/s over the veth pair, >= 30% of the blaster")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
