@@ -76,7 +76,8 @@ def ev_state_plot(d: RunData, faults: list[dict], path: Path, title: str, max_ro
     if rows:
         _fault_marks(ax, faults)
     ax.legend(handles=[Patch(color=c, label=s) for s, c in STATE_COLORS.items() if s != "UNKNOWN"],
-              loc="upper right", fontsize=7, ncol=4)
+              loc="upper center", bbox_to_anchor=(0.5, -0.25 if len(rows) < 12 else -0.08), fontsize=7, ncol=4,
+              frameon=False)
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

@@ -1,0 +1,69 @@
+"""``mrclab report RESULTS...``: results folders side by side, as a table and an overlaid plot.
+
+Each folder is what ``mrclab run`` wrote. The table has one row per folder: scenario, transport,
+data plane, baseline goodput, each expectation's value, retransmitted fraction and the verdict.
+The plot (``compare.png`` in ``--out`` or the first folder) overlays total goodput against time,
+with the first folder's faults marked, e.g. MRC against RoCE on the same scenario.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from experiments.metrics import BIN_S, RunData
+from experiments.plots import overlay_plot
+
+console = Console(highlight=False)
+
+
+class ReportError(ValueError):
+    """A folder is not a results folder of ``mrclab run``."""
+
+
+def load_result(folder: Path) -> tuple[dict, RunData, list[dict]]:
+    """(metrics.json, goodput series as RunData, faults) of one results folder."""
+    m_path, ts_path = folder / "metrics.json", folder / "timeseries.csv"
+    if not m_path.exists() or not ts_path.exists():
+        raise ReportError(f"{folder}: not a results folder (needs metrics.json and timeseries.csv from `mrclab run`)")
+    m = json.loads(m_path.read_text())
+    rows = list(csv.DictReader(open(ts_path)))
+    # rebuild a cumulative-bytes series from the binned goodput so RunData can re-bin it
+    pts, b = [(0.0, 0)], 0.0
+    for r in rows:
+        b += float(r["goodput_mbps"]) * 1e6 / 8 * BIN_S
+        pts.append((round(float(r["t_s"]) + BIN_S, 6), int(b)))
+    d = RunData(duration_s=float(m["duration_s"]), samples={"total": pts}, qp_src={"total": "all"})
+    faults = [{"t": f["t"], "label": f["label"]} for f in m.get("faults", [])]
+    return m, d, faults
+
+
+def main(args) -> int:
+    try:
+        runs = [(Path(f), *load_result(Path(f))) for f in args.results]
+    except ReportError as e:
+        console.print(f"[red]error:[/red] {e}")
+        return 2
+    t = Table(title="mrclab report")
+    for c in ("results", "scenario", "transport", "data plane", "baseline Mb/s", "expectations", "retransmits",
+              "verdict"):
+        t.add_column(c)
+    for folder, m, d, _ in runs:
+        sent = sum(x.get("data_packets", 0) for x in m["totals"].values())
+        rtx = sum(x.get("retransmits", 0) for x in m["totals"].values())
+        exp = "; ".join(f"{v['metric']}={'inf' if v['value'] is None else format(v['value'], '.3g')}"
+                        + {True: " ok", False: " FAIL", None: ""}[v["passed"]] for v in m["expectations"])
+        t.add_row(folder.name, m["scenario"], m["transport"], m["dataplane"], f"{m['baseline_mbps']:.1f}", exp,
+                  f"{rtx / sent:.2%}" if sent else "-", "[green]pass[/green]" if m["passed"] else "[red]FAIL[/red]")
+    console.print(t)
+    out = Path(args.out) if args.out else runs[0][0]
+    out.mkdir(parents=True, exist_ok=True)
+    title = " vs ".join(sorted({f"{m['transport']} on {m['dataplane']}" for _, m, _, _ in runs}))
+    png = overlay_plot([(f"{m['transport']} ({f.name})", d, fl) for f, m, d, fl in runs], out / "compare.png",
+                       f"{runs[0][1]['scenario']}: {title}")
+    console.print(f"overlaid goodput: {png}")
+    return 0
