@@ -80,6 +80,8 @@ def run(scn: Scenario, out: Path | None = None, *, live: bool = True) -> dict:
     dp = choose_dataplane(scn)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(out) if out else Path("results") / f"{scn.name}-{scn.transport}-{dp}-{stamp}"
+    if out.exists() and any(out.iterdir()):
+        raise RunRefused(f"results folder {out} exists and is not empty; choose another --out (nothing overwritten)")
     out.mkdir(parents=True, exist_ok=True)
     (out / "endpoints").mkdir(exist_ok=True)
     as_run = dict(scn.raw, dataplane=dp)

@@ -82,6 +82,18 @@ def test_killed_and_restarted_switch_is_reprogrammed(fabric):
     fabric.verify()
 
 
+def test_16mib_write_over_bmv2_arrives_intact_over_every_t1(fabric, tmp_path):
+    from test_endpoint_fabric import MIB16, Transfer
+
+    before = fabric.switch_packets(fabric.spec.t1s())
+    t = Transfer(fabric, tmp_path)
+    assert t.wait(300), (tmp_path / "h0.err").read_text()[-2000:]
+    rx = t.summary("h2")["rx_qps"]["h0#1"]
+    assert rx["messages_delivered"] == 1 and rx["messages_corrupt"] == 0 and rx["delivered_bytes"] >= MIB16
+    after = fabric.switch_packets(fabric.spec.t1s())
+    assert all(after[s] > before[s] for s in fabric.spec.t1s())
+
+
 @pytest.mark.root
 def test_linux_and_bmv2_give_the_same_matrix_with_and_without_a_blackholed_t1(fabric):
     bm_ok = matrix(probe_paths(fabric.plan, fabric.netns))

@@ -149,3 +149,43 @@ def test_unknown_qp_and_out_of_window_are_counted():
     assert a.dropped().get("unknown QP") == 1
     b.on_frame(b"\x00" * 20, 0.0)
     assert b.dropped().get("not IPv6 or too short") == 1
+
+
+def test_reverse_evs_through_a_dead_path_leave_the_rotation_and_come_back():
+    from topologies.addressing import ev_from_wire, ev_plane, ev_t1
+
+    a = HostStack(PLAN, "h0", S, seed=1)
+    b = HostStack(PLAN, "h2", S, seed=2)
+    a.add_sender(1, "h2", message_source(3, 4096, None))
+    dead = {"on": True}
+
+    def path_of(f):
+        ev = ev_from_wire(struct.unpack_from("!H", f, H.OFF_UDP)[0], struct.unpack_from("!I", f, H.OFF_OUTER)[0])
+        return ev_plane(ev), ev_t1(ev)
+
+    now = 0.0
+    for step in range(1500):
+        if step == 800:
+            dead["on"] = False
+        for _, bufs in a.poll(now):
+            f = frame_bytes(bufs)
+            if dead["on"] and path_of(f) == (1, 0):
+                continue
+            for _, rb in b.on_frame(f, now):
+                g = frame_bytes(rb)
+                if not (dead["on"] and path_of(g) == (1, 0)):
+                    a.on_frame(g, now)
+        for _, rb in b.poll(now):
+            g = frame_bytes(rb)
+            if not (dead["on"] and path_of(g) == (1, 0)):
+                for _, ab in a.on_frame(g, now):
+                    h = frame_bytes(ab)
+                    if not (dead["on"] and path_of(h) == (1, 0)):
+                        b.on_frame(h, now)
+        if step == 700:
+            r = b.reverse["h0"]
+            cut = [ev for ev in r.evs if (ev_plane(ev), ev_t1(ev)) == (1, 0)]
+            assert cut and set(cut) <= r.bad  # probed, unanswered, out of the rotation
+            assert all(b._reverse_ev("h0") not in cut for _ in range(3 * len(r.evs)))
+        now += 0.001
+    assert not b.reverse["h0"].bad  # answered again once the path healed

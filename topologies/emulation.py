@@ -238,8 +238,8 @@ class Emulation:
                         addr1=maca, addr2=macb)
         net.build()
         self._configure_interfaces()
-        if spec.link.bandwidth_mbps > 0:
-            self._shape(spec.link.bandwidth_mbps, spec.link.queue_packets)
+        if spec.link.bandwidth_mbps > 0 or spec.link.t0_t1_bandwidth_mbps > 0:
+            self._shape()
         if self.dataplane == "bmv2":
             self.progress(f"starting {spec.n_switches} simple_switch_grpc processes")
             for sw in self.switches():
@@ -280,20 +280,28 @@ class Emulation:
             self._sysctl(node.netns, sysctls)
             self._ip_batch(node.netns, ["link set lo up"] + anchor + [f"link set {i} mtu {MTU} up" for i in intfs])
 
-    def _shape(self, mbps: float, queue_packets: int) -> None:
-        """``tbf`` at ``mbps`` on both ends of every link (Mininet's TCLink needs netem for the queue
-        limit, which this kernel lacks). Burst: 4 ms of line rate, at least two 1500-byte frames."""
-        assert self.net is not None
-        burst = max(3000, int(mbps * 1e6 / 8 / 250))
-        limit = queue_packets * 1500
-        self.progress(f"shaping every link to {mbps:g} Mb/s (tbf, {queue_packets} packets of queue)")
-        for node in self.net.hosts + self.net.switches:
-            lines = [f"qdisc replace dev {i.name} root tbf rate {mbps}mbit burst {burst} limit {limit}"
-                     for i in node.intfList() if i.name != "lo"]
-            r = subprocess.run(["tc", "-n", node.netns, "-batch", "-"], input="\n".join(lines) + "\n",
+    def _shape(self) -> None:
+        """``tbf`` on both ends of every link (Mininet's TCLink needs netem for the queue limit,
+        which this kernel lacks): host links at ``bandwidth_mbps``, T0-T1 links at
+        ``t0_t1_bandwidth_mbps`` (or the same). Burst: 4 ms of line rate, at least 3000 bytes."""
+        link = self.spec.link
+        limit = link.queue_packets * 1500
+        per_ns: dict[str, list[str]] = {}
+        for a, b in self.spec.links():
+            mbps = link.bandwidth_mbps if a.startswith("h") else (link.t0_t1_bandwidth_mbps or link.bandwidth_mbps)
+            if mbps <= 0:
+                continue
+            burst = max(3000, int(mbps * 1e6 / 8 / 250))
+            for ns, intf in self.link_intfs(a, b):
+                per_ns.setdefault(ns, []).append(f"qdisc replace dev {intf} root tbf rate {mbps}mbit burst {burst} limit {limit}")
+        self.progress(f"shaping links: hosts {link.bandwidth_mbps or 'unshaped'} Mb/s, T0-T1 "
+                      f"{link.t0_t1_bandwidth_mbps or link.bandwidth_mbps or 'unshaped'} Mb/s (tbf, "
+                      f"{link.queue_packets} packets of queue)")
+        for ns, lines in per_ns.items():
+            r = subprocess.run(["tc", "-n", ns, "-batch", "-"], input="\n".join(lines) + "\n",
                                capture_output=True, text=True)
             if r.returncode != 0:
-                raise EmulationError(f"tc -n {node.netns}: {r.stderr.strip()}")
+                raise EmulationError(f"tc -n {ns}: {r.stderr.strip()}")
 
     @staticmethod
     def _sysctl(netns: str, settings: list[str]) -> None:

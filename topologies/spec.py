@@ -44,12 +44,14 @@ class SpecError(ValueError):
 class LinkParams:
     """Per-link shaping applied by the emulation (``tbf`` on both ends of every link).
 
-    ``bandwidth_mbps`` 0 means unshaped; ``delay_us`` is not applied by this kernel (no netem) and
-    is kept only for reporting.
+    ``bandwidth_mbps`` 0 means unshaped. ``t0_t1_bandwidth_mbps`` (0: the same) sets the T0-T1
+    links apart: the paper's T0 has 256 uplinks, so losing one costs 0.4%; a lab T0 with 2 uplinks
+    per plane needs faster uplinks to keep that headroom. No delay: this kernel has no netem.
     """
 
     bandwidth_mbps: float = 0.0
     queue_packets: int = 100
+    t0_t1_bandwidth_mbps: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -177,11 +179,13 @@ def _link_params(value: Any, source: str) -> LinkParams:
         raise SpecError(f"{source}: unknown field(s) link.{', link.'.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
     bw = value.get("bandwidth_mbps", 0.0)
     q = value.get("queue_packets", 100)
-    if not isinstance(bw, (int, float)) or isinstance(bw, bool) or not 0 <= bw <= 100_000:
-        raise SpecError(f"{source}: field 'link.bandwidth_mbps' = {bw!r}; allowed: 0 (unshaped) to 100000")
+    up = value.get("t0_t1_bandwidth_mbps", 0.0)
+    for name, v in (("bandwidth_mbps", bw), ("t0_t1_bandwidth_mbps", up)):
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v <= 100_000:
+            raise SpecError(f"{source}: field 'link.{name}' = {v!r}; allowed: 0 (unshaped) to 100000")
     if not isinstance(q, int) or isinstance(q, bool) or not 2 <= q <= 100_000:
         raise SpecError(f"{source}: field 'link.queue_packets' = {q!r}; allowed: an integer from 2 to 100000")
-    return LinkParams(bandwidth_mbps=float(bw), queue_packets=q)
+    return LinkParams(bandwidth_mbps=float(bw), queue_packets=q, t0_t1_bandwidth_mbps=float(up))
 
 
 def load_spec(path: str | Path | None = None) -> ClosSpec:

@@ -194,6 +194,8 @@ class Endpoint:
                 for (peer, _), r in stack.receivers.items():
                     for p in r.poll(now):
                         out.append(stack.wire.encode(p, peer))
+                if stack.receivers:
+                    out += stack.probe_reverse(now)
             for plane, bufs in out:
                 self._send(plane, bufs, backlog)
             work += len(out)

@@ -2,8 +2,13 @@
 probe answers and port state. Frames in, frames out (:class:`HostStack`).
 
 * Data for a QP this host receives creates its receiver on first sight (peer, QP).
-* SACKs, NACKs and probe replies travel on a small reverse EV set: ``reverse_evs_per_plane`` EVs
-  per plane (random T1, seeded), rotated over the planes that are up at both ends.
+* SACKs and NACKs travel on a small reverse EV set per peer (per plane up to
+  ``reverse_evs_per_plane + 1`` paths, random T1s, seeded), rotated over the planes up at both ends.
+  The set is kept fresh by probes (MRC.md, "Reverse path"): every ``probe_interval_s`` each reverse
+  EV is probed; one unanswered within ``probe_timeout_s`` takes it out of the rotation, and
+  ``probe_successes`` answers in a row bring it back.
+* A probe is answered on its *mirror* path (same plane and T1, the other direction), so a probe's
+  round trip tests exactly the links of the EV it probes.
 * The port-state bitmap (bit p = plane p's NIC port is up) goes out in every data packet, SACK and
   probe; a sender stops using a plane that is down at either end (MRC.md, "Reverse path").
 """
@@ -23,8 +28,13 @@ from traffic.wire import Wire
 
 @dataclass
 class _Reverse:
+    """Reverse EVs towards one peer: per plane one EV per path (T1), up to
+    ``reverse_evs_per_plane + 1`` paths; ``bad`` holds those whose last probe went unanswered."""
+
     evs: list[int]
     i: int = 0
+    bad: set[int] = field(default_factory=set)
+    ok_streak: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -49,6 +59,9 @@ class HostStack:
         self.peer_ports: dict[str, int] = {}
         self.unknown_qp = 0
         self.probes_answered = 0
+        self.rev_probes: dict[int, tuple[str, int, float]] = {}  # probe id -> (peer, ev, sent at)
+        self.next_rev_probe = 1
+        self.last_rev_round = -1.0
 
     # ---- set-up -------------------------------------------------------------------------------
     def add_sender(self, qp: int, peer: str, messages, *, imm: bool = False) -> MrcSender | RoceSender:
@@ -63,20 +76,70 @@ class HostStack:
         self.senders[(peer, qp)] = s
         return s
 
-    def _reverse_ev(self, peer: str) -> int:
+    def _reverse_set(self, peer: str) -> _Reverse:
         r = self.reverse.get(peer)
         if r is None:
-            same = self.plan.spec.group_of(self.host) == self.plan.spec.group_of(peer)
-            evs = [make_ev(p, 0 if same else self.rng.randrange(self.plan.spec.t1_per_plane), self.rng.randrange(1, 1 << 16))
-                   for _ in range(self.settings.reverse_evs_per_plane) for p in range(self.plan.spec.planes)]
+            spec = self.plan.spec
+            same = spec.group_of(self.host) == spec.group_of(peer)
+            n = 1 if same else min(spec.t1_per_plane, self.settings.reverse_evs_per_plane + 1)
+            evs = []
+            for k in range(n):  # plane-interleaved, k-th distinct T1 of a random order per plane
+                for p in range(spec.planes):
+                    t1s = self.rng.sample(range(spec.t1_per_plane), spec.t1_per_plane) if not same else [0]
+                    evs.append(make_ev(p, t1s[k % len(t1s)], self.rng.randrange(1, 1 << 16)))
             r = self.reverse[peer] = _Reverse(evs)
+        return r
+
+    def _reverse_ev(self, peer: str) -> int:
+        r = self._reverse_set(peer)
         up = self.local_ports & self.peer_ports.get(peer, 0xFF)
-        for _ in range(len(r.evs)):
-            ev = r.evs[r.i]
-            r.i = (r.i + 1) % len(r.evs)
-            if (up >> ev_plane(ev)) & 1:
-                return ev
+        for avoid_bad in (True, False):
+            for _ in range(len(r.evs)):
+                ev = r.evs[r.i]
+                r.i = (r.i + 1) % len(r.evs)
+                if (up >> ev_plane(ev)) & 1 and not (avoid_bad and ev in r.bad):
+                    return ev
         return r.evs[0]
+
+    def probe_reverse(self, now: float) -> list:
+        out: list = []
+        for pid, (peer, ev, t) in list(self.rev_probes.items()):
+            if now - t > self.settings.probe_timeout_s:
+                del self.rev_probes[pid]
+                r = self.reverse[peer]
+                r.ok_streak[ev] = 0
+                if ev not in r.bad:
+                    r.bad.add(ev)
+                    self.events("reverse_ev", peer=peer, ev=ev, state="ASSUMED_BAD")
+        if now - self.last_rev_round < self.settings.probe_interval_s:
+            return out
+        self.last_rev_round = now
+        pending = {(peer, ev) for peer, ev, _ in self.rev_probes.values()}
+        for peer in self.receivers_peers():
+            for ev in self._reverse_set(peer).evs:
+                if (peer, ev) in pending or not ((self.local_ports >> ev_plane(ev)) & 1):
+                    continue
+                pid = self.next_rev_probe
+                self.next_rev_probe = (pid + 1) & 0xFFFFFFFF or 1
+                self.rev_probes[pid] = (peer, ev, now)
+                self._out(peer, [Pkt(op=H.OP_PROBE, qp=0, ev=ev, probe_id=pid, is_reply=0, t_send_ns=int(now * 1e9),
+                                     port_state=self.local_ports)], out)
+        return out
+
+    def receivers_peers(self) -> set[str]:
+        return {peer for peer, _ in self.receivers}
+
+    def _on_reverse_reply(self, p: Pkt) -> None:
+        got = self.rev_probes.pop(p.probe_id, None)
+        if got is None:
+            return
+        peer, ev, _ = got
+        r = self.reverse[peer]
+        if ev in r.bad:
+            r.ok_streak[ev] = r.ok_streak.get(ev, 0) + 1
+            if r.ok_streak[ev] >= self.settings.probe_successes:
+                r.bad.discard(ev)
+                self.events("reverse_ev", peer=peer, ev=ev, state="GOOD")
 
     # ---- frames -------------------------------------------------------------------------------
     def _out(self, peer: str, pkts: list[Pkt], out: list) -> None:
@@ -105,7 +168,10 @@ class HostStack:
         elif p.op == H.OP_PROBE and not p.is_reply:
             self.peer_ports[peer] = p.port_state
             self.probes_answered += 1
-            self._out(peer, [probe_reply(p, self._reverse_ev(peer), self.local_ports)], out)
+            mirror = make_ev(ev_plane(p.ev), p.ev & 0xFFF, (p.ev >> 16) & 0xFFFF)  # same plane and T1, back
+            self._out(peer, [probe_reply(p, mirror, self.local_ports)], out)
+        elif p.op == H.OP_PROBE and p.qp == 0:
+            self._on_reverse_reply(p)
         else:
             s = self.senders.get((peer, p.qp))
             if s is None:
@@ -120,6 +186,8 @@ class HostStack:
             self._out(peer, s.poll(now, budget), out)
         for (peer, _), r in self.receivers.items():
             self._out(peer, r.poll(now), out)
+        if self.receivers:
+            out += self.probe_reverse(now)
         return out
 
     def set_local_ports(self, state: int) -> None:
