@@ -43,7 +43,7 @@ def compile_p4(src: Path) -> CompiledProgram:
     text = src.read_bytes()
     digest = hashlib.sha256(text + _p4c_version().encode()).hexdigest()[:20]
     out = CACHE_ROOT / f"{src.stem}-{digest}"
-    js, info = out / f"{src.stem}.json", out / f"{src.stem}.p4info.txtpb"
+    js, info = out / f"{src.stem}.json", out / f"{src.stem}.p4info.txt"  # p4c 1.2.4 knows .txt, not .txtpb
     if js.exists() and info.exists():
         return CompiledProgram(src, js, info, digest, cached=True)
     CACHE_ROOT.mkdir(parents=True, exist_ok=True)

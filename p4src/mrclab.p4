@@ -66,6 +66,8 @@ struct headers_t {
 struct metadata_t {
     bit<32> drop_reason;
     bit<1>  dropped;
+    bit<32> gray_draw;       /* this packet's draw, 0..65535 */
+    bit<32> gray_threshold;  /* drop when draw < threshold; 0 = no fault on this port */
 }
 
 parser MrcParser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
@@ -154,16 +156,15 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         size = 1;
     }
 
+    /* BMv2 has no conditionals inside actions: the action draws, the control decides. */
     action gray_loss(bit<16> threshold, bit<32> salt) {
         bit<32> state;
         bit<32> idx = (bit<32>) std.egress_spec;
         gray_state.read(state, idx);
         state = state * 1664525 + 1013904223;
         gray_state.write(idx, state);
-        bit<32> draw = (state ^ salt) >> 16;
-        if (draw < (bit<32>) threshold) {
-            drop_with(DROP_GRAY);
-        }
+        meta.gray_draw = (state ^ salt) >> 16;
+        meta.gray_threshold = (bit<32>) threshold;
     }
 
     table port_fault {
@@ -175,6 +176,7 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
 
     apply {
         meta.dropped = 0;
+        meta.gray_threshold = 0;
         if (!hdr.ipv6.isValid()) {
             drop_with(DROP_NOT_IPV6);
         } else if (hdr.ipv6.hop_limit <= 1) {
@@ -187,6 +189,9 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
             }
             if (meta.dropped == 0) {
                 port_fault.apply();
+                if (meta.gray_draw < meta.gray_threshold) {
+                    drop_with(DROP_GRAY);
+                }
             }
         }
         if (meta.dropped == 1) {
