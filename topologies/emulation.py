@@ -113,7 +113,7 @@ class Bmv2Switch(_NsNode, Switch):
         if self.debug:
             cmd += ["--log-file", str(self.run_dir / f"{self.name}.log"), "--log-flush",
                     "--pcap", str(self.run_dir)]
-        cmd += ["--", "--grpc-server-addr", self.grpc_addr, "--cpu-port", "0"]
+        cmd += ["--", "--grpc-server-addr", self.grpc_addr]
         return cmd
 
     def start(self, controllers=None) -> None:  # noqa: D102 - Mininet hook
