@@ -73,8 +73,11 @@ def _mac(mac: str) -> int:
 
 @dataclass(frozen=True)
 class EntryKey:
+    """A table entry's identity: the table and, per match field in P4Info order, (value, prefix
+    length for LPM or None for exact)."""
+
     table: str
-    match: tuple  # (int value, prefix length or None)
+    match: tuple[tuple[int, int | None], ...]
 
 
 @dataclass(frozen=True)
@@ -86,11 +89,14 @@ class DesiredEntry:
 
 def desired_entries(entries: SwitchEntries) -> list[DesiredEntry]:
     """The route plan of one switch in P4 terms (``my_sid`` + ``routing``)."""
-    out = [DesiredEntry(EntryKey("my_sid", (int(entries.sid.network_address) >> 80, None)), "usid_shift", ())]
+    sid48 = int(entries.sid.network_address) >> 80
+    out = [DesiredEntry(EntryKey("my_sid", ((sid48 >> 16, None), (sid48 & 0xFFFF, None))), "usid_shift", ())]
     for r in entries.routes:
+        if r.prefix.prefixlen > 48:
+            raise P4RuntimeError(f"{entries.switch}: route {r.prefix} is longer than /48; uSID routing keys on block + uSID")
         out.append(
             DesiredEntry(
-                EntryKey("routing", (int(r.prefix.network_address), r.prefix.prefixlen)),
+                EntryKey("routing", ((int(r.prefix.network_address) >> 80, r.prefix.prefixlen),)),
                 "forward",
                 (("port", r.port), ("src_mac", _mac(r.src_mac)), ("dst_mac", _mac(r.dst_mac))),
             )
@@ -152,15 +158,14 @@ class P4Switch:
         key = e.key if isinstance(e, DesiredEntry) else e
         t = self.p4info.table(key.table)
         te = p4runtime_pb2.TableEntry(table_id=t.preamble.id)
-        mf_info = t.match_fields[0]
-        fm = te.match.add()
-        fm.field_id = mf_info.id
-        value, plen = key.match
-        if plen is None:
-            fm.exact.value = _enc(value, mf_info.bitwidth)
-        else:
-            fm.lpm.value = _enc(value, mf_info.bitwidth)
-            fm.lpm.prefix_len = plen
+        for mf_info, (value, plen) in zip(t.match_fields, key.match):
+            fm = te.match.add()
+            fm.field_id = mf_info.id
+            if plen is None:
+                fm.exact.value = _enc(value, mf_info.bitwidth)
+            else:
+                fm.lpm.value = _enc(value, mf_info.bitwidth)
+                fm.lpm.prefix_len = plen
         if with_action and isinstance(e, DesiredEntry):
             self._set_action(te.action.action, e.action, dict(e.params))
         return te
@@ -184,11 +189,18 @@ class P4Switch:
                 for rep in self._c().read_one(ent):
                     for entity in rep.entities:
                         te = entity.table_entry
-                        fm = te.match[0]
-                        if fm.HasField("lpm"):
-                            match = (int.from_bytes(fm.lpm.value, "big"), fm.lpm.prefix_len)
-                        else:
-                            match = (int.from_bytes(fm.exact.value, "big"), None)
+                        order = [mf.id for mf in self.p4info.tables[id2table[te.table_id]].match_fields]
+                        by_id = {fm.field_id: fm for fm in te.match}
+                        fields = []
+                        for fid in order:
+                            fm = by_id.get(fid)
+                            if fm is None:
+                                fields.append((0, 0))  # a wildcarded LPM field
+                            elif fm.HasField("lpm"):
+                                fields.append((int.from_bytes(fm.lpm.value, "big"), fm.lpm.prefix_len))
+                            else:
+                                fields.append((int.from_bytes(fm.exact.value, "big"), None))
+                        match = tuple(fields)
                         aname = id2action.get(te.action.action.action_id, "?")
                         pnames = {v: k for k, v in self.p4info.param_ids(aname).items()} if aname != "?" else {}
                         params = tuple(
@@ -259,7 +271,7 @@ class P4Switch:
         """Drop packets leaving ``port`` with ``probability`` (0 removes the fault). 16-bit resolution."""
         if not 0.0 <= probability <= 1.0:
             raise ValueError(f"drop probability {probability}; allowed: 0.0 to 1.0")
-        key = EntryKey("port_fault", (port, None))
+        key = EntryKey("port_fault", ((port, None),))
         have = self.read_entries(["port_fault"])
         U = p4runtime_pb2.Update
         if probability == 0.0:
@@ -294,6 +306,7 @@ class P4Switch:
 
 
 def prefix_str(value: int, plen: int | None) -> str:
+    """A routing key (48 bits: block | uSID) as the IPv6 prefix it stands for."""
     if plen is None:
         return hex(value)
-    return str(ipaddress.IPv6Network((value, plen)))
+    return str(ipaddress.IPv6Network((value << 80, plen)))

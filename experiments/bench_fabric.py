@@ -111,7 +111,7 @@ def bulk_entries_bmv2(fab: Fabric, switch: str = "t1-0-0") -> float:
     from controller.p4runtime import DesiredEntry, EntryKey
 
     base = int(ipaddress.IPv6Address("fcbb:bb00:f000::"))
-    ents = [DesiredEntry(EntryKey("routing", (base + (i << 80), 48)), "forward",
+    ents = [DesiredEntry(EntryKey("routing", (((base >> 80) + i, 48),)), "forward",
                          (("port", 1), ("src_mac", 0x02), ("dst_mac", 0x04))) for i in range(N_BULK)]
     sw = fab.p4[switch]
     t = time.monotonic()
@@ -139,7 +139,7 @@ def trivial_program_rate(fab: Fabric, log) -> float:
             t = P4Switch(sw, p.device_id, p.grpc_addr, info, prog.bmv2_json)
             t.connect()
             t.push_pipeline()
-            t.insert([DesiredEntry(EntryKey("port_map", (plan.port_to(sw, frm), None)), "set_port",
+            t.insert([DesiredEntry(EntryKey("port_map", ((plan.port_to(sw, frm), None),)), "set_port",
                                    (("port", plan.port_to(sw, to)),))])
             trivial[sw] = t
         try:

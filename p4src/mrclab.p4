@@ -4,9 +4,10 @@
  * P4_16, v1model (BMv2 simple_switch_grpc). Entries come from controller/routeplan.py.
  *
  *   parse     Ethernet / outer IPv6 / [inner IPv6] / [UDP]
- *   my_sid    exact on dst[127:80] (32-bit locator block + own 16-bit uSID, RFC 9800 NEXT-C-SID):
+ *   my_sid    exact on (32-bit locator block, first 16-bit uSID) = dst[127:80] (RFC 9800 NEXT-C-SID):
  *             hit -> uN: shift the uSID part of dst left by 16 bits, the block stays.
- *   routing   LPM on the (shifted) dst -> egress port, MAC rewrite. Miss -> drop (NO_ROUTE).
+ *   routing   LPM on dst[127:80] after the shift (block + next uSID; the route plan's prefixes are
+ *             /48) -> egress port, MAC rewrite. Miss -> drop (NO_ROUTE).
  *             "No match on either: drop and count" (MRC.md, SRv6 uN forwarding).
  *   hop limit decremented; a packet arriving with hop limit <= 1 is dropped (HOP_LIMIT).
  *   faults    blackhole_ctl: default action set over P4Runtime; `blackhole` drops every packet
@@ -49,6 +50,25 @@ header ipv6_t {
     bit<128> dst_addr;
 }
 
+/* The outer header with its destination split into the locator block and the uSIDs, so the uN
+ * shift is six 16-bit copies instead of 128-bit arithmetic (BMv2 keeps fields as bignums). */
+header outer_ipv6_t {
+    bit<4>   version;
+    bit<8>   traffic_class;
+    bit<20>  flow_label;
+    bit<16>  payload_len;
+    bit<8>   next_hdr;
+    bit<8>   hop_limit;
+    bit<128> src_addr;
+    bit<32>  dst_block;
+    bit<16>  dst_u0;
+    bit<16>  dst_u1;
+    bit<16>  dst_u2;
+    bit<16>  dst_u3;
+    bit<16>  dst_u4;
+    bit<16>  dst_u5;
+}
+
 header udp_t {
     bit<16> src_port;
     bit<16> dst_port;
@@ -57,8 +77,8 @@ header udp_t {
 }
 
 struct headers_t {
-    ethernet_t ethernet;
-    ipv6_t     ipv6;
+    ethernet_t   ethernet;
+    outer_ipv6_t ipv6;
     ipv6_t     inner_ipv6;
     udp_t      udp;
 }
@@ -115,13 +135,21 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         mark_to_drop(std);
     }
 
-    /* uN: shift the 80 uSID bits after the 32-bit block left by one 16-bit uSID. */
+    /* uN: shift the uSIDs after the 32-bit block left by one 16-bit uSID. */
     action usid_shift() {
-        hdr.ipv6.dst_addr = hdr.ipv6.dst_addr[127:96] ++ hdr.ipv6.dst_addr[79:0] ++ 16w0;
+        hdr.ipv6.dst_u0 = hdr.ipv6.dst_u1;
+        hdr.ipv6.dst_u1 = hdr.ipv6.dst_u2;
+        hdr.ipv6.dst_u2 = hdr.ipv6.dst_u3;
+        hdr.ipv6.dst_u3 = hdr.ipv6.dst_u4;
+        hdr.ipv6.dst_u4 = hdr.ipv6.dst_u5;
+        hdr.ipv6.dst_u5 = 0;
     }
 
     table my_sid {
-        key = { hdr.ipv6.dst_addr[127:80] : exact @name("sid"); }
+        key = {
+            hdr.ipv6.dst_block : exact @name("block");
+            hdr.ipv6.dst_u0 : exact @name("usid");
+        }
         actions = { usid_shift; NoAction; }
         default_action = NoAction();
         size = 64;
@@ -138,8 +166,12 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         drop_with(DROP_NO_ROUTE);
     }
 
+    /* LPM on block + next uSID: the route plan's prefixes are /48 (block | uSID); anything longer
+     * than 48 bits is not routed by uSID forwarding. */
+    bit<48> next_sid;
+
     table routing {
-        key = { hdr.ipv6.dst_addr : lpm @name("dst"); }
+        key = { next_sid : lpm @name("dst48"); }
         actions = { forward; no_route; }
         default_action = no_route();
         size = 4096;
@@ -185,6 +217,7 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
             blackhole_ctl.apply();
             if (meta.dropped == 0) {
                 my_sid.apply();
+                next_sid = hdr.ipv6.dst_block ++ hdr.ipv6.dst_u0;
                 routing.apply();
             }
             if (meta.dropped == 0) {
