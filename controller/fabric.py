@@ -178,11 +178,29 @@ class Fabric:
         configuration that outlives a link flap, so restoring a link re-applies (a diff) the
         entries of its switch ends.
         """
+        if self.dataplane == "bmv2":
+            self._bmv2_link(a, b, up)
+            return
         self.emu.set_link(a, b, up)
         if up and self.dataplane == "linux":
             for sw in (a, b):
                 if not sw.startswith("h") and sw not in self.down_switches:
                     seg6.apply(self.emu.netns(sw), self.routes[sw], self.routes.block)
+
+    def _bmv2_link(self, a: str, b: str, up: bool) -> None:
+        """BMv2 loses a port whose interface is set administratively down (its packet I/O on that
+        port does not come back), so on bmv2 a cut never downs a switch's interface: a host link is
+        cut at the host's end (the switch sees its carrier go), a link between two switches by
+        dropping everything both switches send on it (the switches' own view of a dead cable:
+        nothing arrives). A restored link clears that drop, and with it any gray loss on the port."""
+        if a.startswith("h") or b.startswith("h"):
+            host = a if a.startswith("h") else b
+            self.emu.set_link(a, b, up, ends=(host,))
+            return
+        for sw, peer in ((a, b), (b, a)):
+            self._check_switch(sw)
+            with self._lock:
+                self.p4[sw].set_port_loss(self.plan.port_to(sw, peer), 0.0 if up else 1.0)
 
     def blackhole(self, switch: str, on: bool) -> None:
         """The switch stays up (answers its controller) but forwards nothing."""

@@ -268,7 +268,8 @@ class P4Switch:
         self._write([U(type=U.MODIFY, entity=p4runtime_pb2.Entity(table_entry=te))])
 
     def set_port_loss(self, port: int, probability: float, salt: int = 0) -> None:
-        """Drop packets leaving ``port`` with ``probability`` (0 removes the fault). 16-bit resolution."""
+        """Drop packets leaving ``port`` with ``probability`` (0 removes the fault, 1 drops all), in
+        steps of 1/65536."""
         if not 0.0 <= probability <= 1.0:
             raise ValueError(f"drop probability {probability}; allowed: 0.0 to 1.0")
         key = EntryKey("port_fault", ((port, None),))
@@ -278,7 +279,8 @@ class P4Switch:
             if key in have:
                 self._write([U(type=U.DELETE, entity=p4runtime_pb2.Entity(table_entry=self._table_entry(key, False)))])
             return
-        d = DesiredEntry(key, "gray_loss", (("threshold", min(0xFFFF, round(probability * 65536))), ("salt", salt & 0xFFFFFFFF)))
+        # the threshold is compared with a 16-bit draw (0..65535): 65536 drops every packet
+        d = DesiredEntry(key, "gray_loss", (("threshold", round(probability * 65536)), ("salt", salt & 0xFFFFFFFF)))
         kind = U.MODIFY if key in have else U.INSERT
         self._write([U(type=kind, entity=p4runtime_pb2.Entity(table_entry=self._table_entry(d)))])
 

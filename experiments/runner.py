@@ -87,7 +87,8 @@ def run(scn: Scenario, out: Path | None = None, *, live: bool = True) -> dict:
     as_run = dict(scn.raw, dataplane=dp)
     (out / "scenario.yaml").write_text(yaml.safe_dump(as_run, sort_keys=False))
     spec_path = out / "fabric.yaml"
-    spec_path.write_text(yaml.safe_dump(scn.spec.to_dict(), sort_keys=False))
+    spec = scn.spec_for(dp)
+    spec_path.write_text(yaml.safe_dump(spec.to_dict(), sort_keys=False))
 
     console.print(f"[bold]{scn.name}[/bold] ({scn.transport} on {dp}, {scn.duration_s:.0f} s, seed {scn.seed})"
                   + (f": {scn.paper}" if scn.paper else ""))
@@ -102,7 +103,7 @@ def run(scn: Scenario, out: Path | None = None, *, live: bool = True) -> dict:
     for s in previous:
         signal.signal(s, on_signal)
     try:
-        with Fabric(scn.spec, dp, progress=lambda m: console.print(f"[dim]·[/dim] {m}"), watchdog=dp == "bmv2") as fab:
+        with Fabric(spec, dp, progress=lambda m: console.print(f"[dim]·[/dim] {m}"), watchdog=dp == "bmv2") as fab:
             cfgs = endpoints.configs(scn, fab.plan, spec_path, out / "endpoints")
             console.print(f"[dim]·[/dim] starting {len(cfgs)} endpoints ({', '.join(cfgs)})")
             t0_wall = time.time() + 3.0  # every endpoint starts sending at this wall-clock time

@@ -69,8 +69,8 @@ METRICS: dict[str, tuple[set[str], set[str]]] = {
 
 TRANSPORTS = ("mrc", "roce")
 DATAPLANES = ("auto", "bmv2", "linux")
-TOP_KEYS = {"name", "paper", "description", "fabric", "dataplane", "seed", "duration_s", "transport",
-            "workload", "faults", "expect", "expect_roce"}
+TOP_KEYS = {"name", "paper", "description", "fabric", "fabric_bmv2", "dataplane", "seed", "duration_s",
+            "transport", "workload", "faults", "expect", "expect_roce"}
 WORKLOAD_KEYS = {"src", "dst", "qps", "message_bytes", "bidirectional", "op", "start_s"}
 
 
@@ -114,6 +114,7 @@ class Scenario:
     name: str
     source: str
     spec: ClosSpec
+    spec_bmv2: ClosSpec
     dataplane: str
     seed: int
     duration_s: float
@@ -125,6 +126,9 @@ class Scenario:
     paper: str = ""
     description: str = ""
     raw: dict = field(default_factory=dict, hash=False, compare=False)
+
+    def spec_for(self, dataplane: str) -> ClosSpec:
+        return self.spec_bmv2 if dataplane == "bmv2" else self.spec
 
     @property
     def needs(self) -> set[str]:
@@ -205,6 +209,20 @@ def parse_scenario(raw: dict, src: str) -> Scenario:
         raise err(f"unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(TOP_KEYS))}")
     spec = _fabric(raw.get("fabric", {}), src)
     plan = AddressPlan(spec)
+    # fabric_bmv2: overrides for the bmv2 data plane, whose switches forward a few thousand packets
+    # per second here, so its links must be slower for the NIC ports to stay the bottleneck
+    bm = raw.get("fabric_bmv2")
+    spec_bmv2 = spec
+    if bm is not None:
+        if not isinstance(bm, dict) or "topo" in bm:
+            raise err("fabric_bmv2: a mapping of spec fields that override fabric on bmv2 (no topo)")
+        merged = dict(raw.get("fabric", {}) or {})
+        for k, v in bm.items():
+            merged[k] = {**merged.get(k, {}), **v} if isinstance(v, dict) and isinstance(merged.get(k), dict) else v
+        spec_bmv2 = _fabric(merged, src)
+        if (spec_bmv2.planes, spec_bmv2.t0_per_plane, spec_bmv2.t1_per_plane, spec_bmv2.hosts_per_t0) != \
+                (spec.planes, spec.t0_per_plane, spec.t1_per_plane, spec.hosts_per_t0):
+            raise err("fabric_bmv2 may change links and prefixes, not the fabric's shape")
     dp = raw.get("dataplane", "auto")
     if dp not in DATAPLANES:
         raise err(f"dataplane {dp!r}; allowed: {', '.join(DATAPLANES)}")
@@ -263,7 +281,7 @@ def parse_scenario(raw: dict, src: str) -> Scenario:
     expect = parsed["expect_roce"] if kind == "roce" and "expect_roce" in raw else parsed["expect"]
 
     return Scenario(
-        name=str(raw.get("name", Path(src).stem)), source=src, spec=spec, dataplane=dp, seed=seed,
+        name=str(raw.get("name", Path(src).stem)), source=src, spec=spec, spec_bmv2=spec_bmv2, dataplane=dp, seed=seed,
         duration_s=float(dur), transport=kind, transport_settings=tr, flows=tuple(flows),
         faults=tuple(faults), expect=tuple(expect), paper=str(raw.get("paper", "")),
         description=str(raw.get("description", "")), raw=raw,

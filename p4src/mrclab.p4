@@ -12,7 +12,7 @@
  *   hop limit decremented; a packet arriving with hop limit <= 1 is dropped (HOP_LIMIT).
  *   faults    blackhole_ctl: default action set over P4Runtime; `blackhole` drops every packet
  *             (the switch stays up and answers P4Runtime: the paper's section 5.1 T1 incident).
- *             port_fault: per egress port, drop with probability threshold / 65536 (gray
+ *             port_fault: per egress port, drop with probability threshold / 65536 (gray; 65536: all
  *             failure). The draw is a per-port LCG (Numerical Recipes constants) XORed with a
  *             salt from the entry, so a run is repeatable for a given seed and packet order.
  *   counters  port_tx (packets, bytes) by egress port; drops by (port << 3 | reason).
@@ -189,14 +189,14 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
     }
 
     /* BMv2 has no conditionals inside actions: the action draws, the control decides. */
-    action gray_loss(bit<16> threshold, bit<32> salt) {
+    action gray_loss(bit<32> threshold, bit<32> salt) {
         bit<32> state;
         bit<32> idx = (bit<32>) std.egress_spec;
         gray_state.read(state, idx);
         state = state * 1664525 + 1013904223;
         gray_state.write(idx, state);
         meta.gray_draw = (state ^ salt) >> 16;
-        meta.gray_threshold = (bit<32>) threshold;
+        meta.gray_threshold = threshold;
     }
 
     table port_fault {

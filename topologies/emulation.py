@@ -366,10 +366,12 @@ class Emulation:
         link = links[0]
         return [(link.intf1.node.netns, link.intf1.name), (link.intf2.node.netns, link.intf2.name)]
 
-    def set_link(self, a: str, b: str, up: bool) -> None:
-        """Set both ends of link ``a``-``b`` administratively up or down (a cut cable)."""
+    def set_link(self, a: str, b: str, up: bool, ends: tuple[str, ...] | None = None) -> None:
+        """Set link ``a``-``b`` administratively up or down (a cut cable) at both ends, or only at
+        the nodes named in ``ends`` (the far end then sees its carrier go)."""
         for ns, intf in self.link_intfs(a, b):
-            self._ip_batch(ns, [f"link set {intf} {'up' if up else 'down'}"])
+            if ends is None or any(ns == self.netns(n) for n in ends):
+                self._ip_batch(ns, [f"link set {intf} {'up' if up else 'down'}"])
 
     def restart_switch(self, name: str) -> None:
         """Start a killed BMv2 switch again (no pipeline: the controller must reprogram it)."""
