@@ -37,13 +37,18 @@ def _progress(msg: str) -> None:
 
 
 def _terminate_on_signals() -> None:
-    """SIGTERM / SIGHUP end the run through normal unwinding, so cleanup always runs."""
+    """SIGTERM / SIGHUP end the run through normal unwinding, so cleanup always runs.
+
+    SIGINT is reset to raise KeyboardInterrupt: a process started in the background by a shell
+    script inherits SIGINT as *ignored*, and a Ctrl-C or ``kill -INT`` must still tear down.
+    """
 
     def handler(signum, _frame):
         raise SystemExit(128 + signum)
 
     for sig in (signal.SIGTERM, signal.SIGHUP):
         signal.signal(sig, handler)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _need_root() -> None:

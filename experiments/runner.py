@@ -100,8 +100,10 @@ def run(scn: Scenario, out: Path | None = None, *, live: bool = True) -> dict:
     def on_signal(signum, _frame):
         raise SystemExit(128 + signum)
 
+    previous[signal.SIGINT] = signal.getsignal(signal.SIGINT)
     for s in previous:
-        signal.signal(s, on_signal)
+        # SIGINT raises KeyboardInterrupt even if the shell that started us ignored it
+        signal.signal(s, signal.default_int_handler if s == signal.SIGINT else on_signal)
     try:
         with Fabric(spec, dp, progress=lambda m: console.print(f"[dim]·[/dim] {m}"), watchdog=dp == "bmv2") as fab:
             cfgs = endpoints.configs(scn, fab.plan, spec_path, out / "endpoints")

@@ -30,8 +30,29 @@ def _bmv2_reason() -> str | None:
     return f"needs the P4 toolchain: {' and '.join(missing)} not on PATH" if missing else None
 
 
+def _clear_the_ground(config) -> str | None:
+    """Removes what *crashed* runs left behind (as ``mrclab clean`` does) so one killed session
+    cannot fail the next; returns a skip reason while another run is live (its namespaces would
+    collide with ours)."""
+    from topologies.cleanup import clean, live_runs
+
+    live = live_runs()
+    if live:
+        owners = ", ".join(f"pid {r.owner_pid} ({r.run_dir})" for r in live)
+        return f"another mrclab run is live: {owners}; stop it or run `mrclab clean --force`"
+    removed = clean()
+    if removed:
+        tr = config.pluginmanager.get_plugin("terminalreporter")
+        msg = "mrclab: removed what a crashed run left behind: " + "; ".join(removed)
+        if tr is not None:
+            tr.write_line(msg, yellow=True)
+    return None
+
+
 def pytest_collection_modifyitems(config, items):
     root_why, bmv2_why = _root_reason(), _bmv2_reason()
+    if root_why is None and any("root" in i.keywords or "bmv2" in i.keywords for i in items):
+        root_why = _clear_the_ground(config)
     for item in items:
         if "root" in item.keywords and root_why:
             item.add_marker(pytest.mark.skip(reason=root_why))

@@ -34,13 +34,17 @@ def _read(p: Path) -> str:
 class Transfer:
     """h0 writes ``size`` bytes to h2 (one message) with endpoint processes in the namespaces."""
 
-    def __init__(self, fab, tmp: Path, transport="mrc", size=MIB16, settings=None, src="h0", dst="h2"):
+    def __init__(self, fab, tmp: Path, transport="mrc", size=MIB16, settings=None, src="h0", dst="h2",
+                 duration_s=None):
         self.fab, self.tmp, self.src, self.dst = fab, tmp, src, dst
         topo = tmp / "fabric.yaml"
         topo.write_text(yaml.safe_dump(fab.spec.to_dict()))
         st = {"region_bytes": max(size + 4096, 1 << 20), **(settings or {})}
         self.procs = {}
-        for host, qps in ((dst, []), (src, [{"qp": 1, "peer": dst, "message_bytes": size, "count": 1}])):
+        qp = {"qp": 1, "peer": dst, "message_bytes": size, "count": 1}
+        if duration_s is not None:  # unbounded messages for duration_s
+            qp = {"qp": 1, "peer": dst, "message_bytes": size, "duration_s": duration_s}
+        for host, qps in ((dst, []), (src, [qp])):
             cfg = {"topo": str(topo), "host": host, "seed": 11, "transport": transport, "settings": st, "qps": qps,
                    "telemetry_path": str(tmp / f"{host}.jsonl"), "telemetry_interval_s": 0.05}
             (tmp / f"{host}.json").write_text(json.dumps(cfg))
@@ -65,8 +69,22 @@ class Transfer:
                     p.terminate()
                     p.wait(timeout=10)
 
+    def wait_acked(self, timeout: float = 20.0) -> None:
+        """Blocks until the sender has some data acknowledged (the transfer is under way)."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            samples = [r for r in self.records(self.src) if r["type"] == "sample" and r["tx_qps"]]
+            if samples and samples[-1]["tx_qps"]["1"]["bytes_acked"] > 0:
+                return
+            time.sleep(0.05)
+        raise AssertionError("the transfer did not start")
+
     def records(self, host):
-        return [json.loads(x) for x in (self.tmp / f"{host}.jsonl").read_text().splitlines() if x.strip()]
+        p = self.tmp / f"{host}.jsonl"
+        if not p.exists():
+            return []
+        lines = p.read_text().splitlines()
+        return [json.loads(x) for x in lines[:-1] + [ln for ln in lines[-1:] if ln.endswith("}")] if x.strip()]
 
     def summary(self, host):
         return [r for r in self.records(host) if r["type"] == "summary"][-1]
@@ -89,15 +107,16 @@ def test_16mib_write_arrives_intact_over_every_plane_and_every_t1(fabric, tmp_pa
 
 
 def test_t0_t1_link_down_mid_transfer_retires_its_evs_and_the_rest_carry_on(fabric, tmp_path):
-    t = Transfer(fabric, tmp_path, size=64 << 20)
-    time.sleep(1.0)
+    t = Transfer(fabric, tmp_path, size=4 << 20, duration_s=6.0)
+    t.wait_acked()
     fabric.set_link("t0-1-0", "t1-1-0", up=False)
     try:
         assert t.wait(180), (tmp_path / "h0.err").read_text()[-2000:]
     finally:
         fabric.set_link("t0-1-0", "t1-1-0", up=True)
     rx = t.summary("h2")["rx_qps"]["h0#1"]
-    assert rx["messages_delivered"] == 1 and rx["messages_corrupt"] == 0
+    assert rx["messages_delivered"] >= 2 and rx["messages_corrupt"] == 0
+    assert rx["messages_delivered"] == t.summary("h0")["tx_qps"]["1"]["messages_acked"]
     evs = {int(k): v for k, v in t.summary("h0")["tx_qps"]["1"]["evs"].items()}
     through = {ev: s for ev, s in evs.items() if ev_plane(ev) == 1 and ev_t1(ev) == 0}
     others = {ev: s for ev, s in evs.items() if not (ev_plane(ev) == 1 and ev_t1(ev) == 0)}
@@ -108,8 +127,9 @@ def test_t0_t1_link_down_mid_transfer_retires_its_evs_and_the_rest_carry_on(fabr
 
 
 def test_host_port_down_makes_the_peer_stop_using_that_plane(fabric, tmp_path):
-    t = Transfer(fabric, tmp_path, size=64 << 20)
-    time.sleep(1.0)
+    # 4 MiB messages for 8 s: the sender is still busy whatever this machine's speed
+    t = Transfer(fabric, tmp_path, size=4 << 20, duration_s=8.0)
+    t.wait_acked()
     fabric.set_link("h2", "t0-3-1", up=False)  # the receiver's plane-3 port
     try:
         time.sleep(2.0)
@@ -123,9 +143,11 @@ def test_host_port_down_makes_the_peer_stop_using_that_plane(fabric, tmp_path):
     finally:
         fabric.set_link("h2", "t0-3-1", up=True)
     assert t.wait(180)
-    assert any(e["plane"] == 3 and e["up"] is True for e in t.events("h0", "plane"))  # back on the plane
+    # once down, once back: SACKs overtaken by newer ones on other paths do not flip it again
+    assert [e["up"] for e in t.events("h0", "plane") if e["plane"] == 3] == [False, True]
     rx = t.summary("h2")["rx_qps"]["h0#1"]
-    assert rx["messages_delivered"] == 1 and rx["messages_corrupt"] == 0
+    assert rx["messages_delivered"] >= 2 and rx["messages_corrupt"] == 0
+    assert rx["messages_delivered"] == t.summary("h0")["tx_qps"]["1"]["messages_acked"]
 
 
 def test_baseline_completes_on_a_healthy_path_and_stalls_when_its_path_is_cut(fabric, tmp_path):

@@ -44,7 +44,9 @@ class MrcSettings:
     SACKs. ``probe_successes`` (3) answered probes revive a retired EV; probes every
     ``probe_interval_s`` (0.05). Timers: RTO = max(``min_rto_s``, 2 srtt + 4 rttvar), capped at
     ``max_rto_s`` (1.0); ``min_rto_s`` is 0.02 (OCP's local ACK timeout is 1.024 us x 2^t; the
-    emulated RTT is 1-20 ms, so the floor is coarse).
+    emulated RTT is 1-20 ms, so the floor is coarse). Before the first RTT sample the RTO is
+    ``initial_rto_s`` (0.5; RFC 6298 says 1 s for the Internet): the first round trip also pays
+    for the peer building its receive state, and a timeout there would retire healthy EVs.
     """
 
     window_packets: int = 64
@@ -57,6 +59,7 @@ class MrcSettings:
     probe_timeout_s: float = 0.2
     min_rto_s: float = 0.02
     max_rto_s: float = 1.0
+    initial_rto_s: float = 0.5
     ack_every: int = 2
     ack_delay_s: float = 0.001
     region_bytes: int = 8 << 20
@@ -129,21 +132,38 @@ class _Rec:
 
 class RegionRing:
     """Where each message goes in the receiver's memory region: consecutive, wrapping to 0 when a
-    message would cross the end (a message never straddles the wrap). Sender and tests share it."""
+    message would cross the end (a message never straddles the wrap). Sender and tests share it.
+
+    ``base`` maps the msn of every placed, not yet released message to its offset (bytes); a
+    sender releases a message once all of it is acknowledged, and must not place one that
+    :meth:`fits` says would overwrite a message still in flight (the data would be corrupted)."""
 
     def __init__(self, region_bytes: int) -> None:
         self.size = region_bytes
         self.next = 0
         self.base: dict[int, int] = {}
+        self.length: dict[int, int] = {}
+
+    def _start(self, length: int) -> int:
+        return 0 if self.next + length > self.size else self.next
+
+    def fits(self, length: int) -> bool:
+        """True when a ``length``-byte message placed now overlaps no unreleased message."""
+        a = self._start(length)
+        return all(a + length <= b or b + self.length[m] <= a for m, b in self.base.items())
 
     def place(self, msn: int, length: int) -> int:
         if length > self.size:
             raise ValueError(f"a {length}-byte message does not fit the {self.size}-byte memory region")
-        if self.next + length > self.size:
-            self.next = 0
+        self.next = self._start(length)
         self.base[msn] = self.next
+        self.length[msn] = length
         self.next += length
         return self.base[msn]
+
+    def release(self, msn: int) -> None:
+        self.base.pop(msn, None)
+        self.length.pop(msn, None)
 
 
 def rkey_for(qp: int) -> int:
@@ -154,11 +174,15 @@ def message_source(seed: int, size: int, count: int | None) -> Iterator[tuple[in
     """Deterministic message contents: (msn, bytes). A seeded buffer rotated per message, so every
     message differs and a misplaced packet breaks its CRC."""
     rng = random.Random(seed)
-    base = rng.randbytes(max(size, 1))
+    base = memoryview(rng.randbytes(max(size, 1)))
+    n = len(base)
     msn = 0
     while count is None or msn < count:
-        r = (msn * 7919) % len(base)
-        yield msn, (base[r:] + base[:r])[:size]
+        r = (msn * 7919) % n
+        msg = bytearray(n)  # one copy of the rotated buffer (messages are up to GiBs)
+        msg[: n - r] = base[r:]
+        msg[n - r :] = base[:r]
+        yield msn, bytes(msg[:size]) if size < n else bytes(msg)
         msn += 1
 
 
@@ -186,7 +210,8 @@ class MrcSender:
         self.peer_ports = 0xFF
         self.local_ports = 0xFF
         self.probes: dict[int, tuple[int, float]] = {}  # probe id -> (ev, sent at)
-        self.cache: dict[int, bytes] = {}  # msn -> message, until every packet of it is acked
+        self.cache: dict[int, tuple[bytes, int]] = {}  # msn -> (message, CRC), until all of it is acked
+        self._ports_psn = -1  # echo PSN of the SACK/NACK the peer's port state was last taken from
         self.ring = RegionRing(settings.region_bytes)
         self.sent_at: dict[int, float] = {}  # first transmissions only (Karn), for RTT samples
         self.next_probe_id = 1
@@ -206,27 +231,34 @@ class MrcSender:
     @property
     def rto(self) -> float:
         if self.srtt is None:
-            return max(self.s.min_rto_s, 0.1)
+            return max(self.s.min_rto_s, self.s.initial_rto_s)
         # twice srtt: queueing delay on shaped links swings faster than rttvar follows, and a
         # spurious timeout retires a healthy EV
         return min(self.s.max_rto_s, max(self.s.min_rto_s, 2 * self.srtt + 4 * self.rttvar))
 
     # ---- sending ----------------------------------------------------------------------------
+    def _fetch(self) -> bool:
+        """Takes the next message (copy + CRC: tens of ms for a 64 MiB one)."""
+        if self.exhausted:
+            return False
+        try:
+            msn, data = next(self._messages)
+        except StopIteration:
+            self.exhausted = True
+            return False
+        crc = zlib.crc32(data)
+        self.cache[msn] = (data, crc)
+        self._cur = (msn, data, crc, 0)
+        n = max(1, -(-len(data) // self.s.payload_bytes))
+        self.msg_left[msn] = n
+        self.msg_total[msn] = len(data)
+        self.stats["messages_sent"] += 1
+        return True
+
     def _next_chunk(self) -> tuple[int, int, int, int, memoryview, int] | None:
-        if self._cur is None:
-            if self.exhausted:
-                return None
-            try:
-                msn, data = next(self._messages)
-            except StopIteration:
-                self.exhausted = True
-                return None
-            self.cache[msn] = data
-            self._cur = (msn, data, zlib.crc32(data), 0)
-            n = max(1, -(-len(data) // self.s.payload_bytes))
-            self.msg_left[msn] = n
-            self.msg_total[msn] = len(data)
-            self.stats["messages_sent"] += 1
+        if self._cur is None and not self._fetch():
+            return None
+        assert self._cur is not None
         msn, data, crc, off = self._cur
         ln = min(self.s.payload_bytes, len(data) - off)
         chunk = memoryview(data)[off : off + ln]
@@ -277,6 +309,11 @@ class MrcSender:
             ev = self.evs.next_ev()
             if ev is None:
                 break
+            if self._cur is None and not self._fetch():
+                break
+            assert self._cur is not None
+            if self._cur[3] == 0 and self._cur[0] not in self.ring.base and not self.ring.fits(len(self._cur[1])):
+                break  # the region it goes to still holds a message in flight: wait for its acks
             nxt = self._next_chunk()
             if nxt is None:
                 break
@@ -290,13 +327,19 @@ class MrcSender:
             self.stats["data_packets"] += 1
             self.evs.evs[ev].bytes += ln
             out.append(self._data_pkt(psn, ev, msn, msg_len, crc, off, chunk, 0))
+            if self._cur is None and msg_len > self.s.window_packets * self.s.payload_bytes:
+                # a big next message is fetched *after* these packets are stamped and sent, so the
+                # time it takes is not charged to their round trip (which would fire the timer)
+                break
+        if self._cur is None and out:
+            self._fetch()
         out += self._probes(now)
         return out
 
     def _rebuild_data(self, psn: int, rec: _Rec, ev: int, flags: int) -> Pkt:
-        msg = self.cache[rec.msn]
+        msg, crc = self.cache[rec.msn]
         chunk = memoryview(msg)[rec.offset : rec.offset + rec.length]
-        return self._data_pkt(psn, ev, rec.msn, len(msg), zlib.crc32(msg), rec.offset, chunk, flags)
+        return self._data_pkt(psn, ev, rec.msn, len(msg), crc, rec.offset, chunk, flags)
 
     def _check_timeouts(self, now: float) -> None:
         rto = self.rto
@@ -336,7 +379,7 @@ class MrcSender:
                 del self.msg_left[rec.msn]
                 self.stats["messages_acked"] += 1
                 self.cache.pop(rec.msn, None)
-                self.ring.base.pop(rec.msn, None)
+                self.ring.release(rec.msn)
             else:
                 self.msg_left[rec.msn] = left
         del self.recs[psn]
@@ -357,8 +400,8 @@ class MrcSender:
         return base - d
 
     def _on_sack(self, p: Pkt, now: float) -> None:
-        self._peer_ports(p.port_state)
         echo = self._full_psn(p.echo_psn)
+        self._peer_ports(p.port_state, echo)
         ev = p.echo_ev
         sent = self.sent_at.get(echo)
         if sent is not None:
@@ -416,8 +459,8 @@ class MrcSender:
             self.srtt = 0.875 * self.srtt + 0.125 * r
 
     def _on_nack(self, p: Pkt, now: float) -> None:
-        self._peer_ports(p.port_state)
         psn = self._full_psn(p.echo_psn)
+        self._peer_ports(p.port_state, psn)
         rec = self.recs.get(psn)
         self.stats["nacks"] += 1
         if p.sflags & H.S_TRIM:
@@ -427,7 +470,12 @@ class MrcSender:
             rec.t_sent = -1.0
             self.retx_q.appendleft(psn)
 
-    def _peer_ports(self, state: int) -> None:
+    def _peer_ports(self, state: int, echo_psn: int) -> None:
+        """The peer's port-state bitmap, from the newest SACK/NACK only: they come back over
+        several paths, and an older one overtaken by a newer one must not flip a plane back."""
+        if echo_psn < self._ports_psn:
+            return
+        self._ports_psn = echo_psn
         if state != self.peer_ports:
             self.peer_ports = state
             self._apply_ports()

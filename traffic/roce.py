@@ -134,7 +134,7 @@ class RoceSender:
             if self._msg_end.get(msn) == psn:
                 self.stats["messages_acked"] += 1
                 self.cache.pop(msn, None)
-                self.ring.base.pop(msn, None)
+                self.ring.release(msn)
                 self._msg_end.pop(msn, None)
         self.una = cum
         self.nxt = max(self.nxt, cum)
