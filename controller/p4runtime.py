@@ -89,8 +89,8 @@ class DesiredEntry:
 
 def desired_entries(entries: SwitchEntries) -> list[DesiredEntry]:
     """The route plan of one switch in P4 terms (``my_sid`` + ``routing``)."""
-    sid48 = int(entries.sid.network_address) >> 80
-    out = [DesiredEntry(EntryKey("my_sid", ((sid48 >> 16, None), (sid48 & 0xFFFF, None))), "usid_shift", ())]
+    sid48 = int(entries.sid.network_address) >> 80  # block | uSID: the first 48 bits of the address
+    out = [DesiredEntry(EntryKey("my_sid", ((sid48, None),)), "usid_shift", ())]
     for r in entries.routes:
         if r.prefix.prefixlen > 48:
             raise P4RuntimeError(f"{entries.switch}: route {r.prefix} is longer than /48; uSID routing keys on block + uSID")

@@ -4,18 +4,27 @@
  * P4_16, v1model (BMv2 simple_switch_grpc). Entries come from controller/routeplan.py.
  *
  *   parse     Ethernet / outer IPv6 / [inner IPv6] / [UDP]
- *   my_sid    exact on (32-bit locator block, first 16-bit uSID) = dst[127:80] (RFC 9800 NEXT-C-SID):
- *             hit -> uN: shift the uSID part of dst left by 16 bits, the block stays.
- *   routing   LPM on dst[127:80] after the shift (block + next uSID; the route plan's prefixes are
- *             /48) -> egress port, MAC rewrite. Miss -> drop (NO_ROUTE).
+ *   my_sid    exact on the first 48 bits of the outer destination, dst_sid = locator block (32) +
+ *             active uSID (16) (RFC 9800 NEXT-C-SID): hit -> uN: the uSIDs after it move up by one
+ *             16-bit uSID, the block stays.
+ *   routing   LPM on dst_sid after the shift (block + next uSID; the route plan's prefixes are /48)
+ *             -> egress port, MAC rewrite, hop limit - 1. Miss -> drop (NO_ROUTE).
  *             "No match on either: drop and count" (MRC.md, SRv6 uN forwarding).
- *   hop limit decremented; a packet arriving with hop limit <= 1 is dropped (HOP_LIMIT).
- *   faults    blackhole_ctl: default action set over P4Runtime; `blackhole` drops every packet
- *             (the switch stays up and answers P4Runtime: the paper's section 5.1 T1 incident).
- *             port_fault: per egress port, drop with probability threshold / 65536 (gray; 65536: all
- *             failure). The draw is a per-port LCG (Numerical Recipes constants) XORed with a
- *             salt from the entry, so a run is repeatable for a given seed and packet order.
- *   counters  port_tx (packets, bytes) by egress port; drops by (port << 3 | reason).
+ *   hop limit a packet arriving with hop limit <= 1 is dropped (HOP_LIMIT).
+ *   faults    blackhole_ctl: its default action, set over P4Runtime, is `blackhole` to drop every
+ *             packet before any lookup (the switch stays up and answers P4Runtime: the paper's
+ *             section 5.1 T1 incident). port_fault: per egress port, drop with probability
+ *             threshold / 65536 (gray; 65536: all). The draw is a per-port LCG (Numerical Recipes
+ *             constants) XORed with a salt from the entry, so a run is repeatable for a given seed
+ *             and packet order.
+ *   counters  port_tx (packets, bytes) by egress port, in egress: only packets that leave;
+ *             drops by (ingress port << 3 | reason), counted by the action that drops.
+ *
+ * Cost: BMv2 builds with logging macros (p4lang's packages, the default build) format every table
+ * lookup's key and every hit's entry even when nothing is logged, so each table a packet meets is
+ * the dearest thing in this program. The common path meets four (blackhole_ctl, my_sid, routing,
+ * port_fault) and no conditional after the header checks; `mrclab bench fabric` measures it
+ * against a port-to-port program.
  */
 #include <core.p4>
 #include <v1model.p4>
@@ -50,8 +59,9 @@ header ipv6_t {
     bit<128> dst_addr;
 }
 
-/* The outer header with its destination split into the locator block and the uSIDs, so the uN
- * shift is six 16-bit copies instead of 128-bit arithmetic (BMv2 keeps fields as bignums). */
+/* The outer header with its destination split where uN needs it: the first 48 bits (block +
+ * active uSID, what my_sid and routing match) and the 80 bits of uSIDs behind them. The uN shift is
+ * then two assignments, and no table key needs a concatenation. */
 header outer_ipv6_t {
     bit<4>   version;
     bit<8>   traffic_class;
@@ -60,13 +70,8 @@ header outer_ipv6_t {
     bit<8>   next_hdr;
     bit<8>   hop_limit;
     bit<128> src_addr;
-    bit<32>  dst_block;
-    bit<16>  dst_u0;
-    bit<16>  dst_u1;
-    bit<16>  dst_u2;
-    bit<16>  dst_u3;
-    bit<16>  dst_u4;
-    bit<16>  dst_u5;
+    bit<48>  dst_sid;
+    bit<80>  dst_usids;
 }
 
 header udp_t {
@@ -84,10 +89,8 @@ struct headers_t {
 }
 
 struct metadata_t {
-    bit<32> drop_reason;
-    bit<1>  dropped;
     bit<32> gray_draw;       /* this packet's draw, 0..65535 */
-    bit<32> gray_threshold;  /* drop when draw < threshold; 0 = no fault on this port */
+    bit<32> gray_threshold;  /* drop when draw < threshold */
 }
 
 parser MrcParser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
@@ -125,31 +128,22 @@ control MrcVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
 }
 
 control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_metadata_t std) {
-    counter(MAX_PORTS, CounterType.packets_and_bytes) port_tx;
     counter(MAX_PORTS * 8, CounterType.packets) drops;
     register<bit<32>>(MAX_PORTS) gray_state;
 
     action drop_with(bit<32> reason) {
-        meta.dropped = 1;
-        meta.drop_reason = reason;
         mark_to_drop(std);
+        drops.count(((bit<32>) std.ingress_port << 3) | reason);
     }
 
-    /* uN: shift the uSIDs after the 32-bit block left by one 16-bit uSID. */
+    /* uN: the uSID after the active one becomes active; the rest move up by 16 bits. */
     action usid_shift() {
-        hdr.ipv6.dst_u0 = hdr.ipv6.dst_u1;
-        hdr.ipv6.dst_u1 = hdr.ipv6.dst_u2;
-        hdr.ipv6.dst_u2 = hdr.ipv6.dst_u3;
-        hdr.ipv6.dst_u3 = hdr.ipv6.dst_u4;
-        hdr.ipv6.dst_u4 = hdr.ipv6.dst_u5;
-        hdr.ipv6.dst_u5 = 0;
+        hdr.ipv6.dst_sid[15:0] = hdr.ipv6.dst_usids[79:64];
+        hdr.ipv6.dst_usids = hdr.ipv6.dst_usids << 16;
     }
 
     table my_sid {
-        key = {
-            hdr.ipv6.dst_block : exact @name("block");
-            hdr.ipv6.dst_u0 : exact @name("usid");
-        }
+        key = { hdr.ipv6.dst_sid : exact @name("dst48"); }
         actions = { usid_shift; NoAction; }
         default_action = NoAction();
         size = 64;
@@ -166,12 +160,9 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         drop_with(DROP_NO_ROUTE);
     }
 
-    /* LPM on block + next uSID: the route plan's prefixes are /48 (block | uSID); anything longer
-     * than 48 bits is not routed by uSID forwarding. */
-    bit<48> next_sid;
-
+    /* LPM on block + next uSID: the route plan's prefixes are /48 (block | uSID). */
     table routing {
-        key = { next_sid : lpm @name("dst48"); }
+        key = { hdr.ipv6.dst_sid : lpm @name("dst48"); }
         actions = { forward; no_route; }
         default_action = no_route();
         size = 4096;
@@ -207,36 +198,38 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
     }
 
     apply {
-        meta.dropped = 0;
-        meta.gray_threshold = 0;
         if (!hdr.ipv6.isValid()) {
             drop_with(DROP_NOT_IPV6);
         } else if (hdr.ipv6.hop_limit <= 1) {
             drop_with(DROP_HOP_LIMIT);
         } else {
-            blackhole_ctl.apply();
-            if (meta.dropped == 0) {
-                my_sid.apply();
-                next_sid = hdr.ipv6.dst_block ++ hdr.ipv6.dst_u0;
-                routing.apply();
-            }
-            if (meta.dropped == 0) {
-                port_fault.apply();
-                if (meta.gray_draw < meta.gray_threshold) {
-                    drop_with(DROP_GRAY);
+            switch (blackhole_ctl.apply().action_run) {
+                blackhole: { }
+                default: {
+                    my_sid.apply();
+                    switch (routing.apply().action_run) {
+                        forward: {
+                            switch (port_fault.apply().action_run) {
+                                gray_loss: {
+                                    if (meta.gray_draw < meta.gray_threshold) {
+                                        drop_with(DROP_GRAY);
+                                    }
+                                }
+                            }
+                        }
+                    }
                 }
             }
-        }
-        if (meta.dropped == 1) {
-            drops.count(((bit<32>) std.ingress_port << 3) | meta.drop_reason);
-        } else {
-            port_tx.count((bit<32>) std.egress_spec);
         }
     }
 }
 
 control MrcEgress(inout headers_t hdr, inout metadata_t meta, inout standard_metadata_t std) {
-    apply { }
+    counter(MAX_PORTS, CounterType.packets_and_bytes) port_tx;
+
+    apply {
+        port_tx.count((bit<32>) std.egress_port);
+    }
 }
 
 control MrcComputeChecksum(inout headers_t hdr, inout metadata_t meta) {
