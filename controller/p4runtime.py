@@ -115,6 +115,7 @@ class P4Switch:
         self.p4info, self.bmv2_json = p4info, bmv2_json
         self.client: P4RuntimeClient | None = None
         self.entries_written = 0
+        self.blackholed = False  # what this session set; a pushed pipeline starts healthy
 
     # ---- session -----------------------------------------------------------------------------
     def connect(self) -> None:
@@ -144,6 +145,7 @@ class P4Switch:
             self._c().set_fwd_pipe_config(str(self.p4info.path), str(self.bmv2_json))
         except P4RuntimeException as e:
             raise P4RuntimeError(f"{self.name}: pipeline push refused: {e}") from None
+        self.blackholed = False
 
     def has_pipeline(self) -> bool:
         """True when the switch runs a pipeline with our P4Info (False after a restart)."""
@@ -261,15 +263,13 @@ class P4Switch:
 
     # ---- faults ------------------------------------------------------------------------------
     def set_blackhole(self, on: bool) -> None:
-        """Default action of ``blackhole_ctl``: drop everything (on) or NoAction (off)."""
-        te = p4runtime_pb2.TableEntry(table_id=self.p4info.table("blackhole_ctl").preamble.id, is_default_action=True)
-        self._set_action(te.action.action, "blackhole" if on else "NoAction", {})
-        U = p4runtime_pb2.Update
-        self._write([U(type=U.MODIFY, entity=p4runtime_pb2.Entity(table_entry=te))])
+        """Drop every packet before any lookup (on), or forward again (off)."""
+        self.blackholed = on
+        self._write_fault_ctl(bool(self.read_entries(["port_fault"])))
 
     def set_port_loss(self, port: int, probability: float, salt: int = 0) -> None:
         """Drop packets leaving ``port`` with ``probability`` (0 removes the fault, 1 drops all), in
-        steps of 1/65536."""
+        steps of 1/65536. Raises ValueError for a probability outside 0..1."""
         if not 0.0 <= probability <= 1.0:
             raise ValueError(f"drop probability {probability}; allowed: 0.0 to 1.0")
         key = EntryKey("port_fault", ((port, None),))
@@ -278,11 +278,22 @@ class P4Switch:
         if probability == 0.0:
             if key in have:
                 self._write([U(type=U.DELETE, entity=p4runtime_pb2.Entity(table_entry=self._table_entry(key, False)))])
+            self._write_fault_ctl(bool(have.keys() - {key}))
             return
         # the threshold is compared with a 16-bit draw (0..65535): 65536 drops every packet
         d = DesiredEntry(key, "gray_loss", (("threshold", round(probability * 65536)), ("salt", salt & 0xFFFFFFFF)))
         kind = U.MODIFY if key in have else U.INSERT
         self._write([U(type=kind, entity=p4runtime_pb2.Entity(table_entry=self._table_entry(d)))])
+        self._write_fault_ctl(True)
+
+    def _write_fault_ctl(self, port_faults: bool) -> None:
+        """The default action of ``fault_ctl``: ``blackhole``, else ``check_ports`` while any port
+        has a ``port_fault`` entry, else ``NoAction`` (healthy packets skip the port_fault lookup)."""
+        action = "blackhole" if self.blackholed else "check_ports" if port_faults else "NoAction"
+        te = p4runtime_pb2.TableEntry(table_id=self.p4info.table("fault_ctl").preamble.id, is_default_action=True)
+        self._set_action(te.action.action, action, {})
+        U = p4runtime_pb2.Update
+        self._write([U(type=U.MODIFY, entity=p4runtime_pb2.Entity(table_entry=te))])
 
     def read_counter(self, name: str) -> dict[int, int]:
         """Index -> packet count of every non-zero cell of counter ``name``."""

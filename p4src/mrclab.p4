@@ -11,20 +11,21 @@
  *             -> egress port, MAC rewrite, hop limit - 1. Miss -> drop (NO_ROUTE).
  *             "No match on either: drop and count" (MRC.md, SRv6 uN forwarding).
  *   hop limit a packet arriving with hop limit <= 1 is dropped (HOP_LIMIT).
- *   faults    blackhole_ctl: its default action, set over P4Runtime, is `blackhole` to drop every
- *             packet before any lookup (the switch stays up and answers P4Runtime: the paper's
- *             section 5.1 T1 incident). port_fault: per egress port, drop with probability
- *             threshold / 65536 (gray; 65536: all). The draw is a per-port LCG (Numerical Recipes
- *             constants) XORed with a salt from the entry, so a run is repeatable for a given seed
- *             and packet order.
+ *   faults    fault_ctl, a keyless table whose default action the controller sets: NoAction (a
+ *             healthy switch), check_ports (some port has a port_fault entry: look it up) or
+ *             blackhole (drop every packet before any lookup; the switch stays up and answers
+ *             P4Runtime: the paper's section 5.1 T1 incident). port_fault: per egress port, drop
+ *             with probability threshold / 65536 (gray; 65536: all). The draw is a per-port LCG
+ *             (Numerical Recipes constants) XORed with a salt from the entry, so a run is
+ *             repeatable for a given seed and packet order.
  *   counters  port_tx (packets, bytes) by egress port, in egress: only packets that leave;
  *             drops by (ingress port << 3 | reason), counted by the action that drops.
  *
  * Cost: BMv2 builds with logging macros (p4lang's packages, the default build) format every table
  * lookup's key and every hit's entry even when nothing is logged, so each table a packet meets is
- * the dearest thing in this program. The common path meets four (blackhole_ctl, my_sid, routing,
- * port_fault) and no conditional after the header checks; `mrclab bench fabric` measures it
- * against a port-to-port program.
+ * the dearest thing in this program. A healthy switch's packets meet three (fault_ctl, my_sid,
+ * routing) and one conditional after the header checks; port_fault is looked up only while some
+ * port has a fault. `mrclab bench fabric` measures it against a port-to-port program.
  */
 #include <core.p4>
 #include <v1model.p4>
@@ -89,6 +90,7 @@ struct headers_t {
 }
 
 struct metadata_t {
+    bit<1>  check_ports;     /* fault_ctl: some port has a port_fault entry */
     bit<32> gray_draw;       /* this packet's draw, 0..65535 */
     bit<32> gray_threshold;  /* drop when draw < threshold */
 }
@@ -172,9 +174,13 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         drop_with(DROP_BLACKHOLE);
     }
 
-    table blackhole_ctl {
+    action check_ports() {
+        meta.check_ports = 1;
+    }
+
+    table fault_ctl {
         key = { }
-        actions = { blackhole; NoAction; }
+        actions = { NoAction; check_ports; blackhole; }
         default_action = NoAction();
         size = 1;
     }
@@ -203,16 +209,18 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         } else if (hdr.ipv6.hop_limit <= 1) {
             drop_with(DROP_HOP_LIMIT);
         } else {
-            switch (blackhole_ctl.apply().action_run) {
+            switch (fault_ctl.apply().action_run) {
                 blackhole: { }
                 default: {
                     my_sid.apply();
                     switch (routing.apply().action_run) {
                         forward: {
-                            switch (port_fault.apply().action_run) {
-                                gray_loss: {
-                                    if (meta.gray_draw < meta.gray_threshold) {
-                                        drop_with(DROP_GRAY);
+                            if (meta.check_ports == 1) {
+                                switch (port_fault.apply().action_run) {
+                                    gray_loss: {
+                                        if (meta.gray_draw < meta.gray_threshold) {
+                                            drop_with(DROP_GRAY);
+                                        }
                                     }
                                 }
                             }

@@ -74,6 +74,25 @@ def test_drop_probability_0_2_gives_measured_loss_near_0_2(fabric):
     assert all(r.delivered for r in probe_paths(fabric.plan, fabric.netns, [path] * 20))  # fault removed
 
 
+def test_blackhole_and_gray_loss_compose_and_undo_cleanly(fabric):
+    """fault_ctl holds the switch's fault mode: a port fault must survive a blackhole on and off,
+    and removing the last port fault must leave the switch healthy."""
+    t1 = "t1-1-0"
+    lossy = fabric.plan.port_to(t1, "t0-1-1")  # everything t1-1-0 sends down to group 1
+    through = [p for p in fabric.plan.all_paths() if t1 in p.hops]
+    to_group1 = {p for p in through if fabric.spec.group_of(p.dst) == 1}
+    fabric.p4[t1].set_port_loss(lossy, 1.0)
+    try:
+        fabric.blackhole(t1, True)
+        assert not any(r.delivered for r in probe_paths(fabric.plan, fabric.netns, through, timeout_s=0.5))
+        fabric.blackhole(t1, False)
+        results = probe_paths(fabric.plan, fabric.netns, through, timeout_s=0.5)
+        assert {r.path for r in results if not r.delivered} == to_group1
+    finally:
+        fabric.p4[t1].set_port_loss(lossy, 0.0)
+    assert all(r.delivered for r in probe_paths(fabric.plan, fabric.netns, through))
+
+
 def test_killed_and_restarted_switch_is_reprogrammed(fabric):
     node = fabric.emu.node("t1-0-1")
     node.kill()
