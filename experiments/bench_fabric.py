@@ -7,9 +7,16 @@ For each data plane (default: every one this machine has) it prints:
 * route entries written per second: 3,000 extra /48 routes written to one switch in batches
   (P4Runtime WriteRequests of 500 on bmv2, one ``ip -batch`` on linux), then removed;
 * packets per second through one cross-T1 path (h0 -> t0 -> t1 -> t0 -> h2, 3 switches, 160-byte
-  frames): the highest offered rate, found by doubling then bisection, whose loss is under 1%.
-  On bmv2 the same three switches are then loaded with ``p4src/forward.p4`` (port-to-port, BMv2's
-  own ceiling) and measured the same way, and the ratio is printed.
+  frames): the highest offered rate whose loss is under 1%, found by doubling from 1,000 pps then
+  bisecting. On bmv2 the same three switches are also loaded with ``p4src/forward.p4``
+  (port-to-port, BMv2's own ceiling), in alternating rounds, and the medians and their ratio are
+  printed, with the CPU time each switch spends per packet at a fixed rate.
+
+Measuring BMv2 on 2 shared cores is noisy: twelve BMv2 threads and the sender compete for them,
+and a few ms of scheduling delay overflow BMv2's 64-packet egress queues. So every program gets a
+warm-up second after it is loaded, each trial lasts ``TRIAL_S``, a trial over 1% is run once more
+before it counts as a failure (a path's capacity repeats, a scheduling hiccup does not), and the
+two programs alternate for ``ROUNDS`` rounds.
 
 Targets (issue 2, on 2 cores): bmv2 default fabric up and verified < 10 s; >= 2,000 entries/s;
 the mrclab program >= 70% of the trivial program's rate. Not a test: figures vary with load.
@@ -19,7 +26,9 @@ from __future__ import annotations
 
 import ipaddress
 import json
+import os
 import re
+import statistics
 import subprocess
 import sys
 import time
@@ -34,8 +43,12 @@ from traffic.pathprobe import probe_frame
 
 console = Console(highlight=False)
 N_BULK = 3000
-TRIAL_S = 1.0
+TRIAL_S = 2.0
+ROUNDS = 5
+CPU_RATE_PPS = 2000
 FRAME_PAD = 160
+#: the path measured: (switch, the node packets come from, the node they go to)
+HOPS = (("t0-0-0", "h0", "t1-0-0"), ("t1-0-0", "t0-0-0", "t0-0-1"), ("t0-0-1", "t1-0-0", "h2"))
 
 
 def _rx_packets(netns: str, intf: str) -> int:
@@ -59,17 +72,32 @@ def trial(fab: Fabric, frame: bytes, src: str, dst: str, plane: int, rate: float
     return sent / secs, max(0.0, 1 - got / sent) if sent else 1.0
 
 
+def steady_trial(fab: Fabric, frame: bytes, src: str, dst: str, plane: int, rate: float) -> tuple[float, float]:
+    """:func:`trial`, run once more when it loses 1% or more; the better of the two counts."""
+    achieved, loss = trial(fab, frame, src, dst, plane, rate)
+    if loss >= 0.01:
+        again = trial(fab, frame, src, dst, plane, rate)
+        if again[1] < loss:
+            return again
+    return achieved, loss
+
+
+def path_frame(fab: Fabric, src: str = "h0", dst: str = "h2", plane: int = 0, t1: int = 0) -> bytes:
+    """A probe frame for one path, padded to FRAME_PAD bytes."""
+    frame = probe_frame(fab.plan, fab.plan.path(src, dst, plane, t1), 0, 0)
+    return frame + bytes(max(0, FRAME_PAD - len(frame)))
+
+
 def max_rate(fab: Fabric, src: str = "h0", dst: str = "h2", plane: int = 0, t1: int = 0,
              start: float = 1000.0, log=lambda _m: None) -> tuple[float, list[tuple[float, float, float]]]:
     """Highest offered rate (pps) with < 1% loss on one path; also every trial (target, achieved, loss)."""
-    path = fab.plan.path(src, dst, plane, t1)
-    frame = probe_frame(fab.plan, path, 0, 0)
-    frame += bytes(max(0, FRAME_PAD - len(frame)))
+    frame = path_frame(fab, src, dst, plane, t1)
+    trial(fab, frame, src, dst, plane, 1000.0)  # warm-up: the first second after a pipeline push loses more
     trials = []
     good, bad = 0.0, None
     rate = start
     while bad is None and rate < 2_000_000:
-        achieved, loss = trial(fab, frame, src, dst, plane, rate)
+        achieved, loss = steady_trial(fab, frame, src, dst, plane, rate)
         trials.append((rate, achieved, loss))
         log(f"  offered {achieved:9.0f} pps (target {rate:.0f}): loss {loss:.2%}")
         if loss < 0.01 and achieved >= 0.9 * rate:
@@ -82,9 +110,9 @@ def max_rate(fab: Fabric, src: str = "h0", dst: str = "h2", plane: int = 0, t1: 
             bad = rate
     if bad is not None:
         lo, hi = max(good, start / 2), bad
-        for _ in range(4):
+        for _ in range(5):
             mid = (lo + hi) / 2
-            achieved, loss = trial(fab, frame, src, dst, plane, mid)
+            achieved, loss = steady_trial(fab, frame, src, dst, plane, mid)
             trials.append((mid, achieved, loss))
             log(f"  offered {achieved:9.0f} pps (target {mid:.0f}): loss {loss:.2%}")
             if loss < 0.01:
@@ -121,34 +149,65 @@ def bulk_entries_bmv2(fab: Fabric, switch: str = "t1-0-0") -> float:
     return N_BULK / dt
 
 
-def trivial_program_rate(fab: Fabric, log) -> float:
-    """Load forward.p4 on t0-0-0, t1-0-0, t0-0-1 (port to port along h0 -> h2), measure, restore."""
-    from controller.compiler import compile_p4
-    from controller.p4runtime import DesiredEntry, EntryKey, P4Info, P4Switch
-    from p4src import FORWARD_P4
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of a process so far (``/proc/<pid>/stat``)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    prog = compile_p4(FORWARD_P4)
-    info = P4Info(prog.p4info)
-    plan = fab.plan
-    hops = [("t0-0-0", "h0", "t1-0-0"), ("t1-0-0", "t0-0-0", "t0-0-1"), ("t0-0-1", "t1-0-0", "h2")]
-    trivial = {}
-    with fab._lock:
-        for sw, frm, to in hops:
-            p = fab.p4[sw]
-            p.close()
-            t = P4Switch(sw, p.device_id, p.grpc_addr, info, prog.bmv2_json)
-            t.connect()
-            t.push_pipeline()
-            t.insert([DesiredEntry(EntryKey("port_map", ((plan.port_to(sw, frm), None),)), "set_port",
-                                   (("port", plan.port_to(sw, to)),))])
-            trivial[sw] = t
+
+def cpu_us_per_packet(fab: Fabric, rate: float = CPU_RATE_PPS) -> float:
+    """Mean CPU microseconds each switch of :data:`HOPS` spends per packet at ``rate`` pps: the
+    program's cost, steadier than a loss threshold."""
+    pids = [fab.emu.node(sw).proc.pid for sw, _, _ in HOPS]
+    before = [_cpu_s(p) for p in pids]
+    achieved, _ = trial(fab, path_frame(fab), "h0", "h2", 0, rate)
+    spent = sum(_cpu_s(p) for p in pids) - sum(before)
+    return spent / len(pids) / (achieved * TRIAL_S) * 1e6
+
+
+class TrivialProgram:
+    """``p4src/forward.p4`` on the switches of :data:`HOPS` (port to port along h0 -> h2) while in
+    the ``with`` block; the mrclab program and its entries come back when it ends."""
+
+    def __init__(self, fab: Fabric) -> None:
+        self.fab = fab
+
+    def __enter__(self) -> TrivialProgram:
+        from controller.compiler import compile_p4
+        from controller.p4runtime import DesiredEntry, EntryKey, P4Info, P4Switch
+        from p4src import FORWARD_P4
+
+        prog = compile_p4(FORWARD_P4)
+        info = P4Info(prog.p4info)
+        plan = self.fab.plan
+        self.switches = {}
+        self.fab._lock.acquire()
         try:
-            rate, _ = max_rate(fab, log=log)
-        finally:
-            for sw, t in trivial.items():
+            for sw, frm, to in HOPS:
+                p = self.fab.p4[sw]
+                p.close()
+                t = P4Switch(sw, p.device_id, p.grpc_addr, info, prog.bmv2_json)
+                self.switches[sw] = t
+                t.connect()
+                t.push_pipeline()
+                t.insert([DesiredEntry(EntryKey("port_map", ((plan.port_to(sw, frm), None),)), "set_port",
+                                       (("port", plan.port_to(sw, to)),))])
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            for sw, t in self.switches.items():
                 t.close()
-                fab.reprogram(sw)
-    return rate
+                self.fab.reprogram(sw)
+        finally:
+            self.fab._lock.release()
+
+
+def _median(xs: list[float]) -> float:
+    return statistics.median(xs) if xs else 0.0
 
 
 def measure(dataplane: str, log) -> dict:
@@ -160,11 +219,25 @@ def measure(dataplane: str, log) -> dict:
         log(f"{dataplane}: up and verified in {fab.timings['total_s']:.2f} s")
         res["entries_per_s"] = (bulk_entries_bmv2 if dataplane == "bmv2" else bulk_entries_linux)(fab)
         log(f"{dataplane}: {res['entries_per_s']:.0f} entries/s")
-        log(f"{dataplane}: searching the highest <1%-loss rate over h0 -> t0-0-0 -> t1-0-0 -> t0-0-1 -> h2")
-        res["path_pps"], res["trials"] = max_rate(fab, log=log)
-        if dataplane == "bmv2":
-            log("bmv2: the same three switches with p4src/forward.p4 (port to port)")
-            res["trivial_pps"] = trivial_program_rate(fab, log)
+        if dataplane != "bmv2":
+            log(f"{dataplane}: searching the highest <1%-loss rate over h0 -> t0-0-0 -> t1-0-0 -> t0-0-1 -> h2")
+            res["path_pps"], res["trials"] = max_rate(fab, log=log)
+            return res
+        rates: dict[str, list[float]] = {"mrclab": [], "trivial": []}
+        cpu: dict[str, list[float]] = {"mrclab": [], "trivial": []}
+        for k in range(ROUNDS):
+            log(f"bmv2 round {k + 1}/{ROUNDS}: p4src/mrclab.p4 on h0 -> t0-0-0 -> t1-0-0 -> t0-0-1 -> h2")
+            rates["mrclab"].append(max_rate(fab, log=log)[0])
+            cpu["mrclab"].append(cpu_us_per_packet(fab))
+            log(f"bmv2 round {k + 1}/{ROUNDS}: p4src/forward.p4 (port to port) on the same switches")
+            with TrivialProgram(fab):
+                rates["trivial"].append(max_rate(fab, log=log)[0])
+                cpu["trivial"].append(cpu_us_per_packet(fab))
+        log(f"bmv2 rates, mrclab: {', '.join(f'{r:.0f}' for r in rates['mrclab'])}; "
+            f"trivial: {', '.join(f'{r:.0f}' for r in rates['trivial'])} pps")
+        res["path_pps"], res["trivial_pps"] = _median(rates["mrclab"]), _median(rates["trivial"])
+        res["cpu_us"], res["trivial_cpu_us"] = _median(cpu["mrclab"]), _median(cpu["trivial"])
+        res["rounds"] = {"rates": rates, "cpu_us": cpu}
     return res
 
 
@@ -187,10 +260,14 @@ def main(args=None) -> int:
                        ("verify_s", "read-back verification (s)"), ("total_s", "fabric up and verified (s)")]:
         row(label, lambda r, k=key: f"{r['timings'][k]:.2f}" if k in r["timings"] else "-")
     row("route entries written per second", lambda r: f"{r['entries_per_s']:,.0f}")
-    row("one cross-T1 path, pps at < 1% loss", lambda r: f"{r['path_pps']:,.0f}")
+    row("one cross-T1 path, pps at < 1% loss" + (f" (median of {ROUNDS})" if any("rounds" in r for r in results) else ""),
+        lambda r: f"{r['path_pps']:,.0f}")
     row("same path, trivial P4 program, pps", lambda r: f"{r['trivial_pps']:,.0f}" if r.get("trivial_pps") else "-")
     row("mrclab program / trivial program",
         lambda r: f"{r['path_pps'] / r['trivial_pps']:.0%}" if r.get("trivial_pps") else "-")
+    row(f"CPU us per packet per switch at {CPU_RATE_PPS} pps, mrclab", lambda r: f"{r['cpu_us']:.1f}" if "cpu_us" in r else "-")
+    row(f"CPU us per packet per switch at {CPU_RATE_PPS} pps, trivial",
+        lambda r: f"{r['trivial_cpu_us']:.1f}" if "trivial_cpu_us" in r else "-")
     console.print(t)
     console.print(f"default-fabric entries: {results[0]['entries']}; bulk write: {N_BULK} routes to t1-0-0; "
                   f"frames of {FRAME_PAD} bytes; targets: bmv2 up < 10 s, >= 2000 entries/s, mrclab >= 70% of trivial")
