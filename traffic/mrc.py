@@ -409,10 +409,12 @@ class MrcSender:
         cum = self._full_psn(p.cum_psn) if p.cum_psn != self.next_psn % PSN_MOD else self.next_psn
         newly: list[tuple[int, int, int]] = []  # (psn, ev it was sent on, transmissions)
         if cum > self.acked_below:
-            for psn in [x for x in self.unacked if x < cum]:
-                rec = self.recs[psn]
-                newly.append((psn, rec.ev, rec.tx))
-                self._ack(psn, now)
+            recs = self.recs
+            for psn in range(self.acked_below, cum):  # everything below acked_below is acknowledged
+                rec = recs.get(psn)
+                if rec is not None and not rec.acked:
+                    newly.append((psn, rec.ev, rec.tx))
+                    self._ack(psn, now)
             self.acked_below = cum
         base = self._full_psn(p.base_psn)
         bm, i = p.bitmap, 0
@@ -667,9 +669,10 @@ class MrcReceiver:
     def _sack(self, op: int, echo_psn: int, echo_ev: int, flags: int) -> Pkt:
         base = max(self.cum, self.newest - 63)
         bm = 0
-        for i in range(64):
-            if base + i in self.above:
-                bm |= 1 << i
+        for q in self.above:  # PSNs received above cum: few unless the paths reorder a lot
+            d = q - base
+            if 0 <= d < 64:
+                bm |= 1 << d
         return Pkt(op=op, qp=self.qp, ev=self.reverse_ev(), cum_psn=self.cum % PSN_MOD, base_psn=base % PSN_MOD,
                    bitmap=bm, echo_ev=echo_ev, echo_psn=echo_psn % PSN_MOD, sflags=flags,
                    port_state=self.local_ports)

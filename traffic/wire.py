@@ -32,6 +32,18 @@ _BTH = struct.Struct("!BBHII")
 _DATA_HDR = struct.Struct("!BBHII" "IIIIBBH" "QII")  # BTH + MRCX + RETH
 _DATA_HDR_IMM = struct.Struct("!BBHII" "IIIIBBH" "QII" "I")
 _L3 = struct.Struct("!I")
+# Decode in one call: from the ethertype (offset 12) through BTH: ethertype | outer ver/tc/flow,
+# (skip len), next header, (skip hop limit, src, dst) | inner (skip ver/len), next header, (skip
+# hop limit), src, dst | UDP sport, dport, len, (skip checksum) | BTH opcode, (skip flags, pkey),
+# flags << 24 | QP, ackreq << 24 | PSN
+_FIXED = struct.Struct("!H" "I2xB33x" "6xB1x16s16s" "HHH2x" "B3xII")
+# Encode a data packet's headers in one call: Ethernet | outer IPv6 (ver/tc/flow, len, next header
+# + hop limit, src, dst) | inner IPv6 (ver/tc/flow, len, next header + hop limit, src + dst) | UDP |
+# BTH | MRCX | RETH [| immediate]. The constant parts come from the scapy-built template.
+_DATA_FRAME = struct.Struct("!14sIH2s16s16s" "4sH2s32s" "HHHH" "BBHII" "IIIIBBH" "QII")
+_DATA_FRAME_IMM = struct.Struct(_DATA_FRAME.format + "I")
+_DATA_BODY = struct.Struct("!IIIIBBH" "QII")  # MRCX + RETH
+_DATA_BODY_IMM = struct.Struct("!IIIIBBH" "QII" "I")  # MRCX + RETH + immediate
 
 
 class Wire:
@@ -41,6 +53,7 @@ class Wire:
         self.plan, self.host = plan, host
         self.my_nic = plan.nic_address(host).packed
         self._tpl: dict[tuple[str, int], bytes] = {}
+        self._parts: dict[tuple[str, int], tuple[bytes, ...]] = {}
         self._dst: dict[tuple[str, int], bytes] = {}
         self._templates: dict[str, object] = {}
         self.nic_to_host = {plan.nic_address(h).packed: h for h in plan.spec.hosts()}
@@ -71,21 +84,36 @@ class Wire:
             d = self._dst[key] = tpl.outer_dst_int(ev).to_bytes(16, "big")  # type: ignore[attr-defined]
         return d
 
+    def _template_parts(self, peer: str, plane: int) -> tuple[bytes, ...]:
+        """The constant fields of :meth:`_template` as :data:`_DATA_FRAME` takes them: Ethernet,
+        outer next header + hop limit, outer src, inner ver/tc/flow, inner next header + hop limit,
+        inner src + dst."""
+        t = self._template(peer, plane)
+        o, i = H.OFF_OUTER, H.OFF_INNER
+        parts = (t[:o], t[o + 6 : o + 8], t[o + 8 : o + 24], t[i : i + 4], t[i + 6 : i + 8], t[i + 8 : i + 40])
+        self._parts[(peer, plane)] = parts
+        return parts
+
     def encode(self, p: Pkt, peer: str) -> tuple[int, list[bytes | memoryview]]:
         """(plane to send on, buffers for ``sendmsg``) of packet ``p`` to host ``peer``."""
         plane = (p.ev >> 12) & 0xF
         op = p.op
-        tail: bytes | memoryview = b""
+        ev = p.ev
         if op in _DATA_OPS:
-            st = _DATA_HDR_IMM if op == H.OP_WRITE_IMM else _DATA_HDR
-            buf = bytearray(H.L2_L4 + st.size)
-            args = [op, 0, 0xFFFF, (p.flags << 24) | (p.qp & 0xFFFFFF), p.psn & 0xFFFFFF,
-                    p.msn & 0xFFFFFFFF, p.msg_len, p.msg_crc, p.msg_offset, 0, p.port_state, 0, p.va, p.rkey, p.dma_len]
-            if op == H.OP_WRITE_IMM:
-                args.append((p.imm or 0) & 0xFFFFFFFF)
-            st.pack_into(buf, H.L2_L4, *args)
             tail = p.payload
-        elif op in (H.OP_SACK, H.OP_NACK, H.OP_ACK):
+            imm_op = op == H.OP_WRITE_IMM
+            # UDP payload: BTH..payload + ICRC
+            n = H.DATA_HDR - H.L2_L4 + (H.IMM.size if imm_op else 0) + len(tail) + 4
+            eth, onh, osrc, ivtf, inh, iaddr = self._parts.get((peer, plane)) or self._template_parts(peer, plane)
+            dst = self._dst.get((peer, ev)) or self._outer_dst(peer, ev)
+            fields = (eth, 0x60000000 | ((ev >> 16) & 0xFFFF), 48 + n, onh, osrc, dst, ivtf, 8 + n, inh, iaddr,
+                      ev & 0xFFFF, H.UDP_PORT, 8 + n, 0, op, 0, 0xFFFF, (p.flags << 24) | (p.qp & 0xFFFFFF),
+                      p.psn & 0xFFFFFF, p.msn & 0xFFFFFFFF, p.msg_len, p.msg_crc, p.msg_offset, 0, p.port_state, 0,
+                      p.va, p.rkey, p.dma_len)
+            hdr = _DATA_FRAME_IMM.pack(*fields, (p.imm or 0) & 0xFFFFFFFF) if imm_op else _DATA_FRAME.pack(*fields)
+            crc = zlib.crc32(tail, zlib.crc32(memoryview(hdr)[H.OFF_BTH :]))
+            return plane, [hdr, tail, _U32.pack(crc)]
+        if op in (H.OP_SACK, H.OP_NACK, H.OP_ACK):
             buf = bytearray(H.L2_L4 + 12 + H.SACK.size)
             _BTH.pack_into(buf, H.L2_L4, op, 0, 0xFFFF, p.qp & 0xFFFFFF, 0)
             H.SACK.pack_into(buf, H.OFF_BODY, p.cum_psn, p.base_psn, p.bitmap, p.echo_ev, p.echo_psn, p.sflags,
@@ -97,17 +125,14 @@ class Wire:
         else:
             raise ValueError(f"cannot encode opcode {op:#x}")
         crc = zlib.crc32(memoryview(buf)[H.L2_L4:])
-        if tail:
-            crc = zlib.crc32(tail, crc)
-        n = len(buf) - H.L2_L4 + len(tail) + 4
+        n = len(buf) - H.L2_L4 + 4
         buf[: H.L2_L4] = self._template(peer, plane)
-        ev = p.ev
         _L3.pack_into(buf, H.OFF_OUTER, 0x60000000 | ((ev >> 16) & 0xFFFF))  # version 6, flow label = EV high
         struct.pack_into("!H", buf, H.OFF_OUTER + 4, 48 + n)
         buf[H.OFF_OUTER + 24 : H.OFF_OUTER + 40] = self._dst.get((peer, ev)) or self._outer_dst(peer, ev)
         struct.pack_into("!H", buf, H.OFF_INNER + 4, 8 + n)
         struct.pack_into("!HHH", buf, H.OFF_UDP, ev & 0xFFFF, H.UDP_PORT, 8 + n)
-        return plane, [buf, tail, _U32.pack(crc)] if tail else [buf, _U32.pack(crc)]
+        return plane, [buf, _U32.pack(crc)]
 
     # ---- decode -------------------------------------------------------------------------------
     def _reject(self, why: str) -> None:
@@ -122,22 +147,24 @@ class Wire:
             return None
 
     def _decode(self, f) -> tuple[str, Pkt] | None:
-        if len(f) < H.OFF_BODY or f[12:14] != b"\x86\xdd":
+        if len(f) < H.OFF_BODY:
             self._reject("not IPv6 or too short")
             return None
-        o = H.OFF_OUTER
-        if f[o] >> 4 != 6 or f[o + 6] != 41 or f[H.OFF_INNER + 6] != 17:
+        (ethertype, first, onh, inh, isrc, idst, sport, dport, ulen,
+         op, fq, psn) = _FIXED.unpack_from(f, 12)
+        if ethertype != 0x86DD:
+            self._reject("not IPv6 or too short")
+            return None
+        if first >> 28 != 6 or onh != 41 or inh != 17:
             self._reject("not IPv6-in-IPv6 / UDP")
             return None
-        i = H.OFF_INNER
-        if f[i + 24 : i + 40] != self.my_nic:
+        if idst != self.my_nic:
             self._reject("not for this NIC")
             return None
-        src = self.nic_to_host.get(bytes(f[i + 8 : i + 24]))
+        src = self.nic_to_host.get(isrc)
         if src is None:
             self._reject("unknown source NIC")
             return None
-        sport, dport, ulen = struct.unpack_from("!HHH", f, H.OFF_UDP)
         if dport != H.UDP_PORT:
             self._reject("not MRC's UDP port")
             return None
@@ -145,26 +172,27 @@ class Wire:
         if ulen < 8 + H.BTH_SIZE + 4 or end + 4 > len(f):
             self._reject("bad UDP length")
             return None
-        if zlib.crc32(f[H.OFF_BTH : end]) != _U32.unpack_from(f, end)[0]:
+        v = memoryview(f)
+        if zlib.crc32(v[H.OFF_BTH : end]) != _U32.unpack_from(f, end)[0]:
             self._reject("bad ICRC")
             return None
-        first = _U32.unpack_from(f, o)[0]
         ev = ev_from_wire(sport, first & 0xFFFFF)
         ecn_ce = ((first >> 20) & 0x3) == 0x3
-        op, _, _, fq, psn = _BTH.unpack_from(f, H.OFF_BTH)
         flags, qp, psn = fq >> 24, fq & 0xFFFFFF, psn & 0xFFFFFF
         x = H.OFF_BODY
         if op in _DATA_OPS:
-            need = H.MRCX.size + H.RETH.size + (H.IMM.size if op == H.OP_WRITE_IMM else 0)
-            if end - x < need:
+            imm_op = op == H.OP_WRITE_IMM
+            st = _DATA_BODY_IMM if imm_op else _DATA_BODY
+            if end - x < st.size:
                 self._reject("truncated data header")
                 return None
-            msn, msg_len, crc, moff, _xf, ports, _ = H.MRCX.unpack_from(f, x)
-            va, rkey, dma_len = H.RETH.unpack_from(f, x + H.MRCX.size)
-            imm = H.IMM.unpack_from(f, x + H.MRCX.size + H.RETH.size)[0] if op == H.OP_WRITE_IMM else None
-            pay = bytes(f[x + need : end])
+            if imm_op:
+                msn, msg_len, crc, moff, _xf, ports, _, va, rkey, dma_len, imm = st.unpack_from(f, x)
+            else:
+                msn, msg_len, crc, moff, _xf, ports, _, va, rkey, dma_len = st.unpack_from(f, x)
+                imm = None
             return src, Pkt(op=op, qp=qp, psn=psn, ev=ev, flags=flags, msn=msn, msg_len=msg_len, msg_crc=crc,
-                            msg_offset=moff, va=va, rkey=rkey, dma_len=dma_len, payload=pay, imm=imm,
+                            msg_offset=moff, va=va, rkey=rkey, dma_len=dma_len, payload=v[x + st.size : end], imm=imm,
                             port_state=ports, ecn_ce=ecn_ce)
         if op in (H.OP_SACK, H.OP_NACK, H.OP_ACK):
             if end - x < H.SACK.size:
