@@ -32,12 +32,13 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 from controller.fabric import Fabric
-from topologies.emulation import default_dataplane, toolchain_missing
+from topologies.emulation import toolchain_missing
 from topologies.spec import load_spec
 from traffic.pathprobe import probe_frame
 
@@ -151,7 +152,7 @@ def bulk_entries_bmv2(fab: Fabric, switch: str = "t1-0-0") -> float:
 
 def _cpu_s(pid: int) -> float:
     """User + system CPU seconds of a process so far (``/proc/<pid>/stat``)."""
-    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
