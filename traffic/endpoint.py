@@ -34,6 +34,7 @@ everything acknowledged), or on SIGTERM/SIGINT, after writing the summary.
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import select
@@ -41,6 +42,7 @@ import signal
 import socket
 import sys
 import time
+from collections import deque
 from pathlib import Path
 
 from topologies.addressing import AddressPlan
@@ -150,7 +152,7 @@ class Endpoint:
         mono0 = time.monotonic() + (self.t0_wall - time.time())  # monotonic time of t = 0
         interval = float(self.cfg.get("telemetry_interval_s", 0.1))
         next_tel = next_ports = 0.0
-        backlog: dict[int, list] = {p: [] for p in socks}
+        backlog: dict[int, deque] = {p: deque() for p in socks}
         started: set[int] = set()
         stopped: set[int] = set()
         finished_at: float | None = None
@@ -200,12 +202,8 @@ class Endpoint:
                 self._send(plane, bufs, backlog)
             work += len(out)
             for plane, q in backlog.items():
-                while q:
-                    try:
-                        socks[plane].sendmsg(q[0])
-                        q.pop(0)
-                    except (BlockingIOError, OSError):
-                        break
+                while q and self._sent(socks[plane], q[0]):
+                    q.popleft()
             if now >= next_tel:
                 self._sample()
                 next_tel = now + interval
@@ -225,17 +223,24 @@ class Endpoint:
             s.close()
         return 0
 
-    def _send(self, plane: int, bufs: list, backlog: dict[int, list]) -> None:
+    def _send(self, plane: int, bufs: list, backlog: dict[int, deque]) -> None:
+        """Send now, or queue behind what the port has not taken yet (frames leave in order)."""
         q = backlog[plane]
-        if q:
+        if q or not self._sent(self.socks[plane], bufs):
             q.append(bufs)
-            return
+
+    @staticmethod
+    def _sent(sock: socket.socket, bufs: list) -> bool:
+        """True when the frame is gone: sent, or dropped because the port is down (the transport
+        recovers). False when the port cannot take it yet: a NIC holds frames its port has no room
+        for (ENOBUFS: the qdisc is full) rather than losing them, so they wait in the backlog."""
         try:
-            self.socks[plane].sendmsg(bufs)
-        except BlockingIOError:
-            q.append(bufs)
-        except OSError:  # ENOBUFS (qdisc full), ENETDOWN (port down): the transport recovers
-            pass
+            sock.sendmsg(bufs)
+        except (BlockingIOError, InterruptedError):
+            return False
+        except OSError as e:
+            return e.errno != errno.ENOBUFS
+        return True
 
     def _tx(self) -> dict:
         out = {}
