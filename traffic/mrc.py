@@ -31,6 +31,9 @@ from traffic import headers as H
 from traffic.evs import ASSUMED_BAD, EvSet
 
 PSN_MOD = 1 << 24
+#: Half-life (s) of the RTT peak under the retransmission timer (see :attr:`MrcSender.rto`): a few
+#: RTTs of a full queue here, so a dead path is still found within a few RTTs.
+RTT_PEAK_HALF_LIFE_S = 0.25
 
 
 @dataclass(frozen=True)
@@ -38,18 +41,22 @@ class MrcSettings:
     """Transport settings, with defaults and their sources (docs/protocol.md, "Defaults").
 
     ``window_packets``: fixed window of unacknowledged data packets (flow control until the
-    congestion-control issue), 64 by default: several times the bandwidth-delay product of the
-    emulated fabric, small enough not to fill its shaped queues (a fuller queue only adds RTT). ``payload_bytes``: data per packet (1024). EV set:
+    congestion-control issue), 16 by default: four per plane of the default fabric, several times
+    the bandwidth-delay product of its shaped links (one or two packets per NIC port), and no more:
+    a window that fills the bottleneck queues only adds RTT, and when a path dies and its lost
+    packets hold part of the window, the RTT of a full queue swings by its whole depth, which a
+    retransmission timer cannot follow (64 kept bmv2's 16-packet queues full and retired healthy
+    EVs in the fig. 9c/9d runs). ``payload_bytes``: data per packet (1024). EV set:
     ``evs_per_plane`` active (4) + ``backup_per_plane`` (2), ``reverse_evs_per_plane`` (1) for
     SACKs. ``probe_successes`` (3) answered probes revive a retired EV; probes every
-    ``probe_interval_s`` (0.05). Timers: RTO = max(``min_rto_s``, 2 srtt + 4 rttvar), capped at
-    ``max_rto_s`` (1.0); ``min_rto_s`` is 0.02 (OCP's local ACK timeout is 1.024 us x 2^t; the
+    ``probe_interval_s`` (0.05). Timers: RTO = max(``min_rto_s``, 2 srtt + 4 rttvar, recent peak
+    RTT), capped at ``max_rto_s`` (1.0); ``min_rto_s`` is 0.02 (OCP's local ACK timeout is 1.024 us x 2^t; the
     emulated RTT is 1-20 ms, so the floor is coarse). Before the first RTT sample the RTO is
     ``initial_rto_s`` (0.5; RFC 6298 says 1 s for the Internet): the first round trip also pays
     for the peer building its receive state, and a timeout there would retire healthy EVs.
     """
 
-    window_packets: int = 64
+    window_packets: int = 16
     payload_bytes: int = 1024
     evs_per_plane: int = 4
     backup_per_plane: int = 2
@@ -207,6 +214,8 @@ class MrcSender:
         self.exhausted = False
         self.srtt: float | None = None
         self.rttvar = 0.0
+        self.rtt_peak = 0.0  # the largest recent RTT sample, halving every RTT_PEAK_HALF_LIFE_S
+        self._peak_at: float | None = None
         self.peer_ports = 0xFF
         self.local_ports = 0xFF
         self.probes: dict[int, tuple[int, float]] = {}  # probe id -> (ev, sent at)
@@ -232,9 +241,11 @@ class MrcSender:
     def rto(self) -> float:
         if self.srtt is None:
             return max(self.s.min_rto_s, self.s.initial_rto_s)
-        # twice srtt: queueing delay on shaped links swings faster than rttvar follows, and a
-        # spurious timeout retires a healthy EV
-        return min(self.s.max_rto_s, max(self.s.min_rto_s, 2 * self.srtt + 4 * self.rttvar))
+        # twice srtt, and never under the recent peak RTT: a fixed window keeps the bottleneck
+        # queue full, so the RTT swings with it. When lost packets hold part of the window the
+        # queue drains for a moment, srtt follows it down, and the queue refills within an RTT; a
+        # timer under the RTT of the full queue would retire healthy EVs.
+        return min(self.s.max_rto_s, max(self.s.min_rto_s, 2 * self.srtt + 4 * self.rttvar, self.rtt_peak))
 
     # ---- sending ----------------------------------------------------------------------------
     def _fetch(self) -> bool:
@@ -405,7 +416,7 @@ class MrcSender:
         ev = p.echo_ev
         sent = self.sent_at.get(echo)
         if sent is not None:
-            self._rtt_sample(now - sent)
+            self._rtt_sample(now - sent, now)
         cum = self._full_psn(p.cum_psn) if p.cum_psn != self.next_psn % PSN_MOD else self.next_psn
         newly: list[tuple[int, int, int]] = []  # (psn, ev it was sent on, transmissions)
         if cum > self.acked_below:
@@ -453,7 +464,10 @@ class MrcSender:
                 self.evs.retire(ev, f"untrimmed loss of PSN {psn} behind PSN {arrived}")
                 self._lose(psn, rec, "gap on EV")
 
-    def _rtt_sample(self, r: float) -> None:
+    def _rtt_sample(self, r: float, now: float) -> None:
+        if self._peak_at is not None:
+            self.rtt_peak *= 0.5 ** ((now - self._peak_at) / RTT_PEAK_HALF_LIFE_S)
+        self.rtt_peak, self._peak_at = max(r, self.rtt_peak), now
         if self.srtt is None:
             self.srtt, self.rttvar = r, r / 2
         else:
