@@ -9,7 +9,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from traffic.channel import Channel
-from traffic.mrc import MrcSettings
+from traffic.mrc import MrcSettings, make_sender
 from transport_sim import PLAN, delivered_intact, run
 
 messages_st = st.lists(st.integers(1, 9000), min_size=1, max_size=6).flatmap(
@@ -170,3 +170,23 @@ def test_roce_stalls_on_a_cut_path_until_its_timer_then_completes():
     _check(o, 1, False)
     assert 0 < cut["acked_early"] == cut["acked_late"] < 1_000_000  # stalled while its one path is cut
     assert o.sender.stats["timeouts"] >= 1 and o.t_end > 0.3
+
+
+def test_rto_stays_above_the_recent_peak_rtt_and_follows_a_lasting_drop():
+    """A queue that drains for a moment must not pull the timer under the RTT it refills to; a
+    queue that stays short must let it come down (traffic/mrc.py, MrcSender.rto). The samples
+    are those of a full 100 ms queue that drains within 40 ms (a SACK every 2 ms)."""
+    tx = make_sender(1, PLAN, "h0", "h2", MrcSettings(), random.Random(1), iter([]))
+    now = 0.0
+    for _ in range(50):
+        now += 0.01
+        tx._rtt_sample(0.100, now)
+    for k in range(40):
+        now += 0.002
+        tx._rtt_sample(max(0.020, 0.100 - 0.004 * (k + 1)), now)
+    assert 2 * tx.srtt + 4 * tx.rttvar < 0.06  # what srtt and rttvar alone would allow
+    assert tx.rto > 0.075  # the queue refills within an RTT: the timer stays near its RTT
+    for _ in range(200):  # 2 s of short round trips
+        now += 0.01
+        tx._rtt_sample(0.020, now)
+    assert tx.rto < 0.06

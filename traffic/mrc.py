@@ -50,8 +50,8 @@ class MrcSettings:
     ``evs_per_plane`` active (4) + ``backup_per_plane`` (2), ``reverse_evs_per_plane`` (1) for
     SACKs. ``probe_successes`` (3) answered probes revive a retired EV; probes every
     ``probe_interval_s`` (0.05). Timers: RTO = max(``min_rto_s``, 2 srtt + 4 rttvar, recent peak
-    RTT), capped at ``max_rto_s`` (1.0); ``min_rto_s`` is 0.02 (OCP's local ACK timeout is 1.024 us x 2^t; the
-    emulated RTT is 1-20 ms, so the floor is coarse). Before the first RTT sample the RTO is
+    RTT), capped at ``max_rto_s`` (1.0); ``min_rto_s`` is 0.02 (OCP's local ACK timeout is
+    1.024 us x 2^t; the emulated RTT is 1-100 ms, so the floor is coarse). Before the first RTT sample the RTO is
     ``initial_rto_s`` (0.5; RFC 6298 says 1 s for the Internet): the first round trip also pays
     for the peer building its receive state, and a timeout there would retire healthy EVs.
     """
