@@ -48,8 +48,8 @@ TRIAL_S = 2.0
 ROUNDS = 5
 CPU_RATE_PPS = 2000
 FRAME_PAD = 160
-#: the path measured: (switch, the node packets come from, the node they go to)
-HOPS = (("t0-0-0", "h0", "t1-0-0"), ("t1-0-0", "t0-0-0", "t0-0-1"), ("t0-0-1", "t1-0-0", "h2"))
+#: the path measured: (src host, dst host, plane, T1), cross-T1 through 3 switches
+PATH = ("h0", "h2", 0, 0)
 
 
 def _rx_packets(netns: str, intf: str) -> int:
@@ -83,13 +83,20 @@ def steady_trial(fab: Fabric, frame: bytes, src: str, dst: str, plane: int, rate
     return achieved, loss
 
 
-def path_frame(fab: Fabric, src: str = "h0", dst: str = "h2", plane: int = 0, t1: int = 0) -> bytes:
+def path_hops(fab: Fabric) -> list[tuple[str, str, str]]:
+    """(switch, node packets come from, node they go to) along :data:`PATH`."""
+    p = fab.plan.path(*PATH)
+    nodes = [p.src, *p.hops, p.dst]
+    return [(nodes[i], nodes[i - 1], nodes[i + 1]) for i in range(1, len(nodes) - 1)]
+
+
+def path_frame(fab: Fabric, src: str = PATH[0], dst: str = PATH[1], plane: int = PATH[2], t1: int = PATH[3]) -> bytes:
     """A probe frame for one path, padded to FRAME_PAD bytes."""
     frame = probe_frame(fab.plan, fab.plan.path(src, dst, plane, t1), 0, 0)
     return frame + bytes(max(0, FRAME_PAD - len(frame)))
 
 
-def max_rate(fab: Fabric, src: str = "h0", dst: str = "h2", plane: int = 0, t1: int = 0,
+def max_rate(fab: Fabric, src: str = PATH[0], dst: str = PATH[1], plane: int = PATH[2], t1: int = PATH[3],
              start: float = 1000.0, log=lambda _m: None) -> tuple[float, list[tuple[float, float, float]]]:
     """Highest offered rate (pps) with < 1% loss on one path; also every trial (target, achieved, loss)."""
     frame = path_frame(fab, src, dst, plane, t1)
@@ -157,17 +164,17 @@ def _cpu_s(pid: int) -> float:
 
 
 def cpu_us_per_packet(fab: Fabric, rate: float = CPU_RATE_PPS) -> float:
-    """Mean CPU microseconds each switch of :data:`HOPS` spends per packet at ``rate`` pps: the
+    """Mean CPU microseconds each switch of :data:`PATH` spends per packet at ``rate`` pps: the
     program's cost, steadier than a loss threshold."""
-    pids = [fab.emu.node(sw).proc.pid for sw, _, _ in HOPS]
+    pids = [fab.emu.node(sw).proc.pid for sw, _, _ in path_hops(fab)]
     before = [_cpu_s(p) for p in pids]
-    achieved, _ = trial(fab, path_frame(fab), "h0", "h2", 0, rate)
+    achieved, _ = trial(fab, path_frame(fab), PATH[0], PATH[1], PATH[2], rate)
     spent = sum(_cpu_s(p) for p in pids) - sum(before)
     return spent / len(pids) / (achieved * TRIAL_S) * 1e6
 
 
 class TrivialProgram:
-    """``p4src/forward.p4`` on the switches of :data:`HOPS` (port to port along h0 -> h2) while in
+    """``p4src/forward.p4`` on the switches of :data:`PATH` (port to port along it) while in
     the ``with`` block; the mrclab program and its entries come back when it ends."""
 
     def __init__(self, fab: Fabric) -> None:
@@ -184,7 +191,7 @@ class TrivialProgram:
         self.switches = {}
         self.fab._lock.acquire()
         try:
-            for sw, frm, to in HOPS:
+            for sw, frm, to in path_hops(self.fab):
                 p = self.fab.p4[sw]
                 p.close()
                 t = P4Switch(sw, p.device_id, p.grpc_addr, info, prog.bmv2_json)
@@ -220,14 +227,15 @@ def measure(dataplane: str, log) -> dict:
         log(f"{dataplane}: up and verified in {fab.timings['total_s']:.2f} s")
         res["entries_per_s"] = (bulk_entries_bmv2 if dataplane == "bmv2" else bulk_entries_linux)(fab)
         log(f"{dataplane}: {res['entries_per_s']:.0f} entries/s")
+        route = " -> ".join([PATH[0], *(sw for sw, _, _ in path_hops(fab)), PATH[1]])
         if dataplane != "bmv2":
-            log(f"{dataplane}: searching the highest <1%-loss rate over h0 -> t0-0-0 -> t1-0-0 -> t0-0-1 -> h2")
+            log(f"{dataplane}: searching the highest <1%-loss rate over {route}")
             res["path_pps"], res["trials"] = max_rate(fab, log=log)
             return res
         rates: dict[str, list[float]] = {"mrclab": [], "trivial": []}
         cpu: dict[str, list[float]] = {"mrclab": [], "trivial": []}
         for k in range(ROUNDS):
-            log(f"bmv2 round {k + 1}/{ROUNDS}: p4src/mrclab.p4 on h0 -> t0-0-0 -> t1-0-0 -> t0-0-1 -> h2")
+            log(f"bmv2 round {k + 1}/{ROUNDS}: p4src/mrclab.p4 on {route}")
             rates["mrclab"].append(max_rate(fab, log=log)[0])
             cpu["mrclab"].append(cpu_us_per_packet(fab))
             log(f"bmv2 round {k + 1}/{ROUNDS}: p4src/forward.p4 (port to port) on the same switches")
