@@ -24,13 +24,17 @@ from topologies.addressing import AddressPlan, ev_from_wire
 from traffic import headers as H
 from traffic.mrc import Pkt
 
-_U16 = struct.Struct("!H")
 _U32 = struct.Struct("!I")
 _DATA_OPS = (H.OP_WRITE, H.OP_WRITE_IMM)
 # BTH as opcode, flags(se/m/pad/tver), pkey, (MRC flags << 24 | dest QP), (ackreq << 24 | PSN)
 _BTH = struct.Struct("!BBHII")
-_DATA_HDR = struct.Struct("!BBHII" "IIIIBBH" "QII")  # BTH + MRCX + RETH
-_DATA_HDR_IMM = struct.Struct("!BBHII" "IIIIBBH" "QII" "I")
+
+
+def _concat(*parts: struct.Struct | str) -> struct.Struct:
+    """One big-endian struct from the formats of ``parts`` (headers.py layouts or format text)."""
+    return struct.Struct("!" + "".join(p.format.lstrip("!") if isinstance(p, struct.Struct) else p for p in parts))
+
+
 _L3 = struct.Struct("!I")
 # Decode in one call: from the ethertype (offset 12) through BTH: ethertype | outer ver/tc/flow,
 # (skip len), next header, (skip hop limit, src, dst) | inner (skip ver/len), next header, (skip
@@ -40,10 +44,10 @@ _FIXED = struct.Struct("!H" "I2xB33x" "6xB1x16s16s" "HHH2x" "B3xII")
 # Encode a data packet's headers in one call: Ethernet | outer IPv6 (ver/tc/flow, len, next header
 # + hop limit, src, dst) | inner IPv6 (ver/tc/flow, len, next header + hop limit, src + dst) | UDP |
 # BTH | MRCX | RETH [| immediate]. The constant parts come from the scapy-built template.
-_DATA_FRAME = struct.Struct("!14sIH2s16s16s" "4sH2s32s" "HHHH" "BBHII" "IIIIBBH" "QII")
-_DATA_FRAME_IMM = struct.Struct(_DATA_FRAME.format + "I")
-_DATA_BODY = struct.Struct("!IIIIBBH" "QII")  # MRCX + RETH
-_DATA_BODY_IMM = struct.Struct("!IIIIBBH" "QII" "I")  # MRCX + RETH + immediate
+_DATA_FRAME = _concat("14sIH2s16s16s" "4sH2s32s", H.UDPH, _BTH, H.MRCX, H.RETH)
+_DATA_FRAME_IMM = _concat(_DATA_FRAME, H.IMM)
+_DATA_BODY = _concat(H.MRCX, H.RETH)
+_DATA_BODY_IMM = _concat(H.MRCX, H.RETH, H.IMM)
 
 
 class Wire:
