@@ -8,9 +8,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from traffic import headers as H
 from traffic.channel import Channel
-from traffic.mrc import MrcSettings, make_sender
-from transport_sim import PLAN, delivered_intact, run
+from traffic.mrc import SACK_COALESCE_MAX, MrcReceiver, MrcSettings, make_sender
+from transport_sim import PLAN, delivered_intact, reverse_evs, run
 
 messages_st = st.lists(st.integers(1, 9000), min_size=1, max_size=6).flatmap(
     lambda sizes: st.tuples(*[st.binary(min_size=n, max_size=n) for n in sizes]))
@@ -190,3 +191,45 @@ def test_rto_stays_above_the_recent_peak_rtt_and_follows_a_lasting_drop():
         now += 0.01
         tx._rtt_sample(0.020, now)
     assert tx.rto < 0.06
+
+
+def test_sacks_are_coalesced_over_a_receive_batch_and_cover_every_arrival():
+    """Due SACKs wait for the end of the batch (the next poll), one per SACK_COALESCE_MAX at most,
+    and each reports everything that arrived, out of order too."""
+    s = MrcSettings(payload_bytes=1024, window_packets=256, region_bytes=1 << 22)
+    tx = make_sender(1, PLAN, "h0", "h2", s, random.Random(3), iter([(0, bytes(range(256)) * 1024)]))
+    rx = MrcReceiver(1, s, reverse_evs())
+    pkts = []
+    while len(pkts) < 2 * SACK_COALESCE_MAX + 5:
+        pkts += tx.poll(0.0)
+    batch = pkts[: SACK_COALESCE_MAX + 5]
+    batch[0], batch[1] = batch[1], batch[0]  # one reordering inside the batch
+    sacks = [a for p in batch for a in rx.on_packet(p, 0.0001)]
+    assert len(sacks) == 1 and sacks[0].op == H.OP_SACK  # the cap: 32 pending leave at once
+    assert sacks[0].cum_psn == SACK_COALESCE_MAX
+    assert rx.poll(0.0001)[0].cum_psn == SACK_COALESCE_MAX + 5  # the rest at the end of the batch
+    assert rx.poll(0.0001) == []
+    one = rx.on_packet(pkts[SACK_COALESCE_MAX + 5], 0.0002)
+    assert one == [] and rx.poll(0.0002) == []  # one pending: below ack_every, waits for ack_delay_s
+    late = rx.poll(0.0002 + s.ack_delay_s)
+    assert len(late) == 1 and late[0].cum_psn == SACK_COALESCE_MAX + 6
+
+
+def test_a_retransmission_far_behind_the_newest_arrival_is_in_its_sacks_bitmap():
+    """cum_psn is held by a hole while 100 later PSNs arrive; when the hole's neighbour (also lost,
+    now retransmitted) arrives, the SACK must report it, or its sender times it out and blames a
+    healthy EV."""
+    s = MrcSettings(payload_bytes=1024, window_packets=256, region_bytes=1 << 22)
+    tx = make_sender(1, PLAN, "h0", "h2", s, random.Random(3), iter([(0, bytes(300 * 1024))]))
+    rx = MrcReceiver(1, s, reverse_evs())
+    pkts = []
+    while len(pkts) < 120:
+        pkts += tx.poll(0.0)
+    for p in pkts[2:110]:  # PSNs 0 and 1 lost
+        rx.on_packet(p, 0.001)
+    rx.poll(0.001)
+    sack = rx.on_packet(pkts[1], 0.002) + rx.poll(0.003)  # the retransmission of PSN 1
+    assert len(sack) == 1 and sack[0].cum_psn == 0 and sack[0].echo_psn == 1
+    assert (sack[0].bitmap >> (1 - sack[0].base_psn)) & 1
+    tx.on_packet(sack[0], 0.003)
+    assert 1 not in tx.unacked and 0 in tx.unacked

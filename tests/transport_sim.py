@@ -49,8 +49,6 @@ def run(messages: list[bytes], chan: Channel, *, transport: str = "mrc", setting
             hook(now, tx, rx, chan)
         for p in tx.poll(now):
             chan.send(p, "rx", now)
-        for p in rx.poll(now):
-            chan.send(p, "tx", now)
         for to, p in chan.due(now):
             if to == "rx":
                 if p.op == H.OP_PROBE:
@@ -60,6 +58,8 @@ def run(messages: list[bytes], chan: Channel, *, transport: str = "mrc", setting
                         chan.send(r, "tx", now)
             else:
                 tx.on_packet(p, now)
+        for p in rx.poll(now):  # after the step's arrivals, as the endpoint polls after a receive batch
+            chan.send(p, "tx", now)
         now += dt
     return Outcome(tx, rx, messages, now, events)
 

@@ -8,8 +8,10 @@ channel that drops, duplicates, reorders and delays (:mod:`traffic.channel`).
 Reliability (MRC.md, "The transport"; docs/protocol.md):
 
 * every data packet takes the next active EV; its PSN is recorded per EV in send order;
-* the receiver SACKs (cumulative PSN + a 64-bit bitmap ending at the newest arrival + the echoed
-  EV and PSN of that arrival) every ``ack_every`` packets or after ``ack_delay_s``;
+* the receiver SACKs (cumulative PSN + a 64-bit bitmap ending at the newest arrival it reports +
+  the echoed EV and PSN of the last arrival) every ``ack_every`` packets or after ``ack_delay_s``,
+  coalesced over a receive batch: a due SACK leaves at the next ``poll`` (at most
+  ``SACK_COALESCE_MAX`` late);
 * each EV is one FIFO path, so when a SACK echoes PSN q arriving on EV e, every PSN sent on e
   before q and still unacknowledged is lost: its EV is retired at once (untrimmed loss) and the
   PSN is retransmitted on another EV. Spraying's reordering *across* EVs is never taken for loss;
@@ -34,6 +36,14 @@ PSN_MOD = 1 << 24
 #: Half-life (s) of the RTT peak under the retransmission timer (see :attr:`MrcSender.rto`): a few
 #: RTTs of a full queue here, so a dead path is still found within a few RTTs.
 RTT_PEAK_HALF_LIFE_S = 0.25
+#: A receiver never holds more than this many packets unacknowledged while it works through a
+#: receive batch: half the SACK bitmap (64), so one SACK still reports every arrival above cum_psn
+#: when the batch arrived in order (ours; NICs coalesce ACKs per interrupt or per poll likewise).
+SACK_COALESCE_MAX = 32
+#: PSNs a SACK's bitmap covers (MRC.md: "a 64-bit bitmap"). Its 64 end at the newest arrival the SACK
+#: reports, and the arrivals one SACK reports always fit in it: an arrival 64 or more away from the
+#: pending ones (a retransmission of an old hole) sends those first.
+SACK_BITMAP_BITS = 64
 
 
 @dataclass(frozen=True)
@@ -587,8 +597,9 @@ class MrcReceiver:
         self.next_completion = 0
         self.imm_done: dict[int, int] = {}
         self.stats = RxStats()
-        self.pending_ack = 0
+        self.pending_ack = 0  # arrivals not yet SACKed, all within one bitmap: pending_lo..pending_hi
         self.pending_since: float | None = None
+        self.pending_lo = self.pending_hi = 0
         self.last = (0, 0, False)  # echo psn, echo ev, ecn
         self.peer_ports = 0xFF
         self.local_ports = 0xFF
@@ -611,10 +622,10 @@ class MrcReceiver:
         if trimmed:
             self.stats.trimmed += 1
             self.events("trim", qp=self.qp, psn=psn, ev=p.ev)
-            return [self._sack(H.OP_NACK, psn, p.ev, H.S_TRIM)]
+            return [self._sack(H.OP_NACK, psn, p.ev, H.S_TRIM, self.newest)]
         if psn < self.cum or psn in self.above:
             self.stats.duplicates += 1
-            return [self._sack(H.OP_SACK, psn, p.ev, 0)]
+            return [self._sack(H.OP_SACK, psn, p.ev, 0, psn)]
         why = self._check(p)
         if why:
             self.stats.drop(why)
@@ -629,6 +640,9 @@ class MrcReceiver:
         elif (m.msg_len, m.crc, m.base) != (p.msg_len, p.msg_crc, base):
             self.stats.drop("inconsistent message fields")
             return []
+        out = []
+        if self.pending_ack and max(self.pending_hi, psn) - min(self.pending_lo, psn) >= SACK_BITMAP_BITS:
+            out.append(self._flush())  # this arrival and the pending ones would not fit one bitmap
         self.region[p.va : p.va + p.dma_len] = p.payload
         self.stats.data_packets += 1
         self.stats.delivered_bytes += p.dma_len
@@ -644,12 +658,15 @@ class MrcReceiver:
         if m.got >= m.msg_len:
             self._complete(p.msn, m, p.imm if p.op == H.OP_WRITE_IMM else None)
         self.last = (psn, p.ev, p.ecn_ce)
-        self.pending_ack += 1
-        if self.pending_since is None:
+        if self.pending_ack:
+            self.pending_lo, self.pending_hi = min(self.pending_lo, psn), max(self.pending_hi, psn)
+        else:
+            self.pending_lo = self.pending_hi = psn
             self.pending_since = now
-        if self.pending_ack >= self.s.ack_every or p.ecn_ce:
-            return [self._flush()]
-        return []
+        self.pending_ack += 1
+        if p.ecn_ce or self.pending_ack >= SACK_COALESCE_MAX:
+            out.append(self._flush())
+        return out  # else due at the next poll (the end of the receive batch) once ack_every are pending
 
     def _check(self, p: Pkt) -> str | None:
         if p.rkey != rkey_for(self.qp):
@@ -680,12 +697,13 @@ class MrcReceiver:
             self.next_completion += 1
         self.msn_floor = self.next_completion
 
-    def _sack(self, op: int, echo_psn: int, echo_ev: int, flags: int) -> Pkt:
-        base = max(self.cum, self.newest - 63)
+    def _sack(self, op: int, echo_psn: int, echo_ev: int, flags: int, top: int) -> Pkt:
+        """A SACK/NACK whose bitmap covers the 64 PSNs up to ``top`` (never below cum_psn)."""
+        base = max(self.cum, top - (SACK_BITMAP_BITS - 1))
         bm = 0
         for q in self.above:  # PSNs received above cum: few unless the paths reorder a lot
             d = q - base
-            if 0 <= d < 64:
+            if 0 <= d < SACK_BITMAP_BITS:
                 bm |= 1 << d
         return Pkt(op=op, qp=self.qp, ev=self.reverse_ev(), cum_psn=self.cum % PSN_MOD, base_psn=base % PSN_MOD,
                    bitmap=bm, echo_ev=echo_ev, echo_psn=echo_psn % PSN_MOD, sflags=flags,
@@ -695,10 +713,12 @@ class MrcReceiver:
         psn, ev, ecn = self.last
         self.pending_ack = 0
         self.pending_since = None
-        return self._sack(H.OP_SACK, psn, ev, H.S_ECN if ecn else 0)
+        return self._sack(H.OP_SACK, psn, ev, H.S_ECN if ecn else 0, self.pending_hi)
 
     def poll(self, now: float) -> list[Pkt]:
-        if self.pending_ack and self.pending_since is not None and now - self.pending_since >= self.s.ack_delay_s:
+        """The SACK that is due: ``ack_every`` packets pending, or one pending for ``ack_delay_s``."""
+        n = self.pending_ack
+        if n and (n >= self.s.ack_every or now - self.pending_since >= self.s.ack_delay_s):  # type: ignore[operator]
             return [self._flush()]
         return []
 

@@ -158,7 +158,7 @@ class RoceReceiver(MrcReceiver):
             self.stats.drop("out of order (go-back-N)")
             if self.nacked_at != self.cum:
                 self.nacked_at = self.cum
-                return [self._sack(H.OP_NACK, psn, p.ev, H.S_SEQ)]
+                return [self._sack(H.OP_NACK, psn, p.ev, H.S_SEQ, self.cum)]
             return []
         out = super().on_packet(p, now)
         return [self._as_ack(x) for x in out]
