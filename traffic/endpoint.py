@@ -25,7 +25,8 @@ Telemetry, one JSON object per line, each with ``t_wall`` (time.time()) and ``t_
   messages_delivered, messages_corrupt}}, "ports": bitmap}`` every ``telemetry_interval_s``;
 * ``{"type": "event", "kind": ev_state|loss|gap|timeout|nack|trim|plane|ports, ...}`` as they
   happen (ev_state: qp, ev, old, new, reason);
-* ``{"type": "summary", "tx_qps": {... totals ...}, "rx_qps": {...}, "dropped": {reason: n}}`` last.
+* ``{"type": "summary", "tx_qps": {... totals ...}, "rx_qps": {...}, "dropped": {reason: n}, "cpu_s": s}``
+  last (cpu_s: user + system CPU seconds of the run loop, kernel work done on its behalf included).
 
 The process exits 0 once every QP it sends has finished (count reached, or duration over and
 everything acknowledged), or on SIGTERM/SIGINT, after writing the summary.
@@ -37,6 +38,7 @@ import argparse
 import errno
 import json
 import os
+import resource
 import select
 import signal
 import socket
@@ -54,6 +56,11 @@ ETH_P_ALL = 0x0003
 PACKET_IGNORE_OUTGOING = 23
 SO_SNDBUFFORCE, SO_RCVBUFFORCE = 32, 33  # linux <asm-generic/socket.h>; Python does not export them
 SOL_PACKET = 263
+
+
+def _cpu_s() -> float:
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
 
 
 class EndpointConfigError(ValueError):
@@ -144,6 +151,7 @@ class Endpoint:
     # ---- loop ----------------------------------------------------------------------------------
     def run(self) -> int:
         self.open()
+        cpu0 = _cpu_s()
         stack, socks = self.stack, self.socks
         by_fd = {s.fileno(): s for s in socks.values()}
         poller = select.poll()
@@ -217,7 +225,8 @@ class Endpoint:
             if not work:
                 poller.poll(1)
         self._sample()
-        self.tel.write({"type": "summary", "tx_qps": self._tx(), "rx_qps": self._rx(), "dropped": stack.dropped()})
+        self.tel.write({"type": "summary", "tx_qps": self._tx(), "rx_qps": self._rx(), "dropped": stack.dropped(),
+                        "cpu_s": _cpu_s() - cpu0})
         self.tel.close()
         for s in socks.values():
             s.close()
