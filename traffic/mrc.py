@@ -23,7 +23,6 @@ Reliability (MRC.md, "The transport"; docs/protocol.md):
 from __future__ import annotations
 
 import random
-import zlib
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -196,10 +195,7 @@ def message_source(seed: int, size: int, count: int | None) -> Iterator[tuple[in
     msn = 0
     while count is None or msn < count:
         r = (msn * 7919) % n
-        msg = bytearray(n)  # one copy of the rotated buffer (messages are up to GiBs)
-        msg[: n - r] = base[r:]
-        msg[n - r :] = base[:r]
-        yield msn, bytes(msg[:size]) if size < n else bytes(msg)
+        yield msn, b"".join((base[r:], base[:r]))[:size]  # one copy of the rotated buffer (messages are up to GiBs)
         msn += 1
 
 
@@ -211,7 +207,8 @@ class MrcSender:
         self.qp, self.evs, self.s, self.imm = qp, evs, settings, imm
         self.events = events or (lambda kind, **kw: None)
         self._messages = messages
-        self._cur: tuple[int, bytes, int, int] | None = None  # msn, data, crc, next offset
+        self._op, self._rkey = (H.OP_WRITE_IMM if imm else H.OP_WRITE), rkey_for(qp)
+        self._cur: tuple[int, memoryview, int, int] | None = None  # msn, data, crc, next offset
         self.next_psn = 0
         self.acked_below = 0
         self.recs: dict[int, _Rec] = {}
@@ -267,45 +264,27 @@ class MrcSender:
         except StopIteration:
             self.exhausted = True
             return False
-        crc = zlib.crc32(data)
+        crc = H.crc32(data)
         self.cache[msn] = (data, crc)
-        self._cur = (msn, data, crc, 0)
+        self._cur = (msn, memoryview(data), crc, 0)
         n = max(1, -(-len(data) // self.s.payload_bytes))
         self.msg_left[msn] = n
         self.msg_total[msn] = len(data)
         self.stats["messages_sent"] += 1
         return True
 
-    def _next_chunk(self) -> tuple[int, int, int, int, memoryview, int] | None:
-        if self._cur is None and not self._fetch():
-            return None
-        assert self._cur is not None
-        msn, data, crc, off = self._cur
-        ln = min(self.s.payload_bytes, len(data) - off)
-        chunk = memoryview(data)[off : off + ln]
-        if off + ln >= len(data):
-            self._cur = None
-        else:
-            self._cur = (msn, data, crc, off + ln)
-        return msn, len(data), crc, off, chunk, ln
-
-    def _va(self, msn: int, msg_len: int, offset: int) -> int:
-        base = self.ring.base.get(msn)
-        if base is None:
-            base = self.ring.place(msn, msg_len)
-        return base + offset
-
     def _data_pkt(self, psn: int, ev: int, msn: int, msg_len: int, crc: int, off: int, chunk, flags: int) -> Pkt:
-        return Pkt(op=H.OP_WRITE_IMM if self.imm else H.OP_WRITE, qp=self.qp, psn=psn, ev=ev, flags=flags,
-                   msn=msn, msg_len=msg_len, msg_crc=crc, msg_offset=off, va=self._va(msn, msg_len, off),
-                   rkey=rkey_for(self.qp), dma_len=len(chunk), payload=chunk,
-                   imm=(msn & 0xFFFFFFFF) if self.imm else None, port_state=self.local_ports)
+        return Pkt(op=self._op, qp=self.qp, psn=psn, ev=ev, flags=flags, msn=msn, msg_len=msg_len, msg_crc=crc,
+                   msg_offset=off, va=self.ring.base[msn] + off, rkey=self._rkey, dma_len=len(chunk),
+                   payload=chunk, imm=(msn & 0xFFFFFFFF) if self.imm else None, port_state=self.local_ports)
 
     def _record(self, psn: int, ev: int, now: float) -> None:
-        self.per_ev.setdefault(ev, deque()).append(psn)
+        q = self.per_ev.get(ev)
+        if q is None:
+            q = self.per_ev[ev] = deque()
+        q.append(psn)
         self.timer_q.append((now, psn))
-        e = self.evs.evs[ev]
-        e.packets += 1
+        self.evs.evs[ev].packets += 1
 
     def poll(self, now: float, budget: int = 64) -> list[Pkt]:
         """Packets to send now: retransmissions first, then new data within the window, then probes."""
@@ -326,32 +305,42 @@ class MrcSender:
             self.stats["retransmits"] += 1
             self.evs.evs[ev].retransmits += 1
             out.append(self._rebuild_data(psn, rec, ev, H.F_RETX))
-        while len(out) < budget and len(self.unacked) < self.s.window_packets:
-            ev = self.evs.next_ev()
+        # new data: the hot path, one packet per turn (names bound once, no helper calls)
+        window, payload, unacked, recs, sent_at = self.s.window_packets, self.s.payload_bytes, self.unacked, \
+            self.recs, self.sent_at
+        ring, evs, info = self.ring, self.evs, self.evs.evs
+        sent = 0
+        while len(out) < budget and len(unacked) < window:
+            ev = evs.next_ev()
             if ev is None:
                 break
-            if self._cur is None and not self._fetch():
-                break
-            assert self._cur is not None
-            if self._cur[3] == 0 and self._cur[0] not in self.ring.base and not self.ring.fits(len(self._cur[1])):
-                break  # the region it goes to still holds a message in flight: wait for its acks
-            nxt = self._next_chunk()
-            if nxt is None:
-                break
-            msn, msg_len, crc, off, chunk, ln = nxt
+            cur = self._cur
+            if cur is None:
+                if not self._fetch():
+                    break
+                cur = self._cur
+            msn, data, crc, off = cur  # type: ignore[misc]
+            msg_len = len(data)
+            if off == 0 and msn not in ring.base:
+                if not ring.fits(msg_len):
+                    break  # the region it goes to still holds a message in flight: wait for its acks
+                ring.place(msn, msg_len)
+            ln = min(payload, msg_len - off)
+            self._cur = (msn, data, crc, off + ln) if off + ln < msg_len else None
             psn = self.next_psn
-            self.next_psn += 1
-            self.recs[psn] = _Rec(msn, off, ln, ev, now)
-            self.sent_at[psn] = now
-            self.unacked.add(psn)
+            self.next_psn = psn + 1
+            recs[psn] = _Rec(msn, off, ln, ev, now)
+            sent_at[psn] = now
+            unacked.add(psn)
             self._record(psn, ev, now)
-            self.stats["data_packets"] += 1
-            self.evs.evs[ev].bytes += ln
-            out.append(self._data_pkt(psn, ev, msn, msg_len, crc, off, chunk, 0))
-            if self._cur is None and msg_len > self.s.window_packets * self.s.payload_bytes:
+            info[ev].bytes += ln
+            sent += 1
+            out.append(self._data_pkt(psn, ev, msn, msg_len, crc, off, data[off : off + ln], 0))
+            if self._cur is None and msg_len > window * payload:
                 # a big next message is fetched *after* these packets are stamped and sent, so the
                 # time it takes is not charged to their round trip (which would fire the timer)
                 break
+        self.stats["data_packets"] += sent
         if self._cur is None and out:
             self._fetch()
         out += self._probes(now)
@@ -587,6 +576,7 @@ class MrcReceiver:
     def __init__(self, qp: int, settings: MrcSettings, reverse_ev: Callable[[], int],
                  *, events: Callable[..., None] | None = None) -> None:
         self.qp, self.s, self.reverse_ev = qp, settings, reverse_ev
+        self._rkey = rkey_for(qp)
         self.events = events or (lambda kind, **kw: None)
         self.region = bytearray(settings.region_bytes)
         self.cum = 0  # every PSN below is received
@@ -614,52 +604,62 @@ class MrcReceiver:
             self.stats.drop("unexpected opcode")
             return []
         self.peer_ports = p.port_state
-        psn = self._full(p.psn)
-        if psn >= self.cum + self.s.max_psn_window:
+        cum = self.cum
+        d = (p.psn - cum) % PSN_MOD  # the full PSN nearest cum (inlined _full: the hot path)
+        psn = cum + d if d < PSN_MOD // 2 else cum - ((cum - p.psn) % PSN_MOD)
+        if psn >= cum + self.s.max_psn_window:
             self.stats.drop("out of window")
             return []
-        trimmed = bool(p.flags & H.F_TRIM) or len(p.payload) < p.dma_len
-        if trimmed:
+        payload, dma_len = p.payload, p.dma_len
+        if p.flags & H.F_TRIM or len(payload) < dma_len:
             self.stats.trimmed += 1
             self.events("trim", qp=self.qp, psn=psn, ev=p.ev)
             return [self._sack(H.OP_NACK, psn, p.ev, H.S_TRIM, self.newest)]
-        if psn < self.cum or psn in self.above:
+        if psn < cum or psn in self.above:
             self.stats.duplicates += 1
             return [self._sack(H.OP_SACK, psn, p.ev, 0, psn)]
         why = self._check(p)
         if why:
             self.stats.drop(why)
             return []
-        m = self.msgs.get(p.msn)
-        base = p.va - p.msg_offset
+        msn, va = p.msn, p.va
+        m = self.msgs.get(msn)
+        base = va - p.msg_offset
         if m is None:
-            if p.msn < self.msn_floor or p.msn >= self.msn_floor + 4096 or p.msn in self.done_msns:
+            if msn < self.msn_floor or msn >= self.msn_floor + 4096 or msn in self.done_msns:
                 self.stats.drop("message out of window")
                 return []
-            m = self.msgs[p.msn] = _Msg(p.msg_len, p.msg_crc, base)
-        elif (m.msg_len, m.crc, m.base) != (p.msg_len, p.msg_crc, base):
+            m = self.msgs[msn] = _Msg(p.msg_len, p.msg_crc, base)
+        elif m.msg_len != p.msg_len or m.crc != p.msg_crc or m.base != base:
             self.stats.drop("inconsistent message fields")
             return []
         out = []
         if self.pending_ack and max(self.pending_hi, psn) - min(self.pending_lo, psn) >= SACK_BITMAP_BITS:
             out.append(self._flush())  # this arrival and the pending ones would not fit one bitmap
-        self.region[p.va : p.va + p.dma_len] = p.payload
-        self.stats.data_packets += 1
-        self.stats.delivered_bytes += p.dma_len
-        m.got += p.dma_len
-        if psn == self.cum:
-            self.cum += 1
-            while self.cum in self.above:
-                self.above.discard(self.cum)
-                self.cum += 1
+        self.region[va : va + dma_len] = payload
+        st = self.stats
+        st.data_packets += 1
+        st.delivered_bytes += dma_len
+        m.got += dma_len
+        if psn == cum:
+            cum += 1
+            above = self.above
+            while cum in above:
+                above.discard(cum)
+                cum += 1
+            self.cum = cum
         else:
             self.above.add(psn)
-        self.newest = max(self.newest, psn)
+        if psn > self.newest:
+            self.newest = psn
         if m.got >= m.msg_len:
-            self._complete(p.msn, m, p.imm if p.op == H.OP_WRITE_IMM else None)
+            self._complete(msn, m, p.imm if p.op == H.OP_WRITE_IMM else None)
         self.last = (psn, p.ev, p.ecn_ce)
         if self.pending_ack:
-            self.pending_lo, self.pending_hi = min(self.pending_lo, psn), max(self.pending_hi, psn)
+            if psn < self.pending_lo:
+                self.pending_lo = psn
+            elif psn > self.pending_hi:
+                self.pending_hi = psn
         else:
             self.pending_lo = self.pending_hi = psn
             self.pending_since = now
@@ -669,20 +669,20 @@ class MrcReceiver:
         return out  # else due at the next poll (the end of the receive batch) once ack_every are pending
 
     def _check(self, p: Pkt) -> str | None:
-        if p.rkey != rkey_for(self.qp):
+        if p.rkey != self._rkey:
             return "bad rkey"
-        if p.dma_len != len(p.payload) or p.dma_len == 0:
+        dma_len, off, msg_len, va, size = p.dma_len, p.msg_offset, p.msg_len, p.va, len(self.region)
+        if dma_len != len(p.payload) or dma_len == 0:
             return "bad length"
-        if not (0 <= p.msg_offset < p.msg_len and p.msg_offset + p.dma_len <= p.msg_len):
+        if not (0 <= off < msg_len and off + dma_len <= msg_len):
             return "bad message offset"
-        if p.va < p.msg_offset or p.va + p.dma_len > len(self.region) or p.va - p.msg_offset + p.msg_len > len(self.region):
+        if va < off or va + dma_len > size or va - off + msg_len > size:
             return "address outside the memory region"
         return None
 
     def _complete(self, msn: int, m: _Msg, imm: int | None) -> None:
         del self.msgs[msn]
-        data = bytes(self.region[m.base : m.base + m.msg_len])
-        if zlib.crc32(data) == m.crc:
+        if H.crc32(memoryview(self.region)[m.base : m.base + m.msg_len]) == m.crc:
             self.stats.messages_delivered += 1
         else:
             self.stats.messages_corrupt += 1

@@ -10,7 +10,6 @@ PSN. A retransmission timer (go back N from the oldest unacknowledged PSN, doubl
 from __future__ import annotations
 
 import hashlib
-import zlib
 from collections.abc import Callable, Iterator
 
 from topologies.addressing import AddressPlan
@@ -67,7 +66,7 @@ class RoceSender:
             return False
         self.cache[msn] = data
         self.ring.place(msn, len(data))
-        crc = zlib.crc32(data)
+        crc = H.crc32(data)
         off = 0
         while True:
             ln = min(self.s.payload_bytes, len(data) - off)

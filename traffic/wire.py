@@ -1,20 +1,19 @@
 """Frames <-> :class:`~traffic.mrc.Pkt`: the endpoint's hot path.
 
 :class:`Wire` prebuilds, per (peer, plane), the Ethernet + outer IPv6 + inner IPv6 + UDP headers
-with scapy once, then per packet copies that template and patches the EV-dependent fields (outer
-destination = the uSID container of the EV's path, flow label, UDP source port) and the lengths
-with ``struct.pack_into``. Every packet ends with a 4-byte ICRC, CRC-32 of BTH..payload (RoCEv2
-has an ICRC over the invariant fields; this one covers the transport headers and payload only).
-:meth:`Wire.decode` parses with ``struct`` and never raises: a frame
-that is not a well-formed MRC packet for this NIC returns None and names the reason in
-``Wire.rejected``.
-"""
+with scapy once. Into a copy of that template it patches the EV-dependent fields (outer destination
+= the uSID container of the EV's path, flow label, UDP source port) and the lengths with
+``struct.pack_into``, and keeps that prefix per (peer, EV, length); per packet only the transport
+headers are packed (one ``struct`` call), and the frame goes out as buffers (prefix, headers,
+payload, ICRC) for ``sendmsg``. Every packet ends with a 4-byte ICRC, CRC-32 of BTH..payload
+(RoCEv2 has an ICRC over the invariant fields; this one covers the transport headers and payload
+only). :meth:`Wire.decode` parses with ``struct`` and never raises: a frame that is not a
+well-formed MRC packet for this NIC returns None and names the reason in ``Wire.rejected``."""
 
 from __future__ import annotations
 
 import socket
 import struct
-import zlib
 
 from scapy.layers.inet import UDP
 from scapy.layers.inet6 import IPv6
@@ -25,6 +24,7 @@ from traffic import headers as H
 from traffic.mrc import Pkt
 
 _U32 = struct.Struct("!I")
+_crc32 = H.crc32
 _DATA_OPS = (H.OP_WRITE, H.OP_WRITE_IMM)
 # BTH as opcode, flags(se/m/pad/tver), pkey, (MRC flags << 24 | dest QP), (ackreq << 24 | PSN)
 _BTH = struct.Struct("!BBHII")
@@ -41,11 +41,10 @@ _L3 = struct.Struct("!I")
 # hop limit), src, dst | UDP sport, dport, len, (skip checksum) | BTH opcode, (skip flags, pkey),
 # flags << 24 | QP, ackreq << 24 | PSN
 _FIXED = struct.Struct("!H" "I2xB33x" "6xB1x16s16s" "HHH2x" "B3xII")
-# Encode a data packet's headers in one call: Ethernet | outer IPv6 (ver/tc/flow, len, next header
-# + hop limit, src, dst) | inner IPv6 (ver/tc/flow, len, next header + hop limit, src + dst) | UDP |
-# BTH | MRCX | RETH [| immediate]. The constant parts come from the scapy-built template.
-_DATA_FRAME = _concat("14sIH2s16s16s" "4sH2s32s", H.UDPH, _BTH, H.MRCX, H.RETH)
-_DATA_FRAME_IMM = _concat(_DATA_FRAME, H.IMM)
+# A data packet's transport headers in one call: BTH | MRCX | RETH [| immediate]. Everything in
+# front of them (Ethernet .. UDP) depends only on the peer, the EV and the length, and is cached.
+_DATA_TH = _concat(_BTH, H.MRCX, H.RETH)
+_DATA_TH_IMM = _concat(_DATA_TH, H.IMM)
 _DATA_BODY = _concat(H.MRCX, H.RETH)
 _DATA_BODY_IMM = _concat(H.MRCX, H.RETH, H.IMM)
 
@@ -57,7 +56,7 @@ class Wire:
         self.plan, self.host = plan, host
         self.my_nic = plan.nic_address(host).packed
         self._tpl: dict[tuple[str, int], bytes] = {}
-        self._parts: dict[tuple[str, int], tuple[bytes, ...]] = {}
+        self._prefixes: dict[str, dict[int, bytes]] = {}  # peer -> (EV << 16 | UDP payload length) -> prefix
         self._dst: dict[tuple[str, int], bytes] = {}
         self._templates: dict[str, object] = {}
         self.nic_to_host = {plan.nic_address(h).packed: h for h in plan.spec.hosts()}
@@ -88,15 +87,21 @@ class Wire:
             d = self._dst[key] = tpl.outer_dst_int(ev).to_bytes(16, "big")  # type: ignore[attr-defined]
         return d
 
-    def _template_parts(self, peer: str, plane: int) -> tuple[bytes, ...]:
-        """The constant fields of :meth:`_template` as :data:`_DATA_FRAME` takes them: Ethernet,
-        outer next header + hop limit, outer src, inner ver/tc/flow, inner next header + hop limit,
-        inner src + dst."""
-        t = self._template(peer, plane)
-        o, i = H.OFF_OUTER, H.OFF_INNER
-        parts = (t[:o], t[o + 6 : o + 8], t[o + 8 : o + 24], t[i : i + 4], t[i + 6 : i + 8], t[i + 8 : i + 40])
-        self._parts[(peer, plane)] = parts
-        return parts
+    def _prefix(self, peer: str, ev: int, n: int) -> bytes:
+        """Ethernet .. UDP of a packet to ``peer`` on ``ev`` whose UDP payload is ``n`` bytes:
+        the template with the EV's outer destination, flow label, source port and the lengths."""
+        buf = bytearray(self._template(peer, (ev >> 12) & 0xF))
+        _L3.pack_into(buf, H.OFF_OUTER, 0x60000000 | ((ev >> 16) & 0xFFFF))  # version 6, flow label = EV high
+        struct.pack_into("!H", buf, H.OFF_OUTER + 4, 48 + n)
+        buf[H.OFF_OUTER + 24 : H.OFF_OUTER + 40] = self._outer_dst(peer, ev)
+        struct.pack_into("!H", buf, H.OFF_INNER + 4, 8 + n)
+        struct.pack_into("!HHH", buf, H.OFF_UDP, ev & 0xFFFF, H.UDP_PORT, 8 + n)
+        pfx = bytes(buf)
+        by_peer = self._prefixes.setdefault(peer, {})
+        if len(by_peer) >= 65536:  # bounded: EVs x lengths in use are a few hundred
+            by_peer.clear()
+        by_peer[(ev << 16) | n] = pfx
+        return pfx
 
     def encode(self, p: Pkt, peer: str) -> tuple[int, list[bytes | memoryview]]:
         """(plane to send on, buffers for ``sendmsg``) of packet ``p`` to host ``peer``."""
@@ -105,38 +110,34 @@ class Wire:
         ev = p.ev
         if op in _DATA_OPS:
             tail = p.payload
-            imm_op = op == H.OP_WRITE_IMM
-            # UDP payload: BTH..payload + ICRC
-            n = H.DATA_HDR - H.L2_L4 + (H.IMM.size if imm_op else 0) + len(tail) + 4
-            eth, onh, osrc, ivtf, inh, iaddr = self._parts.get((peer, plane)) or self._template_parts(peer, plane)
-            dst = self._dst.get((peer, ev)) or self._outer_dst(peer, ev)
-            fields = (eth, 0x60000000 | ((ev >> 16) & 0xFFFF), 48 + n, onh, osrc, dst, ivtf, 8 + n, inh, iaddr,
-                      ev & 0xFFFF, H.UDP_PORT, 8 + n, 0, op, 0, 0xFFFF, (p.flags << 24) | (p.qp & 0xFFFFFF),
-                      p.psn & 0xFFFFFF, p.msn & 0xFFFFFFFF, p.msg_len, p.msg_crc, p.msg_offset, 0, p.port_state, 0,
-                      p.va, p.rkey, p.dma_len)
-            hdr = _DATA_FRAME_IMM.pack(*fields, (p.imm or 0) & 0xFFFFFFFF) if imm_op else _DATA_FRAME.pack(*fields)
-            crc = zlib.crc32(tail, zlib.crc32(memoryview(hdr)[H.OFF_BTH :]))
-            return plane, [hdr, tail, _U32.pack(crc)]
+            if op == H.OP_WRITE_IMM:
+                th = _DATA_TH_IMM.pack(op, 0, 0xFFFF, (p.flags << 24) | (p.qp & 0xFFFFFF), p.psn & 0xFFFFFF,
+                                       p.msn & 0xFFFFFFFF, p.msg_len, p.msg_crc, p.msg_offset, 0, p.port_state, 0,
+                                       p.va, p.rkey, p.dma_len, (p.imm or 0) & 0xFFFFFFFF)
+            else:
+                th = _DATA_TH.pack(op, 0, 0xFFFF, (p.flags << 24) | (p.qp & 0xFFFFFF), p.psn & 0xFFFFFF,
+                                   p.msn & 0xFFFFFFFF, p.msg_len, p.msg_crc, p.msg_offset, 0, p.port_state, 0,
+                                   p.va, p.rkey, p.dma_len)
+            n = len(th) + len(tail) + 4  # UDP payload: BTH..payload + ICRC
+            by_peer = self._prefixes.get(peer)
+            pfx = by_peer.get((ev << 16) | n) if by_peer is not None else None
+            if pfx is None:
+                pfx = self._prefix(peer, ev, n)
+            return plane, [pfx, th, tail, _U32.pack(_crc32(tail, _crc32(th)))]
         if op in (H.OP_SACK, H.OP_NACK, H.OP_ACK):
-            buf = bytearray(H.L2_L4 + 12 + H.SACK.size)
-            _BTH.pack_into(buf, H.L2_L4, op, 0, 0xFFFF, p.qp & 0xFFFFFF, 0)
-            H.SACK.pack_into(buf, H.OFF_BODY, p.cum_psn, p.base_psn, p.bitmap, p.echo_ev, p.echo_psn, p.sflags,
-                             p.port_state, 0)
+            body = _BTH.pack(op, 0, 0xFFFF, p.qp & 0xFFFFFF, 0) + H.SACK.pack(
+                p.cum_psn, p.base_psn, p.bitmap, p.echo_ev, p.echo_psn, p.sflags, p.port_state, 0)
         elif op == H.OP_PROBE:
-            buf = bytearray(H.L2_L4 + 12 + H.PROBE.size)
-            _BTH.pack_into(buf, H.L2_L4, op, 0, 0xFFFF, p.qp & 0xFFFFFF, 0)
-            H.PROBE.pack_into(buf, H.OFF_BODY, p.probe_id, p.is_reply, p.port_state, 0, p.echo_ev or p.ev, p.t_send_ns)
+            body = _BTH.pack(op, 0, 0xFFFF, p.qp & 0xFFFFFF, 0) + H.PROBE.pack(
+                p.probe_id, p.is_reply, p.port_state, 0, p.echo_ev or p.ev, p.t_send_ns)
         else:
             raise ValueError(f"cannot encode opcode {op:#x}")
-        crc = zlib.crc32(memoryview(buf)[H.L2_L4:])
-        n = len(buf) - H.L2_L4 + 4
-        buf[: H.L2_L4] = self._template(peer, plane)
-        _L3.pack_into(buf, H.OFF_OUTER, 0x60000000 | ((ev >> 16) & 0xFFFF))  # version 6, flow label = EV high
-        struct.pack_into("!H", buf, H.OFF_OUTER + 4, 48 + n)
-        buf[H.OFF_OUTER + 24 : H.OFF_OUTER + 40] = self._dst.get((peer, ev)) or self._outer_dst(peer, ev)
-        struct.pack_into("!H", buf, H.OFF_INNER + 4, 8 + n)
-        struct.pack_into("!HHH", buf, H.OFF_UDP, ev & 0xFFFF, H.UDP_PORT, 8 + n)
-        return plane, [buf, _U32.pack(crc)]
+        n = len(body) + 4
+        by_peer = self._prefixes.get(peer)
+        pfx = by_peer.get((ev << 16) | n) if by_peer is not None else None
+        if pfx is None:
+            pfx = self._prefix(peer, ev, n)
+        return plane, [pfx, body, _U32.pack(_crc32(body))]
 
     # ---- decode -------------------------------------------------------------------------------
     def _reject(self, why: str) -> None:
@@ -177,7 +178,7 @@ class Wire:
             self._reject("bad UDP length")
             return None
         v = memoryview(f)
-        if zlib.crc32(v[H.OFF_BTH : end]) != _U32.unpack_from(f, end)[0]:
+        if _crc32(v[H.OFF_BTH : end]) != _U32.unpack_from(f, end)[0]:
             self._reject("bad ICRC")
             return None
         ev = ev_from_wire(sport, first & 0xFFFFF)
