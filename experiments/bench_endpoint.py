@@ -90,18 +90,20 @@ def one_qp(env, spec: dict, src: str, dst: str, transport: str, payload: int, tm
     # steady state: from the first sample with data to the last one that grew
     grew = [moving[i] for i in range(1, len(moving)) if moving[i][1] > moving[i - 1][1]]
     if len(moving) < 2 or not grew:
-        return {"pps": 0.0, "mbps": 0.0, "cpu_us_tx": 0.0, "cpu_us_rx": 0.0}
+        return {"pps": 0.0, "mbps": 0.0, "cpu_us_tx": 0.0, "cpu_us_rx": 0.0, "sys_us_tx": 0.0, "sys_us_rx": 0.0}
     (t0, b0), (t1, b1) = moving[0], grew[-1]
     dt = max(t1 - t0, 1e-6)
     # CPU per data packet of each endpoint (its run loop, kernel work on its behalf included): a
     # figure that, unlike the rate, does not move with what else the machine is doing
-    cpu = {}
+    cpu, sys_ = {}, {}
     for host in (src, dst):
         summ = [json.loads(x) for x in (tmp / f"{host}-{transport}-{payload}.jsonl").read_text().splitlines()]
-        cpu[host] = next((r["cpu_s"] for r in reversed(summ) if r["type"] == "summary"), 0.0)
+        last = next((r for r in reversed(summ) if r["type"] == "summary"), {})
+        cpu[host], sys_[host] = last.get("cpu_s", 0.0), last.get("cpu_sys_s", 0.0)
     n = b1 / payload
     return {"pps": (b1 - b0) / payload / dt, "mbps": (b1 - b0) * 8 / 1e6 / dt,
-            "cpu_us_tx": cpu[src] / n * 1e6, "cpu_us_rx": cpu[dst] / n * 1e6}
+            "cpu_us_tx": cpu[src] / n * 1e6, "cpu_us_rx": cpu[dst] / n * 1e6,
+            "sys_us_tx": sys_[src] / n * 1e6, "sys_us_rx": sys_[dst] / n * 1e6}
 
 
 def sized_frame(frame: bytes, length: int) -> bytes:
@@ -160,7 +162,8 @@ def measure(env, spec: dict, src: str, dst: str, log) -> dict:
                 row[transport] = one_qp(env, spec, src, dst, transport, payload, Path(d))
                 r = row[transport]
                 log(f"  {transport} {payload} B: {r['pps']:,.0f} pps, {r['mbps']:,.0f} Mb/s, CPU per packet "
-                    f"{r['cpu_us_tx']:.1f} us sending / {r['cpu_us_rx']:.1f} us receiving")
+                    f"{r['cpu_us_tx']:.1f} us sending ({r['sys_us_tx']:.1f} in the kernel) / "
+                    f"{r['cpu_us_rx']:.1f} us receiving ({r['sys_us_rx']:.1f})")
             frame = sized_frame(probe_frame(plan, plan.paths(src, dst)[0], 0, 0), payload + HDR)
             row["blaster_pps"] = blaster(env, src, dst, plan.host_intf(src, 0), plan.host_intf(dst, 0), frame)
             log(f"  blaster {payload} B: {row['blaster_pps']:,.0f} pps")

@@ -143,8 +143,9 @@ class HostStack:
 
     # ---- frames -------------------------------------------------------------------------------
     def _out(self, peer: str, pkts: list[Pkt], out: list) -> None:
-        for p in pkts:
-            out.append(self.wire.encode(p, peer))
+        if pkts:
+            encode = self.wire.encode
+            out += [encode(p, peer) for p in pkts]
 
     def on_frame(self, frame, now: float) -> list[tuple[int, list]]:
         """Handle one received frame; returns frames to send as (plane, buffers). Never raises."""

@@ -308,7 +308,8 @@ class MrcSender:
         # new data: the hot path, one packet per turn (names bound once, no helper calls)
         window, payload, unacked, recs, sent_at = self.s.window_packets, self.s.payload_bytes, self.unacked, \
             self.recs, self.sent_at
-        ring, evs, info = self.ring, self.evs, self.evs.evs
+        ring, evs, info, per_ev, timer_q = self.ring, self.evs, self.evs.evs, self.per_ev, self.timer_q
+        op, qp, rkey, imm, ports = self._op, self.qp, self._rkey, self.imm, self.local_ports
         sent = 0
         while len(out) < budget and len(unacked) < window:
             ev = evs.next_ev()
@@ -332,10 +333,19 @@ class MrcSender:
             recs[psn] = _Rec(msn, off, ln, ev, now)
             sent_at[psn] = now
             unacked.add(psn)
-            self._record(psn, ev, now)
-            info[ev].bytes += ln
+            q = per_ev.get(ev)  # as _record does
+            if q is None:
+                q = per_ev[ev] = deque()
+            q.append(psn)
+            timer_q.append((now, psn))
+            e = info[ev]
+            e.packets += 1
+            e.bytes += ln
             sent += 1
-            out.append(self._data_pkt(psn, ev, msn, msg_len, crc, off, data[off : off + ln], 0))
+            out.append(Pkt(op=op, qp=qp, psn=psn, ev=ev, flags=0, msn=msn, msg_len=msg_len, msg_crc=crc,
+                           msg_offset=off, va=ring.base[msn] + off, rkey=rkey, dma_len=ln,
+                           payload=data[off : off + ln], imm=(msn & 0xFFFFFFFF) if imm else None,
+                           port_state=ports))
             if self._cur is None and msg_len > window * payload:
                 # a big next message is fetched *after* these packets are stamped and sent, so the
                 # time it takes is not charged to their round trip (which would fire the timer)
@@ -374,10 +384,8 @@ class MrcSender:
         self.retx_q.append(psn)
 
     # ---- receiving --------------------------------------------------------------------------
-    def _ack(self, psn: int, now: float) -> None:
-        rec = self.recs.get(psn)
-        if rec is None or rec.acked:
-            return
+    def _ack(self, psn: int, rec: _Rec) -> None:
+        """``rec`` (of ``psn``, not yet acknowledged) has arrived."""
         rec.acked = True
         self.unacked.discard(psn)
         self.sent_at.pop(psn, None)
@@ -424,7 +432,7 @@ class MrcSender:
                 rec = recs.get(psn)
                 if rec is not None and not rec.acked:
                     newly.append((psn, rec.ev, rec.tx))
-                    self._ack(psn, now)
+                    self._ack(psn, rec)
             self.acked_below = cum
         base = self._full_psn(p.base_psn)
         bm, i = p.bitmap, 0
@@ -433,7 +441,7 @@ class MrcSender:
                 rec = self.recs.get(base + i)
                 if rec is not None and not rec.acked:
                     newly.append((base + i, rec.ev, rec.tx))
-                    self._ack(base + i, now)
+                    self._ack(base + i, rec)
             bm >>= 1
             i += 1
         if p.sflags & H.S_ECN:
@@ -451,7 +459,12 @@ class MrcSender:
         (the SACK's bitmap base: this SACK reports every PSN there) are lost. Below it the SACK
         says nothing, so those are left to later SACKs or the timer."""
         q = self.per_ev.get(ev)
-        if not q or arrived not in q:
+        if not q:
+            return
+        if q[0] == arrived:  # the usual case: nothing sent on the EV before it is missing
+            q.popleft()
+            return
+        if arrived not in q:
             return
         while q:
             psn = q.popleft()

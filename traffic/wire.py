@@ -19,12 +19,15 @@ from scapy.layers.inet import UDP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 
-from topologies.addressing import AddressPlan, ev_from_wire
+from topologies.addressing import AddressPlan
 from traffic import headers as H
 from traffic.mrc import Pkt
 
 _U32 = struct.Struct("!I")
 _crc32 = H.crc32
+# headers.py constants the decoder reads per packet, bound once
+_OFF_BODY, _OFF_UDP, _OFF_BTH, _UDP_PORT, _OP_WRITE = H.OFF_BODY, H.OFF_UDP, H.OFF_BTH, H.UDP_PORT, H.OP_WRITE
+_MIN_ULEN = 8 + H.BTH_SIZE + 4  # UDP header + BTH + ICRC
 _DATA_OPS = (H.OP_WRITE, H.OP_WRITE_IMM)
 # BTH as opcode, flags(se/m/pad/tver), pkey, (MRC flags << 24 | dest QP), (ackreq << 24 | PSN)
 _BTH = struct.Struct("!BBHII")
@@ -152,7 +155,7 @@ class Wire:
             return None
 
     def _decode(self, f) -> tuple[str, Pkt] | None:
-        if len(f) < H.OFF_BODY:
+        if len(f) < _OFF_BODY:
             self._reject("not IPv6 or too short")
             return None
         (ethertype, first, onh, inh, isrc, idst, sport, dport, ulen,
@@ -170,32 +173,35 @@ class Wire:
         if src is None:
             self._reject("unknown source NIC")
             return None
-        if dport != H.UDP_PORT:
+        if dport != _UDP_PORT:
             self._reject("not MRC's UDP port")
             return None
-        end = H.OFF_UDP + ulen - 4  # the last 4 bytes are the ICRC
-        if ulen < 8 + H.BTH_SIZE + 4 or end + 4 > len(f):
+        end = _OFF_UDP + ulen - 4  # the last 4 bytes are the ICRC
+        if ulen < _MIN_ULEN or end + 4 > len(f):
             self._reject("bad UDP length")
             return None
         v = memoryview(f)
-        if _crc32(v[H.OFF_BTH : end]) != _U32.unpack_from(f, end)[0]:
+        if _crc32(v[_OFF_BTH:end]) != _U32.unpack_from(f, end)[0]:
             self._reject("bad ICRC")
             return None
-        ev = ev_from_wire(sport, first & 0xFFFFF)
+        ev = ((first & 0xFFFF) << 16) | sport  # topologies.addressing.ev_from_wire, inlined
         ecn_ce = ((first >> 20) & 0x3) == 0x3
+        if op == _OP_WRITE:
+            if end - _OFF_BODY < _DATA_BODY.size:
+                self._reject("truncated data header")
+                return None
+            msn, msg_len, crc, moff, _xf, ports, _, va, rkey, dma_len = _DATA_BODY.unpack_from(f, _OFF_BODY)
+            return src, Pkt(op=op, qp=fq & 0xFFFFFF, psn=psn & 0xFFFFFF, ev=ev, flags=fq >> 24, msn=msn,
+                            msg_len=msg_len, msg_crc=crc, msg_offset=moff, va=va, rkey=rkey, dma_len=dma_len,
+                            payload=v[_OFF_BODY + _DATA_BODY.size : end], imm=None, port_state=ports, ecn_ce=ecn_ce)
         flags, qp, psn = fq >> 24, fq & 0xFFFFFF, psn & 0xFFFFFF
-        x = H.OFF_BODY
-        if op in _DATA_OPS:
-            imm_op = op == H.OP_WRITE_IMM
-            st = _DATA_BODY_IMM if imm_op else _DATA_BODY
+        x = _OFF_BODY
+        if op == H.OP_WRITE_IMM:
+            st = _DATA_BODY_IMM
             if end - x < st.size:
                 self._reject("truncated data header")
                 return None
-            if imm_op:
-                msn, msg_len, crc, moff, _xf, ports, _, va, rkey, dma_len, imm = st.unpack_from(f, x)
-            else:
-                msn, msg_len, crc, moff, _xf, ports, _, va, rkey, dma_len = st.unpack_from(f, x)
-                imm = None
+            msn, msg_len, crc, moff, _xf, ports, _, va, rkey, dma_len, imm = st.unpack_from(f, x)
             return src, Pkt(op=op, qp=qp, psn=psn, ev=ev, flags=flags, msn=msn, msg_len=msg_len, msg_crc=crc,
                             msg_offset=moff, va=va, rkey=rkey, dma_len=dma_len, payload=v[x + st.size : end], imm=imm,
                             port_state=ports, ecn_ce=ecn_ce)
