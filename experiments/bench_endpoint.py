@@ -2,14 +2,16 @@
 
 Two settings: a plain veth pair between two namespaces (``mrclab-bench-a``/``-b``, one plane,
 jumbo MTU) and the default linux fabric (h0 -> h2, 4 planes, 3 switches per path, unshaped). In
-each: one QP of MRC, then of the RoCE-style baseline, with 1 KiB and 4 KiB payloads, for
+each, with 1 KiB and 4 KiB payloads: one QP of MRC, then of the RoCE-style baseline, for
 ``DURATION_S`` each; and a raw-socket blaster (``experiments/blast.py``) sending frames of the same
-size as fast as it can to a sink that reads every frame from a raw socket, as an endpoint does. Printed: data packets per second and goodput (Mb/s, bytes placed in
-the receiver's memory region), and MRC / blaster.
+size as fast as it can to a sink that reads every frame from a raw socket, as an endpoint does.
+The three alternate for ``ROUNDS`` rounds and the median round of each is reported, so a slow spell
+of the machine (rates move by +-20% between runs here) hits them alike. Printed: data packets per
+second and goodput (Mb/s, bytes placed in the receiver's memory region), MRC / blaster, and the
+CPU per data packet of MRC's sender and receiver (user + kernel, from the endpoints' telemetry).
 
 Targets (issue 3, 2 cores): >= 50,000 MRC data packets/s over the veth pair and >= 30% of the
-blaster's rate. Not a test: figures vary with load.
-"""
+blaster's rate. Not a test: figures vary with load."""
 
 from __future__ import annotations
 
@@ -27,8 +29,9 @@ from rich.table import Table
 
 from topologies.cleanup import RunState, cleanup_run
 
-console = Console(highlight=False)
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 132)  # a log keeps whole rows
 DURATION_S = 4.0
+ROUNDS = 3  # MRC, RoCE and the blaster alternate; the median round is reported
 PAYLOADS = (1024, 4096)
 HDR = 158  # MRC headers + ICRC on the wire for a data packet
 
@@ -69,6 +72,8 @@ def one_qp(env, spec: dict, src: str, dst: str, transport: str, payload: int, tm
     topo.write_text(yaml.safe_dump(spec))
     settings = {"payload_bytes": payload, "region_bytes": 64 << 20, "window_packets": 256}
     procs = {}
+    for host in (src, dst):  # endpoints append to their telemetry: start each run from none
+        (tmp / f"{host}-{transport}-{payload}.jsonl").unlink(missing_ok=True)
     for host, qps in ((dst, []), (src, [{"qp": 1, "peer": dst, "message_bytes": 1 << 20, "duration_s": DURATION_S}])):
         cfg = {"topo": str(topo), "host": host, "seed": 5, "transport": transport, "settings": settings, "qps": qps,
                "telemetry_path": str(tmp / f"{host}-{transport}-{payload}.jsonl"), "telemetry_interval_s": 0.25,
@@ -148,7 +153,14 @@ def blaster(env, src: str, dst: str, intf_src: str, intf_dst: str, frame: bytes)
     return int(m.group(1)) / float(m.group(2)) if m and float(m.group(2)) > 0 else 0.0
 
 
+def _median_run(runs: list[dict]) -> dict:
+    """The run with the median rate (its CPU figures with it)."""
+    return sorted(runs, key=lambda r: r["pps"])[len(runs) // 2]
+
+
 def measure(env, spec: dict, src: str, dst: str, log) -> dict:
+    """Per payload: MRC, RoCE and the blaster in ``ROUNDS`` alternating rounds (so that a slow spell
+    of the machine hits all three alike); each figure is the median round."""
     from topologies.addressing import AddressPlan
     from topologies.spec import ClosSpec
     from traffic.pathprobe import probe_frame
@@ -157,17 +169,21 @@ def measure(env, spec: dict, src: str, dst: str, log) -> dict:
     res = {}
     with tempfile.TemporaryDirectory(prefix="mrclab-bench-") as d:
         for payload in PAYLOADS:
-            row = {}
-            for transport in ("mrc", "roce"):
-                row[transport] = one_qp(env, spec, src, dst, transport, payload, Path(d))
-                r = row[transport]
-                log(f"  {transport} {payload} B: {r['pps']:,.0f} pps, {r['mbps']:,.0f} Mb/s, CPU per packet "
-                    f"{r['cpu_us_tx']:.1f} us sending ({r['sys_us_tx']:.1f} in the kernel) / "
-                    f"{r['cpu_us_rx']:.1f} us receiving ({r['sys_us_rx']:.1f})")
             frame = sized_frame(probe_frame(plan, plan.paths(src, dst)[0], 0, 0), payload + HDR)
-            row["blaster_pps"] = blaster(env, src, dst, plan.host_intf(src, 0), plan.host_intf(dst, 0), frame)
-            log(f"  blaster {payload} B: {row['blaster_pps']:,.0f} pps")
-            res[payload] = row
+            runs: dict[str, list] = {"mrc": [], "roce": [], "blaster": []}
+            for k in range(ROUNDS):
+                for transport in ("mrc", "roce"):
+                    r = one_qp(env, spec, src, dst, transport, payload, Path(d))
+                    runs[transport].append(r)
+                    log(f"  {k + 1}/{ROUNDS} {transport} {payload} B: {r['pps']:,.0f} pps; CPU us/pkt: send "
+                        f"{r['cpu_us_tx']:.1f} (kernel {r['sys_us_tx']:.1f}), recv {r['cpu_us_rx']:.1f} "
+                        f"(kernel {r['sys_us_rx']:.1f})")
+                pps = blaster(env, src, dst, plan.host_intf(src, 0), plan.host_intf(dst, 0), frame)
+                runs["blaster"].append(pps)
+                log(f"  {k + 1}/{ROUNDS} blaster {payload} B: {pps:,.0f} pps")
+            res[payload] = {"mrc": _median_run(runs["mrc"]), "roce": _median_run(runs["roce"]),
+                            "blaster_pps": sorted(runs["blaster"])[ROUNDS // 2],
+                            "rounds": {t: [x if t == "blaster" else x["pps"] for x in v] for t, v in runs.items()}}
     return res
 
 
@@ -191,14 +207,16 @@ def run(args=None) -> dict:
 
 def main(args=None) -> int:
     res = run(args)
-    t = Table(title=f"mrclab bench endpoint (one QP, {DURATION_S:.0f} s per figure)")
-    for c in ("setting", "payload", "MRC pps", "MRC Mb/s", "blaster pps", "MRC / blaster", "RoCE pps", "RoCE Mb/s"):
+    t = Table(title=f"mrclab bench endpoint (one QP, {DURATION_S:.0f} s per run, median of {ROUNDS} alternating rounds)")
+    for c in ("setting", "payload", "MRC pps", "MRC Mb/s", "blaster pps", "MRC / blaster", "RoCE pps", "RoCE Mb/s",
+              "MRC CPU us/pkt send / recv"):
         t.add_column(c, justify="right")
     for setting, rows in res.items():
         for payload, r in rows.items():
             ratio = r["mrc"]["pps"] / r["blaster_pps"] if r["blaster_pps"] else 0.0
             t.add_row(setting, f"{payload}", f"{r['mrc']['pps']:,.0f}", f"{r['mrc']['mbps']:,.0f}",
-                      f"{r['blaster_pps']:,.0f}", f"{ratio:.0%}", f"{r['roce']['pps']:,.0f}", f"{r['roce']['mbps']:,.0f}")
+                      f"{r['blaster_pps']:,.0f}", f"{ratio:.0%}", f"{r['roce']['pps']:,.0f}", f"{r['roce']['mbps']:,.0f}",
+                      f"{r['mrc']['cpu_us_tx']:.1f} / {r['mrc']['cpu_us_rx']:.1f}")
     console.print(t)
     console.print("targets: >= 50,000 MRC data packets/s over the veth pair, >= 30% of the blaster")
     return 0
