@@ -53,13 +53,14 @@ def sink(iface: str, length: int, idle_s: float = 0.5, wait_s: float = 30.0) -> 
     print("ready", flush=True)
     n, first, last = 0, None, None
     s.settimeout(wait_s)
-    recv = s.recv
+    buf = bytearray(65536)
+    recv_into = s.recv_into  # into one buffer, as the endpoint reads
     while True:
         try:
-            f = recv(65536)
+            got = recv_into(buf)
         except socket.timeout:
             break
-        if len(f) == length:
+        if got == length:
             n += 1
             last = time.perf_counter()
             if first is None:

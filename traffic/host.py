@@ -26,6 +26,9 @@ from traffic.roce import RoceReceiver, RoceSender, ecmp_ev
 from traffic.wire import Wire
 
 
+_DATA_OPS = (H.OP_WRITE, H.OP_WRITE_IMM)
+
+
 @dataclass
 class _Reverse:
     """Reverse EVs towards one peer: per plane one EV per path (T1), up to
@@ -154,7 +157,7 @@ class HostStack:
             return []
         peer, p = got
         out: list = []
-        if p.op in (H.OP_WRITE, H.OP_WRITE_IMM):
+        if p.op in _DATA_OPS:
             self.peer_ports[peer] = p.port_state
             rx = self.receivers.get((peer, p.qp))
             if rx is None:
@@ -165,7 +168,9 @@ class HostStack:
                 rx = self.receivers[(peer, p.qp)] = cls(p.qp, self.settings, lambda: self._reverse_ev(peer),
                                                         events=lambda kind, **kw: self.events(kind, peer=peer, **kw))
                 rx.local_ports = self.local_ports
-            self._out(peer, rx.on_packet(p, now), out)
+            acks = rx.on_packet(p, now)
+            if acks:  # usually none: SACKs leave at the end of the receive batch
+                self._out(peer, acks, out)
         elif p.op == H.OP_PROBE and not p.is_reply:
             self.peer_ports[peer] = p.port_state
             self.probes_answered += 1

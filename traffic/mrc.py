@@ -22,6 +22,7 @@ Reliability (MRC.md, "The transport"; docs/protocol.md):
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -123,6 +124,7 @@ class Pkt:
     payload: bytes | memoryview = b""
     imm: int | None = None
     port_state: int = 0xFF
+    ecn_ce: bool = False
     cum_psn: int = 0
     base_psn: int = 0
     bitmap: int = 0
@@ -132,7 +134,14 @@ class Pkt:
     probe_id: int = 0
     is_reply: int = 0
     t_send_ns: int = 0
-    ecn_ce: bool = False
+
+
+#: The data packet's fields, in order: the hot paths (MrcSender.poll, Wire.decode) build data
+#: packets positionally, which costs 0.26 us instead of 0.65 us with keywords.
+DATA_FIELDS = ("op", "qp", "psn", "ev", "flags", "msn", "msg_len", "msg_crc", "msg_offset", "va", "rkey", "dma_len",
+               "payload", "imm", "port_state", "ecn_ce")
+if tuple(f.name for f in dataclasses.fields(Pkt))[: len(DATA_FIELDS)] != DATA_FIELDS:
+    raise ImportError("traffic.mrc.Pkt: the data fields must come first, in DATA_FIELDS order")
 
 
 @dataclass(slots=True)
@@ -342,10 +351,8 @@ class MrcSender:
             e.packets += 1
             e.bytes += ln
             sent += 1
-            out.append(Pkt(op=op, qp=qp, psn=psn, ev=ev, flags=0, msn=msn, msg_len=msg_len, msg_crc=crc,
-                           msg_offset=off, va=ring.base[msn] + off, rkey=rkey, dma_len=ln,
-                           payload=data[off : off + ln], imm=(msn & 0xFFFFFFFF) if imm else None,
-                           port_state=ports))
+            out.append(Pkt(op, qp, psn, ev, 0, msn, msg_len, crc, off, ring.base[msn] + off, rkey, ln,  # DATA_FIELDS
+                           data[off : off + ln], (msn & 0xFFFFFFFF) if imm else None, ports, False))
             if self._cur is None and msg_len > window * payload:
                 # a big next message is fetched *after* these packets are stamped and sent, so the
                 # time it takes is not charged to their round trip (which would fire the timer)
@@ -663,7 +670,7 @@ class MrcReceiver:
             self.cum = cum
         else:
             self.above.add(psn)
-        if psn > self.newest:
+        if psn > self.newest:  # noqa: PLR1730 (the hot path: max() is a call)
             self.newest = psn
         if m.got >= m.msg_len:
             self._complete(msn, m, p.imm if p.op == H.OP_WRITE_IMM else None)

@@ -191,9 +191,8 @@ class Wire:
                 self._reject("truncated data header")
                 return None
             msn, msg_len, crc, moff, _xf, ports, _, va, rkey, dma_len = _DATA_BODY.unpack_from(f, _OFF_BODY)
-            return src, Pkt(op=op, qp=fq & 0xFFFFFF, psn=psn & 0xFFFFFF, ev=ev, flags=fq >> 24, msn=msn,
-                            msg_len=msg_len, msg_crc=crc, msg_offset=moff, va=va, rkey=rkey, dma_len=dma_len,
-                            payload=v[_OFF_BODY + _DATA_BODY.size : end], imm=None, port_state=ports, ecn_ce=ecn_ce)
+            return src, Pkt(op, fq & 0xFFFFFF, psn & 0xFFFFFF, ev, fq >> 24, msn, msg_len, crc, moff, va, rkey,  # DATA_FIELDS
+                            dma_len, v[_OFF_BODY + _DATA_BODY.size : end], None, ports, ecn_ce)
         flags, qp, psn = fq >> 24, fq & 0xFFFFFF, psn & 0xFFFFFF
         x = _OFF_BODY
         if op == H.OP_WRITE_IMM:
