@@ -49,6 +49,31 @@ def test_data_frame_roundtrip_and_scapy_dissection():
     assert e["UDP"].sport == make_ev(2, 1, 0xBEEF) & 0xFFFF and e["UDP"].dport == 4791
 
 
+def test_cached_prefixes_follow_each_packets_ev_and_length():
+    """One Wire, packets of several EVs, lengths and opcodes interleaved (so cached prefixes are
+    reused): every frame decodes to its own fields and its length fields match its size."""
+    tx, rx = Wire(PLAN, "h0"), Wire(PLAN, "h2")
+    rng = random.Random(7)
+    evs = [make_ev(pl, t1, rng.randrange(1, 1 << 16)) for pl in range(4) for t1 in range(2)]
+    for k in range(60):
+        ev, n = rng.choice(evs), rng.choice([1, 3, 512, 1024])
+        op = rng.choice([H.OP_WRITE, H.OP_WRITE_IMM, H.OP_SACK])
+        if op == H.OP_SACK:
+            p = Pkt(op=op, qp=3, ev=ev, cum_psn=k, base_psn=k, bitmap=k, echo_ev=ev, echo_psn=k, port_state=0x0F)
+        else:
+            p = data_pkt(op=op, ev=ev, psn=k, dma_len=n, payload=rng.randbytes(n), imm=k if op == H.OP_WRITE_IMM else None)
+        f = frame_bytes(tx.encode(p, "h2")[1])
+        src, q = rx.decode(f)
+        assert src == "h0" and (q.op, q.ev, q.psn if op != H.OP_SACK else q.echo_psn) == (op, ev, k)
+        if op != H.OP_SACK:
+            assert bytes(q.payload) == p.payload and q.imm == p.imm and q.dma_len == n
+        e = Ether(f)
+        outer, inner = e.getlayer("IPv6", 1), e.getlayer("IPv6", 2)
+        assert outer.plen == len(f) - 14 - 40 and inner.plen == len(f) - 14 - 80 == e["UDP"].len
+        assert outer.fl == ev >> 16 and e["UDP"].sport == ev & 0xFFFF
+        assert outer.dst == str(PLAN.path("h0", "h2", ev >> 12 & 0xF, ev & 0xFFF).outer_dst)
+
+
 def test_sack_and_probe_roundtrip():
     tx, rx = Wire(PLAN, "h2"), Wire(PLAN, "h0")
     s = Pkt(op=H.OP_SACK, qp=3, ev=make_ev(1, 0, 4), cum_psn=10, base_psn=12, bitmap=(1 << 63) | 5,
