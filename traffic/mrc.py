@@ -692,9 +692,9 @@ class MrcReceiver:
         if p.rkey != self._rkey:
             return "bad rkey"
         dma_len, off, msg_len, va, size = p.dma_len, p.msg_offset, p.msg_len, p.va, len(self.region)
-        if dma_len != len(p.payload) or dma_len == 0:
+        if dma_len != len(p.payload) or (dma_len == 0 and msg_len != 0):  # only an empty message is empty
             return "bad length"
-        if not (0 <= off < msg_len and off + dma_len <= msg_len):
+        if not (0 <= off < msg_len and off + dma_len <= msg_len) and (off, msg_len) != (0, 0):
             return "bad message offset"
         if va < off or va + dma_len > size or va - off + msg_len > size:
             return "address outside the memory region"
