@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import socket
-import sys
 import time
 
 ETH_P_ALL = 0x0003
@@ -93,4 +92,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    sys.exit(0)

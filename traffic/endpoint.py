@@ -219,7 +219,7 @@ class Endpoint:
             self._send(out, backlog)
             work += len(out)
             for plane, q in backlog.items():
-                while q and self._sent(socks[plane], q[0]):
+                while q and self._sent(plane, q[0]):
                     q.popleft()
             if now >= next_tel:
                 self._sample()
@@ -243,28 +243,18 @@ class Endpoint:
 
     def _send(self, frames: list[tuple[int, list]], backlog: dict[int, deque]) -> None:
         """Send each (plane, buffers) now, or queue it behind what its port has not taken yet
-        (frames leave in order); as :meth:`_sent`, inlined for the common case."""
-        send, join = self._send_fn, b"".join
+        (frames leave in order)."""
         for plane, bufs in frames:
             q = backlog[plane]
-            if q:
+            if q or not self._sent(plane, bufs):
                 q.append(bufs)
-                continue
-            try:
-                send[plane](join(bufs))  # one buffer: cheaper than sendmsg's scatter list here
-            except (BlockingIOError, InterruptedError):
-                q.append(bufs)
-            except OSError as e:
-                if e.errno == errno.ENOBUFS:
-                    q.append(bufs)
 
-    @staticmethod
-    def _sent(sock: socket.socket, bufs: list) -> bool:
+    def _sent(self, plane: int, bufs: list) -> bool:
         """True when the frame is gone: sent, or dropped because the port is down (the transport
         recovers). False when the port cannot take it yet: a NIC holds frames its port has no room
         for (ENOBUFS: the qdisc is full) rather than losing them, so they wait in the backlog."""
         try:
-            sock.sendmsg(bufs)
+            self._send_fn[plane](b"".join(bufs))  # one buffer: cheaper than sendmsg's scatter list here
         except (BlockingIOError, InterruptedError):
             return False
         except OSError as e:

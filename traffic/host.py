@@ -25,7 +25,6 @@ from traffic.mrc import MrcReceiver, MrcSender, MrcSettings, Pkt, make_sender, p
 from traffic.roce import RoceReceiver, RoceSender, ecmp_ev
 from traffic.wire import Wire
 
-
 _DATA_OPS = (H.OP_WRITE, H.OP_WRITE_IMM)
 
 

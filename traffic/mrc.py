@@ -283,9 +283,8 @@ class MrcSender:
         return True
 
     def _data_pkt(self, psn: int, ev: int, msn: int, msg_len: int, crc: int, off: int, chunk, flags: int) -> Pkt:
-        return Pkt(op=self._op, qp=self.qp, psn=psn, ev=ev, flags=flags, msn=msn, msg_len=msg_len, msg_crc=crc,
-                   msg_offset=off, va=self.ring.base[msn] + off, rkey=self._rkey, dma_len=len(chunk),
-                   payload=chunk, imm=(msn & 0xFFFFFFFF) if self.imm else None, port_state=self.local_ports)
+        return Pkt(self._op, self.qp, psn, ev, flags, msn, msg_len, crc, off, self.ring.base[msn] + off,  # DATA_FIELDS
+                   self._rkey, len(chunk), chunk, (msn & 0xFFFFFFFF) if self.imm else None, self.local_ports, False)
 
     def _record(self, psn: int, ev: int, now: float) -> None:
         q = self.per_ev.get(ev)
@@ -314,11 +313,10 @@ class MrcSender:
             self.stats["retransmits"] += 1
             self.evs.evs[ev].retransmits += 1
             out.append(self._rebuild_data(psn, rec, ev, H.F_RETX))
-        # new data: the hot path, one packet per turn (names bound once, no helper calls)
+        # new data: the hot path, one packet per turn (names bound once)
         window, payload, unacked, recs, sent_at = self.s.window_packets, self.s.payload_bytes, self.unacked, \
             self.recs, self.sent_at
-        ring, evs, info, per_ev, timer_q = self.ring, self.evs, self.evs.evs, self.per_ev, self.timer_q
-        op, qp, rkey, imm, ports = self._op, self.qp, self._rkey, self.imm, self.local_ports
+        ring, evs, info = self.ring, self.evs, self.evs.evs
         sent = 0
         while len(out) < budget and len(unacked) < window:
             ev = evs.next_ev()
@@ -342,17 +340,10 @@ class MrcSender:
             recs[psn] = _Rec(msn, off, ln, ev, now)
             sent_at[psn] = now
             unacked.add(psn)
-            q = per_ev.get(ev)  # as _record does
-            if q is None:
-                q = per_ev[ev] = deque()
-            q.append(psn)
-            timer_q.append((now, psn))
-            e = info[ev]
-            e.packets += 1
-            e.bytes += ln
+            self._record(psn, ev, now)
+            info[ev].bytes += ln
             sent += 1
-            out.append(Pkt(op, qp, psn, ev, 0, msn, msg_len, crc, off, ring.base[msn] + off, rkey, ln,  # DATA_FIELDS
-                           data[off : off + ln], (msn & 0xFFFFFFFF) if imm else None, ports, False))
+            out.append(self._data_pkt(psn, ev, msn, msg_len, crc, off, data[off : off + ln], 0))
             if self._cur is None and msg_len > window * payload:
                 # a big next message is fetched *after* these packets are stamped and sent, so the
                 # time it takes is not charged to their round trip (which would fire the timer)
@@ -625,8 +616,7 @@ class MrcReceiver:
             return []
         self.peer_ports = p.port_state
         cum = self.cum
-        d = (p.psn - cum) % PSN_MOD  # the full PSN nearest cum (inlined _full: the hot path)
-        psn = cum + d if d < PSN_MOD // 2 else cum - ((cum - p.psn) % PSN_MOD)
+        psn = self._full(p.psn)
         if psn >= cum + self.s.max_psn_window:
             self.stats.drop("out of window")
             return []

@@ -5,7 +5,7 @@ with scapy once. Into a copy of that template it patches the EV-dependent fields
 = the uSID container of the EV's path, flow label, UDP source port) and the lengths with
 ``struct.pack_into``, and keeps that prefix per (peer, EV, length); per packet only the transport
 headers are packed (one ``struct`` call), and the frame goes out as buffers (prefix, headers,
-payload, ICRC) for ``sendmsg``. Every packet ends with a 4-byte ICRC, CRC-32 of BTH..payload
+payload, ICRC). Every packet ends with a 4-byte ICRC, CRC-32 of BTH..payload
 (RoCEv2 has an ICRC over the invariant fields; this one covers the transport headers and payload
 only). :meth:`Wire.decode` parses with ``struct`` and never raises: a frame that is not a
 well-formed MRC packet for this NIC returns None and names the reason in ``Wire.rejected``."""
@@ -60,7 +60,6 @@ class Wire:
         self.my_nic = plan.nic_address(host).packed
         self._tpl: dict[tuple[str, int], bytes] = {}
         self._prefixes: dict[str, dict[int, bytes]] = {}  # peer -> (EV << 16 | UDP payload length) -> prefix
-        self._dst: dict[tuple[str, int], bytes] = {}
         self._templates: dict[str, object] = {}
         self.nic_to_host = {plan.nic_address(h).packed: h for h in plan.spec.hosts()}
         self.rejected: dict[str, int] = {}
@@ -81,14 +80,10 @@ class Wire:
         return t
 
     def _outer_dst(self, peer: str, ev: int) -> bytes:
-        key = (peer, ev)
-        d = self._dst.get(key)
-        if d is None:
-            tpl = self._templates.get(peer)
-            if tpl is None:
-                tpl = self._templates[peer] = self.plan.template(self.host, peer)
-            d = self._dst[key] = tpl.outer_dst_int(ev).to_bytes(16, "big")  # type: ignore[attr-defined]
-        return d
+        tpl = self._templates.get(peer)
+        if tpl is None:
+            tpl = self._templates[peer] = self.plan.template(self.host, peer)
+        return tpl.outer_dst_int(ev).to_bytes(16, "big")  # type: ignore[attr-defined]
 
     def _prefix(self, peer: str, ev: int, n: int) -> bytes:
         """Ethernet .. UDP of a packet to ``peer`` on ``ev`` whose UDP payload is ``n`` bytes:
@@ -107,40 +102,31 @@ class Wire:
         return pfx
 
     def encode(self, p: Pkt, peer: str) -> tuple[int, list[bytes | memoryview]]:
-        """(plane to send on, buffers for ``sendmsg``) of packet ``p`` to host ``peer``."""
+        """(plane to send on, the frame as buffers sent back to back) of packet ``p`` to host ``peer``."""
         plane = (p.ev >> 12) & 0xF
         op = p.op
         ev = p.ev
-        if op in _DATA_OPS:
+        tail: bytes | memoryview = b""
+        if op in _DATA_OPS:  # transport headers, then the payload
+            fields = (op, 0, 0xFFFF, (p.flags << 24) | (p.qp & 0xFFFFFF), p.psn & 0xFFFFFF, p.msn & 0xFFFFFFFF,
+                      p.msg_len, p.msg_crc, p.msg_offset, 0, p.port_state, 0, p.va, p.rkey, p.dma_len)
+            head = _DATA_TH_IMM.pack(*fields, (p.imm or 0) & 0xFFFFFFFF) if op == H.OP_WRITE_IMM else \
+                _DATA_TH.pack(*fields)
             tail = p.payload
-            if op == H.OP_WRITE_IMM:
-                th = _DATA_TH_IMM.pack(op, 0, 0xFFFF, (p.flags << 24) | (p.qp & 0xFFFFFF), p.psn & 0xFFFFFF,
-                                       p.msn & 0xFFFFFFFF, p.msg_len, p.msg_crc, p.msg_offset, 0, p.port_state, 0,
-                                       p.va, p.rkey, p.dma_len, (p.imm or 0) & 0xFFFFFFFF)
-            else:
-                th = _DATA_TH.pack(op, 0, 0xFFFF, (p.flags << 24) | (p.qp & 0xFFFFFF), p.psn & 0xFFFFFF,
-                                   p.msn & 0xFFFFFFFF, p.msg_len, p.msg_crc, p.msg_offset, 0, p.port_state, 0,
-                                   p.va, p.rkey, p.dma_len)
-            n = len(th) + len(tail) + 4  # UDP payload: BTH..payload + ICRC
-            by_peer = self._prefixes.get(peer)
-            pfx = by_peer.get((ev << 16) | n) if by_peer is not None else None
-            if pfx is None:
-                pfx = self._prefix(peer, ev, n)
-            return plane, [pfx, th, tail, _U32.pack(_crc32(tail, _crc32(th)))]
-        if op in (H.OP_SACK, H.OP_NACK, H.OP_ACK):
-            body = _BTH.pack(op, 0, 0xFFFF, p.qp & 0xFFFFFF, 0) + H.SACK.pack(
+        elif op in (H.OP_SACK, H.OP_NACK, H.OP_ACK):
+            head = _BTH.pack(op, 0, 0xFFFF, p.qp & 0xFFFFFF, 0) + H.SACK.pack(
                 p.cum_psn, p.base_psn, p.bitmap, p.echo_ev, p.echo_psn, p.sflags, p.port_state, 0)
         elif op == H.OP_PROBE:
-            body = _BTH.pack(op, 0, 0xFFFF, p.qp & 0xFFFFFF, 0) + H.PROBE.pack(
+            head = _BTH.pack(op, 0, 0xFFFF, p.qp & 0xFFFFFF, 0) + H.PROBE.pack(
                 p.probe_id, p.is_reply, p.port_state, 0, p.echo_ev or p.ev, p.t_send_ns)
         else:
             raise ValueError(f"cannot encode opcode {op:#x}")
-        n = len(body) + 4
+        n = len(head) + len(tail) + 4  # UDP payload: BTH..payload + ICRC
         by_peer = self._prefixes.get(peer)
         pfx = by_peer.get((ev << 16) | n) if by_peer is not None else None
         if pfx is None:
             pfx = self._prefix(peer, ev, n)
-        return plane, [pfx, body, _U32.pack(_crc32(body))]
+        return plane, [pfx, head, tail, _U32.pack(_crc32(tail, _crc32(head)))]
 
     # ---- decode -------------------------------------------------------------------------------
     def _reject(self, why: str) -> None:
@@ -186,24 +172,16 @@ class Wire:
             return None
         ev = ((first & 0xFFFF) << 16) | sport  # topologies.addressing.ev_from_wire, inlined
         ecn_ce = ((first >> 20) & 0x3) == 0x3
-        if op == _OP_WRITE:
-            if end - _OFF_BODY < _DATA_BODY.size:
-                self._reject("truncated data header")
-                return None
-            msn, msg_len, crc, moff, _xf, ports, _, va, rkey, dma_len = _DATA_BODY.unpack_from(f, _OFF_BODY)
-            return src, Pkt(op, fq & 0xFFFFFF, psn & 0xFFFFFF, ev, fq >> 24, msn, msg_len, crc, moff, va, rkey,  # DATA_FIELDS
-                            dma_len, v[_OFF_BODY + _DATA_BODY.size : end], None, ports, ecn_ce)
         flags, qp, psn = fq >> 24, fq & 0xFFFFFF, psn & 0xFFFFFF
         x = _OFF_BODY
-        if op == H.OP_WRITE_IMM:
-            st = _DATA_BODY_IMM
+        if op in _DATA_OPS:
+            st = _DATA_BODY if op == _OP_WRITE else _DATA_BODY_IMM
             if end - x < st.size:
                 self._reject("truncated data header")
                 return None
-            msn, msg_len, crc, moff, _xf, ports, _, va, rkey, dma_len, imm = st.unpack_from(f, x)
-            return src, Pkt(op=op, qp=qp, psn=psn, ev=ev, flags=flags, msn=msn, msg_len=msg_len, msg_crc=crc,
-                            msg_offset=moff, va=va, rkey=rkey, dma_len=dma_len, payload=v[x + st.size : end], imm=imm,
-                            port_state=ports, ecn_ce=ecn_ce)
+            msn, msg_len, crc, moff, _xf, ports, _, va, rkey, dma_len, *imm = st.unpack_from(f, x)
+            return src, Pkt(op, qp, psn, ev, flags, msn, msg_len, crc, moff, va, rkey, dma_len,  # DATA_FIELDS order
+                            v[x + st.size : end], imm[0] if imm else None, ports, ecn_ce)
         if op in (H.OP_SACK, H.OP_NACK, H.OP_ACK):
             if end - x < H.SACK.size:
                 self._reject("truncated SACK")
