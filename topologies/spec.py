@@ -21,11 +21,14 @@ from __future__ import annotations
 import dataclasses
 import ipaddress
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from topologies.errors import BadInput
+from topologies.schema import Problems, check_mapping, field_rules, rule
 
 #: The default fabric shipped with the project (issue 2): 4 planes, 2 T0 groups, 2 T1 per plane,
 #: 2 hosts per T0 group -> 4 hosts, 16 switches.
@@ -36,7 +39,7 @@ MAX_INDEX = 1023  # 10 index bits in every uSID (T0 group, T1 number, host in gr
 MAX_HOSTS = (MAX_INDEX + 1) ** 2  # T0 groups x hosts per group, both 10-bit uSID indexes
 
 
-class SpecError(ValueError):
+class SpecError(BadInput):
     """A fabric spec that cannot be built. The message names the file, the field and what is allowed."""
 
 
@@ -49,23 +52,36 @@ class LinkParams:
     per plane needs faster uplinks to keep that headroom. No delay: this kernel has no netem.
     """
 
-    bandwidth_mbps: float = 0.0
-    queue_packets: int = 100
-    t0_t1_bandwidth_mbps: float = 0.0
+    bandwidth_mbps: float = field(default=0.0, metadata=rule(lo=0, hi=100_000, allowed="0 (unshaped) to 100000"))
+    queue_packets: int = field(default=100, metadata=rule(lo=2, hi=100_000))
+    t0_t1_bandwidth_mbps: float = field(default=0.0, metadata=rule(lo=0, hi=100_000, allowed="0 (unshaped) to 100000"))
+
+
+def _prefix_check(plen: int):
+    def check(value: str) -> str | None:
+        try:
+            net = ipaddress.IPv6Network(str(value), strict=True)
+        except ValueError as e:
+            return f"not an IPv6 prefix ({e})"
+        return None if net.prefixlen == plen else f"allowed: an IPv6 /{plen} prefix"
+    return check
+
+
+_COUNT = {"kind": int}
 
 
 @dataclass(frozen=True)
 class ClosSpec:
     """A validated multi-plane two-tier Clos. Build it with :func:`load_spec` or :meth:`from_dict`."""
 
-    name: str = "lab"
-    planes: int = 4
-    t0_per_plane: int = 2
-    t1_per_plane: int = 2
-    hosts_per_t0: int = 2
-    locator_block: str = "fcbb:bb00::/32"
-    nic_prefix: str = "fd6d:7263::/32"
-    link: LinkParams = LinkParams()
+    name: str = field(default="lab", metadata=rule(check=lambda v: None if v else "must be a non-empty string"))
+    planes: int = field(default=4, metadata=rule(**_COUNT, lo=1, hi=MAX_PLANES))
+    t0_per_plane: int = field(default=2, metadata=rule(**_COUNT, lo=1, hi=MAX_INDEX + 1))
+    t1_per_plane: int = field(default=2, metadata=rule(**_COUNT, lo=1, hi=MAX_INDEX + 1))
+    hosts_per_t0: int = field(default=2, metadata=rule(**_COUNT, lo=1, hi=MAX_INDEX + 1))
+    locator_block: str = field(default="fcbb:bb00::/32", metadata=rule(check=_prefix_check(32)))
+    nic_prefix: str = field(default="fd6d:7263::/32", metadata=rule(check=_prefix_check(32)))
+    link: LinkParams = field(default=LinkParams(), metadata=rule(kind=dict, allowed="a mapping of link fields"))
     source: str = "<dict>"
 
     # ---- derived shape -------------------------------------------------------------------------
@@ -118,41 +134,26 @@ class ClosSpec:
     def from_dict(cls, data: Mapping[str, Any], source: str = "<dict>") -> ClosSpec:
         """Validate ``data`` (as read from YAML) and build the spec.
 
-        Raises :class:`SpecError` naming ``source``, the field and the allowed values for unknown
-        keys, wrong types, out-of-range counts, or prefixes of the wrong length.
+        Raises :class:`SpecError` naming ``source``, every bad field and its allowed values: unknown
+        keys, wrong types, out-of-range counts, prefixes of the wrong length or overlapping.
         """
+        problems = Problems(source)
         if not isinstance(data, Mapping):
             raise SpecError(f"{source}: a fabric spec is a mapping of fields, got {type(data).__name__}")
-        allowed = {f.name for f in dataclasses.fields(cls)} - {"source"}
-        unknown = sorted(set(data) - allowed)
-        if unknown:
-            raise SpecError(f"{source}: unknown field(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
-        kw: dict[str, Any] = {"source": source}
-        ranges = {
-            "planes": (1, MAX_PLANES),
-            "t0_per_plane": (1, MAX_INDEX + 1),
-            "t1_per_plane": (1, MAX_INDEX + 1),
-            "hosts_per_t0": (1, MAX_INDEX + 1),
-        }
-        for key, (lo, hi) in ranges.items():
-            if key in data:
-                v = data[key]
-                if not isinstance(v, int) or isinstance(v, bool) or not lo <= v <= hi:
-                    raise SpecError(f"{source}: field {key!r} = {v!r}; allowed: an integer from {lo} to {hi}")
-                kw[key] = v
-        if "name" in data:
-            if not isinstance(data["name"], str) or not data["name"]:
-                raise SpecError(f"{source}: field 'name' must be a non-empty string")
-            kw["name"] = data["name"]
-        for key, plen in (("locator_block", 32), ("nic_prefix", 32)):
-            if key in data:
-                kw[key] = _prefix(data[key], plen, key, source)
-        if "link" in data:
-            kw["link"] = _link_params(data["link"], source)
-        spec = cls(**kw)
-        if ipaddress.IPv6Network(spec.locator_block).overlaps(ipaddress.IPv6Network(spec.nic_prefix)):
-            raise SpecError(f"{source}: locator_block {spec.locator_block} overlaps nic_prefix {spec.nic_prefix}")
-        return spec
+        rules = {k: r for k, r in field_rules(cls).items() if k != "source"}
+        kw = check_mapping(data, rules, "", problems, quote=_QUOTE)
+        if "link" in kw:
+            link = check_mapping(kw["link"], field_rules(LinkParams), "", problems, quote=_QUOTE, prefix="link.")
+            kw["link"] = LinkParams(**link)
+        if not problems and ipaddress.IPv6Network(kw.get("locator_block", cls.locator_block)).overlaps(
+                ipaddress.IPv6Network(kw.get("nic_prefix", cls.nic_prefix))):
+            problems.add(f"locator_block {kw.get('locator_block', cls.locator_block)} overlaps nic_prefix "
+                         f"{kw.get('nic_prefix', cls.nic_prefix)}")
+        problems.raise_if_any(SpecError)
+        for key in ("locator_block", "nic_prefix"):
+            if key in kw:
+                kw[key] = str(ipaddress.IPv6Network(kw[key]))
+        return cls(**kw, source=source)
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -160,32 +161,7 @@ class ClosSpec:
         return d
 
 
-def _prefix(value: Any, plen: int, key: str, source: str) -> str:
-    try:
-        net = ipaddress.IPv6Network(str(value), strict=True)
-    except ValueError as e:
-        raise SpecError(f"{source}: field {key!r} = {value!r} is not an IPv6 prefix ({e})") from None
-    if net.prefixlen != plen:
-        raise SpecError(f"{source}: field {key!r} = {value!r}; allowed: an IPv6 /{plen} prefix")
-    return str(net)
-
-
-def _link_params(value: Any, source: str) -> LinkParams:
-    if not isinstance(value, Mapping):
-        raise SpecError(f"{source}: field 'link' must be a mapping")
-    allowed = {f.name for f in dataclasses.fields(LinkParams)}
-    unknown = sorted(set(value) - allowed)
-    if unknown:
-        raise SpecError(f"{source}: unknown field(s) link.{', link.'.join(unknown)}; allowed: {', '.join(sorted(allowed))}")
-    bw = value.get("bandwidth_mbps", 0.0)
-    q = value.get("queue_packets", 100)
-    up = value.get("t0_t1_bandwidth_mbps", 0.0)
-    for name, v in (("bandwidth_mbps", bw), ("t0_t1_bandwidth_mbps", up)):
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not 0 <= v <= 100_000:
-            raise SpecError(f"{source}: field 'link.{name}' = {v!r}; allowed: 0 (unshaped) to 100000")
-    if not isinstance(q, int) or isinstance(q, bool) or not 2 <= q <= 100_000:
-        raise SpecError(f"{source}: field 'link.queue_packets' = {q!r}; allowed: an integer from 2 to 100000")
-    return LinkParams(bandwidth_mbps=float(bw), queue_packets=q, t0_t1_bandwidth_mbps=float(up))
+_QUOTE = "field {label!r} = {value!r}"
 
 
 def load_spec(path: str | Path | None = None) -> ClosSpec:
