@@ -1,7 +1,6 @@
 """The MRC endpoint processes on the default linux fabric: a 16 MiB write across T0 groups, with
 and without failures; the RoCE-style baseline on a healthy and on a cut path."""
 
-import json
 import subprocess
 import sys
 import time
@@ -13,6 +12,8 @@ import yaml
 from controller.fabric import Fabric
 from topologies.addressing import ev_plane, ev_t1
 from topologies.spec import load_spec
+from traffic import contract as C
+from traffic.settings import TransportSettings
 
 pytestmark = pytest.mark.root
 MIB16 = 16 << 20
@@ -39,15 +40,15 @@ class Transfer:
         self.fab, self.tmp, self.src, self.dst = fab, tmp, src, dst
         topo = tmp / "fabric.yaml"
         topo.write_text(yaml.safe_dump(fab.spec.to_dict()))
-        st = {"region_bytes": max(size + 4096, 1 << 20), **(settings or {})}
+        st = TransportSettings(**{"region_bytes": max(size + 4096, 1 << 20), **(settings or {})})
         self.procs = {}
-        qp = {"qp": 1, "peer": dst, "message_bytes": size, "count": 1}
+        qp = C.QpConfig(qp=1, peer=dst, message_bytes=size, count=1)
         if duration_s is not None:  # unbounded messages for duration_s
-            qp = {"qp": 1, "peer": dst, "message_bytes": size, "duration_s": duration_s}
-        for host, qps in ((dst, []), (src, [qp])):
-            cfg = {"topo": str(topo), "host": host, "seed": 11, "transport": transport, "settings": st, "qps": qps,
-                   "telemetry_path": str(tmp / f"{host}.jsonl"), "telemetry_interval_s": 0.05}
-            (tmp / f"{host}.json").write_text(json.dumps(cfg))
+            qp = C.QpConfig(qp=1, peer=dst, message_bytes=size, duration_s=duration_s)
+        for host, qps in ((dst, ()), (src, (qp,))):
+            cfg = C.EndpointConfig(topo=str(topo), host=host, seed=11, transport=transport, settings=st, qps=qps,
+                                   telemetry_path=str(tmp / f"{host}.jsonl"), telemetry_interval_s=0.05)
+            (tmp / f"{host}.json").write_text(cfg.to_json())
             self.procs[host] = fab.emu.popen(host, [sys.executable, "-m", "traffic.endpoint", "--config",
                                                     str(tmp / f"{host}.json")],
                                              stdout=subprocess.DEVNULL, stderr=open(tmp / f"{host}.err", "w"))
@@ -73,34 +74,39 @@ class Transfer:
         """Blocks until the sender has some data acknowledged (the transfer is under way)."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            samples = [r for r in self.records(self.src) if r["type"] == "sample" and r["tx_qps"]]
-            if samples and samples[-1]["tx_qps"]["1"]["bytes_acked"] > 0:
+            samples = [r for r in self.records(self.src) if isinstance(r, C.Sample) and r.tx]
+            if samples and samples[-1].tx[0].stats.bytes_acked > 0:
                 return
             time.sleep(0.05)
         raise AssertionError("the transfer did not start")
 
-    def records(self, host):
-        p = self.tmp / f"{host}.jsonl"
-        if not p.exists():
-            return []
-        lines = p.read_text().splitlines()
-        return [json.loads(x) for x in lines[:-1] + [ln for ln in lines[-1:] if ln.endswith("}")] if x.strip()]
+    def records(self, host) -> list:
+        return [r.rec for r in C.read_telemetry(self.tmp / f"{host}.jsonl")]
 
-    def summary(self, host):
-        return [r for r in self.records(host) if r["type"] == "summary"][-1]
+    def summary(self, host) -> C.Summary:
+        return [r for r in self.records(host) if isinstance(r, C.Summary)][-1]
+
+    def rx(self, host="h2") -> C.RxQp:
+        """The receiving QP of ``host`` in its summary (one QP from h0)."""
+        return next(q for q in self.summary(host).rx if (q.src, q.qp) == (self.src, 1))
+
+    def tx(self, host="h0") -> C.TxQp:
+        return next(q for q in self.summary(host).tx if q.qp == 1)
+
+    def last_tx(self, host="h0") -> C.TxQp:
+        return [r for r in self.records(host) if isinstance(r, C.Sample)][-1].tx[0]
 
     def events(self, host, kind):
-        return [r for r in self.records(host) if r["type"] == "event" and r["kind"] == kind]
+        return [r for r in self.records(host) if isinstance(r, C.Event) and r.kind == kind]
 
 
 def test_16mib_write_arrives_intact_over_every_plane_and_every_t1(fabric, tmp_path):
     before = fabric.switch_packets(fabric.spec.t1s())
     t = Transfer(fabric, tmp_path)
     assert t.wait(120), (tmp_path / "h0.err").read_text()[-2000:]
-    rx = t.summary("h2")["rx_qps"]["h0#1"]
-    assert rx["messages_delivered"] == 1 and rx["messages_corrupt"] == 0 and rx["delivered_bytes"] >= MIB16
-    tx = t.summary("h0")["tx_qps"]["1"]
-    assert tx["bytes_acked"] == MIB16
+    rx = t.rx()
+    assert rx.messages_delivered == 1 and rx.messages_corrupt == 0 and rx.delivered_bytes >= MIB16
+    assert t.tx().stats.bytes_acked == MIB16
     after = fabric.switch_packets(fabric.spec.t1s())
     moved = {s: after[s] - before[s] for s in fabric.spec.t1s()}
     assert all(n > 20 for n in moved.values()), str(sorted(moved.items()))  # every plane, every T1
@@ -114,13 +120,13 @@ def test_t0_t1_link_down_mid_transfer_retires_its_evs_and_the_rest_carry_on(fabr
         assert t.wait(180), (tmp_path / "h0.err").read_text()[-2000:]
     finally:
         fabric.set_link("t0-1-0", "t1-1-0", up=True)
-    rx = t.summary("h2")["rx_qps"]["h0#1"]
-    assert rx["messages_delivered"] >= 2 and rx["messages_corrupt"] == 0
-    assert rx["messages_delivered"] == t.summary("h0")["tx_qps"]["1"]["messages_acked"]
-    evs = {int(k): v for k, v in t.summary("h0")["tx_qps"]["1"]["evs"].items()}
+    rx = t.rx()
+    assert rx.messages_delivered >= 2 and rx.messages_corrupt == 0
+    assert rx.messages_delivered == t.tx().stats.messages_acked
+    evs = t.tx().evs
     through = {ev: s for ev, s in evs.items() if ev_plane(ev) == 1 and ev_t1(ev) == 0}
     others = {ev: s for ev, s in evs.items() if not (ev_plane(ev) == 1 and ev_t1(ev) == 0)}
-    bad = {e["ev"] for e in t.events("h0", "ev_state") if e["new"] == "ASSUMED_BAD"}
+    bad = {e.ev for e in t.events("h0", "ev_state") if e.new == "ASSUMED_BAD"}
     assert through and set(through) <= bad | {ev for ev, s in through.items() if s == "GOOD" and False}
     assert all(s == "ASSUMED_BAD" for s in through.values()), through
     assert sum(1 for s in others.values() if s == "GOOD") >= len(others) - 2  # the rest carry on
@@ -134,20 +140,20 @@ def test_host_port_down_makes_the_peer_stop_using_that_plane(fabric, tmp_path):
     try:
         time.sleep(2.0)
         planes = t.events("h0", "plane")
-        assert any(e["plane"] == 3 and e["up"] is False for e in planes), planes
-        s1 = [r for r in t.records("h0") if r["type"] == "sample"][-1]
+        assert any(e.plane == 3 and e.up is False for e in planes), planes
+        s1 = t.last_tx()
         time.sleep(1.0)
-        s2 = [r for r in t.records("h0") if r["type"] == "sample"][-1]
-        grew = s2["tx_qps"]["1"]["data_packets"] - s1["tx_qps"]["1"]["data_packets"]
+        s2 = t.last_tx()
+        grew = s2.stats.data_packets - s1.stats.data_packets
         assert grew > 0  # still sending, on the other planes
     finally:
         fabric.set_link("h2", "t0-3-1", up=True)
     assert t.wait(180)
     # once down, once back: SACKs overtaken by newer ones on other paths do not flip it again
-    assert [e["up"] for e in t.events("h0", "plane") if e["plane"] == 3] == [False, True]
-    rx = t.summary("h2")["rx_qps"]["h0#1"]
-    assert rx["messages_delivered"] >= 2 and rx["messages_corrupt"] == 0
-    assert rx["messages_delivered"] == t.summary("h0")["tx_qps"]["1"]["messages_acked"]
+    assert [e.up for e in t.events("h0", "plane") if e.plane == 3] == [False, True]
+    rx = t.rx()
+    assert rx.messages_delivered >= 2 and rx.messages_corrupt == 0
+    assert rx.messages_delivered == t.tx().stats.messages_acked
 
 
 def test_baseline_completes_on_a_healthy_path_and_stalls_when_its_path_is_cut(fabric, tmp_path):
@@ -157,7 +163,7 @@ def test_baseline_completes_on_a_healthy_path_and_stalls_when_its_path_is_cut(fa
     ok = Transfer(fabric, tmp_path / "ok" if (tmp_path / "ok").mkdir() is None else None, transport="roce",
                   size=4 << 20)
     assert ok.wait(120)
-    assert ok.summary("h2")["rx_qps"]["h0#1"]["messages_delivered"] == 1
+    assert ok.rx().messages_delivered == 1
 
     ev = ecmp_ev(AddressPlan(fabric.spec), "h0", "h2", 1, 11)
     plane, t1 = ev_plane(ev), ev_t1(ev)
@@ -167,9 +173,9 @@ def test_baseline_completes_on_a_healthy_path_and_stalls_when_its_path_is_cut(fa
     fabric.set_link(f"t0-{plane}-0", f"t1-{plane}-{t1}", up=False)
     try:
         time.sleep(1.0)
-        a = [r for r in cut.records("h0") if r["type"] == "sample"][-1]["tx_qps"]["1"]["bytes_acked"]
+        a = cut.last_tx().stats.bytes_acked
         time.sleep(1.5)
-        b = [r for r in cut.records("h0") if r["type"] == "sample"][-1]["tx_qps"]["1"]["bytes_acked"]
+        b = cut.last_tx().stats.bytes_acked
         assert a == b < 64 << 20  # one path, cut: no progress
         assert cut.events("h0", "timeout")  # its timer keeps firing
     finally:

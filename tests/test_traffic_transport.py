@@ -9,8 +9,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from traffic import headers as H
-from traffic.channel import Channel
-from traffic.mrc import SACK_COALESCE_MAX, MrcReceiver, MrcSettings, make_sender
+from channel import Channel
+from traffic.receiver import SACK_COALESCE_MAX, MrcReceiver
+from traffic.sender import make_sender
+from traffic.settings import TransportSettings
 from transport_sim import PLAN, delivered_intact, reverse_evs, run
 
 messages_st = st.lists(st.integers(0, 9000), min_size=1, max_size=6).flatmap(
@@ -22,7 +24,7 @@ channel_st = st.fixed_dictionaries({
     "fifo": st.booleans(),
     "seed": st.integers(0, 2**16),
 })
-FAST = MrcSettings(payload_bytes=512, window_packets=32, region_bytes=1 << 17, min_rto_s=0.01)
+FAST = TransportSettings(payload_bytes=512, window_packets=32, region_bytes=1 << 17, min_rto_s=0.01)
 
 
 def _check(o, n_msgs, imm):
@@ -54,12 +56,12 @@ def test_a_region_that_holds_one_message_is_reused_without_corrupting_any(transp
     msgs = [rng.randbytes(size) for _ in range(n)]
     chan = Channel(random.Random(ch["seed"]), drop=ch["drop"], dup=ch["dup"], delay_s=ch["delay"],
                    fifo_per_ev=ch["fifo"])
-    s = MrcSettings(payload_bytes=512, window_packets=32, region_bytes=size + 100, min_rto_s=0.01)
+    s = TransportSettings(payload_bytes=512, window_packets=32, region_bytes=size + 100, min_rto_s=0.01)
     o = run(msgs, chan, transport=transport, settings=s, imm=True, seed=ch["seed"], limit_s=120)
     assert o.sender.done
     assert o.receiver.stats.messages_corrupt == 0
     assert o.receiver.stats.messages_delivered == n and o.receiver.stats.completions == list(range(n))
-    assert bytes(o.receiver.region[:size]) == msgs[-1]
+    assert bytes(o.receiver.region.mem[:size]) == msgs[-1]
 
 
 def _lose_one(at_s):
@@ -86,15 +88,15 @@ def _lose_one(at_s):
 
 def test_untrimmed_loss_retires_its_ev_within_one_rtt_and_a_same_plane_backup_replaces_it():
     marks, hook = _lose_one(0.003)
-    s = MrcSettings(payload_bytes=1024, window_packets=64, region_bytes=4 << 20)
+    s = TransportSettings(payload_bytes=1024, window_packets=64, region_bytes=4 << 20)
     o = run([random.Random(3).randbytes(2_000_000)], Channel(random.Random(5), delay_s=(0.001, 0.001)),
             settings=s, hook=hook)
     _check(o, 1, False)
     ev = marks["ev"]
     retire = [kw for k, kw in o.events if k == "ev_state" and kw["ev"] == ev and kw["new"] == "ASSUMED_BAD"]
     assert retire and "untrimmed loss" in retire[0]["reason"]  # by a later packet on the same EV, not a timer
-    assert o.sender.stats["timeouts"] == 0
-    rtt = o.sender.srtt
+    assert o.sender.stats.timeouts == 0
+    rtt = o.sender.rtt.srtt
     # detectable when a later packet on the EV is sent; retired when its SACK returns: one RTT
     assert marks["retired"] - marks["visible"] <= rtt + 0.001, (marks, rtt)
     assert o.sender.evs.plane_shares() == marks["shares"]  # a backup of the same plane took its place
@@ -109,7 +111,7 @@ def test_dead_ev_is_retired_by_the_timer_and_the_transfer_completes():
             dead["ev"] = tx.evs.active()[5]
             chan.drop_ev.add(dead["ev"])
 
-    s = MrcSettings(payload_bytes=1024, window_packets=64, region_bytes=4 << 20)
+    s = TransportSettings(payload_bytes=1024, window_packets=64, region_bytes=4 << 20)
     o = run([bytes(2_000_000)], Channel(random.Random(5)), settings=s, hook=hook)
     _check(o, 1, False)
     reasons = [kw["reason"] for k, kw in o.events if k == "ev_state" and kw["ev"] == dead["ev"]
@@ -129,7 +131,7 @@ def test_plane_shares_stay_equal_under_retirements():
             chan.drop_ev.add(ev)
 
     o = run(msgs, Channel(random.Random(4)), hook=hook,
-            settings=MrcSettings(payload_bytes=1024, window_packets=48, region_bytes=4 << 20))
+            settings=TransportSettings(payload_bytes=1024, window_packets=48, region_bytes=4 << 20))
     assert len(killed) == 3
     _check(o, 1, False)
     assert o.sender.evs.plane_shares() == [4, 4, 4, 4]
@@ -140,8 +142,7 @@ def test_denied_evs_are_never_used():
 
     deny = frozenset({make_ev(1, 0)})
     import itertools
-    from traffic.mrc import make_sender
-    tx = make_sender(1, PLAN, "h0", "h2", MrcSettings(), random.Random(1), iter([(0, bytes(100_000))]),
+    tx = make_sender(1, PLAN, "h0", "h2", TransportSettings(), random.Random(1), iter([(0, bytes(100_000))]),
                      denylist=deny)
     used = set()
     for k in itertools.count():
@@ -161,42 +162,42 @@ def test_roce_stalls_on_a_cut_path_until_its_timer_then_completes():
         if 0.01 < now < 0.3:
             chan.drop_ev.add(tx.ev)
             if now > 0.02:  # what was in flight at the cut has drained by now
-                cut.setdefault("acked_early", tx.stats["bytes_acked"])
-                cut["acked_late"] = tx.stats["bytes_acked"]
+                cut.setdefault("acked_early", tx.stats.bytes_acked)
+                cut["acked_late"] = tx.stats.bytes_acked
         elif now >= 0.3:
             chan.drop_ev.discard(tx.ev)
 
     o = run(msgs, Channel(random.Random(1)), transport="roce", hook=hook,
-            settings=MrcSettings(payload_bytes=1024, window_packets=32, region_bytes=1 << 21))
+            settings=TransportSettings(payload_bytes=1024, window_packets=32, region_bytes=1 << 21))
     _check(o, 1, False)
     assert 0 < cut["acked_early"] == cut["acked_late"] < 1_000_000  # stalled while its one path is cut
-    assert o.sender.stats["timeouts"] >= 1 and o.t_end > 0.3
+    assert o.sender.stats.timeouts >= 1 and o.t_end > 0.3
 
 
 def test_rto_stays_above_the_recent_peak_rtt_and_follows_a_lasting_drop():
     """A queue that drains for a moment must not pull the timer under the RTT it refills to; a
-    queue that stays short must let it come down (traffic/mrc.py, MrcSender.rto). The samples
+    queue that stays short must let it come down (traffic/rtt.py, RttEstimator.rto). The samples
     are those of a full 100 ms queue that drains within 40 ms (a SACK every 2 ms)."""
-    tx = make_sender(1, PLAN, "h0", "h2", MrcSettings(), random.Random(1), iter([]))
+    tx = make_sender(1, PLAN, "h0", "h2", TransportSettings(), random.Random(1), iter([]))
     now = 0.0
     for _ in range(50):
         now += 0.01
-        tx._rtt_sample(0.100, now)
+        tx.rtt.sample(0.100, now)
     for k in range(40):
         now += 0.002
-        tx._rtt_sample(max(0.020, 0.100 - 0.004 * (k + 1)), now)
-    assert 2 * tx.srtt + 4 * tx.rttvar < 0.06  # what srtt and rttvar alone would allow
-    assert tx.rto > 0.075  # the queue refills within an RTT: the timer stays near its RTT
+        tx.rtt.sample(max(0.020, 0.100 - 0.004 * (k + 1)), now)
+    assert 2 * tx.rtt.srtt + 4 * tx.rtt.rttvar < 0.06  # what srtt and rttvar alone would allow
+    assert tx.rtt.rto > 0.075  # the queue refills within an RTT: the timer stays near its RTT
     for _ in range(200):  # 2 s of short round trips
         now += 0.01
-        tx._rtt_sample(0.020, now)
-    assert tx.rto < 0.06
+        tx.rtt.sample(0.020, now)
+    assert tx.rtt.rto < 0.06
 
 
 def test_sacks_are_coalesced_over_a_receive_batch_and_cover_every_arrival():
     """Due SACKs wait for the end of the batch (the next poll), one per SACK_COALESCE_MAX at most,
     and each reports everything that arrived, out of order too."""
-    s = MrcSettings(payload_bytes=1024, window_packets=256, region_bytes=1 << 22)
+    s = TransportSettings(payload_bytes=1024, window_packets=256, region_bytes=1 << 22)
     tx = make_sender(1, PLAN, "h0", "h2", s, random.Random(3), iter([(0, bytes(range(256)) * 1024)]))
     rx = MrcReceiver(1, s, reverse_evs())
     pkts = []
@@ -219,7 +220,7 @@ def test_a_retransmission_far_behind_the_newest_arrival_is_in_its_sacks_bitmap()
     """cum_psn is held by a hole while 100 later PSNs arrive; when the hole's neighbour (also lost,
     now retransmitted) arrives, the SACK must report it, or its sender times it out and blames a
     healthy EV."""
-    s = MrcSettings(payload_bytes=1024, window_packets=256, region_bytes=1 << 22)
+    s = TransportSettings(payload_bytes=1024, window_packets=256, region_bytes=1 << 22)
     tx = make_sender(1, PLAN, "h0", "h2", s, random.Random(3), iter([(0, bytes(300 * 1024))]))
     rx = MrcReceiver(1, s, reverse_evs())
     pkts = []

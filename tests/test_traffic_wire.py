@@ -14,11 +14,13 @@ from topologies.addressing import AddressPlan, make_ev
 from topologies.spec import load_spec
 from traffic import headers as H
 from traffic.host import HostStack
-from traffic.mrc import MrcSettings, Pkt, message_source
+from traffic.packet import Pkt
+from traffic.region import message_source
+from traffic.settings import TransportSettings
 from traffic.wire import Wire, frame_bytes
 
 PLAN = AddressPlan(load_spec())
-S = MrcSettings(payload_bytes=512, window_packets=16, region_bytes=1 << 16)
+S = TransportSettings(payload_bytes=512, window_packets=16, region_bytes=1 << 16)
 
 
 def data_pkt(**kw):

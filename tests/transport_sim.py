@@ -9,8 +9,12 @@ from dataclasses import dataclass
 from topologies.addressing import AddressPlan, make_ev
 from topologies.spec import load_spec
 from traffic import headers as H
-from traffic.channel import Channel
-from traffic.mrc import MrcReceiver, MrcSettings, RegionRing, make_sender, probe_reply
+from channel import Channel
+from traffic.contract import event_fields
+from traffic.receiver import MrcReceiver, probe_reply
+from traffic.region import RegionRing
+from traffic.sender import make_sender
+from traffic.settings import TransportSettings
 from traffic.roce import RoceReceiver, RoceSender, ecmp_ev
 
 PLAN = AddressPlan(load_spec())
@@ -30,12 +34,12 @@ def reverse_evs(planes: int = 4):
     return lambda: next(cyc)
 
 
-def run(messages: list[bytes], chan: Channel, *, transport: str = "mrc", settings: MrcSettings | None = None,
+def run(messages: list[bytes], chan: Channel, *, transport: str = "mrc", settings: TransportSettings | None = None,
         imm: bool = False, seed: int = 1, limit_s: float = 60.0, src: str = "h0", dst: str = "h2",
         hook=None) -> Outcome:
-    s = settings or MrcSettings(region_bytes=max(1 << 16, 2 * sum(len(m) for m in messages) + 4096))
+    s = settings or TransportSettings(region_bytes=max(1 << 16, 2 * sum(len(m) for m in messages) + 4096))
     events: list[tuple] = []
-    log = lambda kind, **kw: events.append((kind, kw))  # noqa: E731
+    log = lambda e: events.append((e.kind, event_fields(e)))  # noqa: E731
     msgs = iter(enumerate(messages))
     if transport == "mrc":
         tx = make_sender(1, PLAN, src, dst, s, random.Random(seed), msgs, imm=imm, events=log)
@@ -69,6 +73,6 @@ def delivered_intact(o: Outcome) -> bool:
     ring = RegionRing(o.receiver.s.region_bytes)
     for msn, m in enumerate(o.messages):
         base = ring.place(msn, len(m))
-        if bytes(o.receiver.region[base : base + len(m)]) != m:
+        if bytes(o.receiver.region.mem[base : base + len(m)]) != m:
             return False
     return True

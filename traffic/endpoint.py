@@ -2,43 +2,20 @@
 
     python -m traffic.endpoint --config CONFIG.json
 
-Config (JSON; experiments/endpoints.py writes it)::
-
-    topo                  path of the fabric YAML (topologies.spec.load_spec)
-    host                  this host ("h0")
-    seed                  seeds the EV draws and message contents
-    transport             "mrc" | "roce"
-    settings              MrcSettings fields (traffic/mrc.py), e.g. {"evs_per_plane": 2}
-    denylist              EVs this host must not use (DENIED)
-    qps                   QPs this host sends: [{qp, peer, message_bytes, op: write|write_imm,
-                          start_s, duration_s, count?}] (count: number of messages, else unbounded)
-    telemetry_path        JSON-lines output
-    telemetry_interval_s  sample period (0.1)
-    start_at_wall         time.time() at which t = 0 (senders start at start_at_wall + start_s)
-
-Every endpoint also receives: QPs peers open to it are created on first packet.
-
-Telemetry, one JSON object per line, each with ``t_wall`` (time.time()) and ``t_mono``:
-
-* ``{"type": "sample", "tx_qps": {qp: {peer, qp, bytes_acked, data_packets, retransmits,
-  srtt_us, evs: {ev: state}}}, "rx_qps": {"peer#qp": {src, qp, delivered_bytes,
-  messages_delivered, messages_corrupt}}, "ports": bitmap}`` every ``telemetry_interval_s``;
-* ``{"type": "event", "kind": ev_state|loss|gap|timeout|nack|trim|plane|ports, ...}`` as they
-  happen (ev_state: qp, ev, old, new, reason);
-* ``{"type": "summary", "tx_qps": {... totals ...}, "rx_qps": {...}, "dropped": {reason: n}, "cpu_s": s,
-  "cpu_sys_s": s}`` last (cpu_s: user + system CPU seconds of the run loop, kernel work done on its
-  behalf included; cpu_sys_s: the system part).
+The config is a :class:`traffic.contract.EndpointConfig` (the runner writes it); the endpoint writes
+the telemetry records of :mod:`traffic.contract` to ``telemetry_path``: ``start`` once its sockets
+are open, a ``sample`` every ``telemetry_interval_s``, events as they happen, ``summary`` last.
+Every endpoint also receives: QPs peers open to it are created on their first packet.
 
 The process exits 0 once every QP it sends has finished (count reached, or duration over and
-everything acknowledged), or on SIGTERM/SIGINT, after writing the summary.
+everything acknowledged), or on SIGTERM/SIGINT, after writing the summary; 2 for a config it cannot
+use (one line on stderr naming the field).
 """
 
 from __future__ import annotations
 
 import argparse
 import errno
-import json
-import os
 import resource
 import select
 import signal
@@ -50,9 +27,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from topologies.addressing import AddressPlan
+from topologies.errors import BadInput
 from topologies.spec import load_spec
+from traffic import contract as C
 from traffic.host import HostStack
-from traffic.mrc import MrcSettings, message_source
+from traffic.region import message_source
+from traffic.transport import Sender
 
 ETH_P_ALL = 0x0003
 PACKET_IGNORE_OUTGOING = 23
@@ -66,27 +46,15 @@ def _cpu_s() -> tuple[float, float]:
     return ru.ru_utime, ru.ru_stime
 
 
-class EndpointConfigError(ValueError):
-    """A config field is missing or wrong; the message names it."""
-
-
-def _need(cfg: dict, key: str, typ):
-    if key not in cfg:
-        raise EndpointConfigError(f"config: missing {key!r}")
-    if not isinstance(cfg[key], typ):
-        raise EndpointConfigError(f"config: {key!r} must be {typ}")
-    return cfg[key]
-
-
 class Telemetry:
+    """Telemetry records as JSON lines (nothing without a path)."""
+
     def __init__(self, path: str | None) -> None:
         self.fh = open(path, "a", buffering=1) if path else None
 
-    def write(self, rec: dict) -> None:
+    def write(self, rec: C.Record) -> None:
         if self.fh is not None:
-            rec.setdefault("t_wall", time.time())
-            rec.setdefault("t_mono", time.monotonic())
-            self.fh.write(json.dumps(rec, separators=(",", ":")) + "\n")
+            self.fh.write(C.encode(rec) + "\n")
 
     def close(self) -> None:
         if self.fh is not None:
@@ -96,34 +64,28 @@ class Telemetry:
 class Endpoint:
     """Raw sockets + :class:`HostStack` + telemetry for one host. ``run()`` returns an exit code."""
 
-    def __init__(self, cfg: dict) -> None:
+    def __init__(self, cfg: C.EndpointConfig) -> None:
         self.cfg = cfg
-        spec = load_spec(_need(cfg, "topo", str))
+        spec = load_spec(cfg.topo)
         self.plan = AddressPlan(spec)
-        self.host = _need(cfg, "host", str)
+        self.host = cfg.host
         spec.host_index(self.host)
-        try:
-            self.settings = MrcSettings.from_dict(cfg.get("settings", {}) or {}, "config.settings")
-        except ValueError as e:
-            raise EndpointConfigError(str(e)) from None
-        self.tel = Telemetry(cfg.get("telemetry_path"))
-        self.stack = HostStack(self.plan, self.host, self.settings, transport=cfg.get("transport", "mrc"),
-                               seed=int(cfg.get("seed", 1)), events=self._event,
-                               denylist=frozenset(int(x) for x in cfg.get("denylist", [])))
-        self.t0_wall = float(cfg.get("start_at_wall", time.time()))
-        self.flows = []
-        for q in cfg.get("qps", []):
-            peer = q["peer"]
-            spec.host_index(peer)
-            msgs = message_source(int(cfg.get("seed", 1)) * 7919 + int(q["qp"]), int(q["message_bytes"]), q.get("count"))
-            s = self.stack.add_sender(int(q["qp"]), peer, msgs, imm=q.get("op") == "write_imm")
-            self.flows.append((s, float(q.get("start_s", 0.0)), q.get("duration_s")))
+        self.settings = cfg.settings
+        self.tel = Telemetry(cfg.telemetry_path)
+        self.stack = HostStack(self.plan, self.host, self.settings, transport=cfg.transport, seed=cfg.seed,
+                               events=self.tel.write, denylist=frozenset(cfg.denylist))
+        self.t0_wall = cfg.start_at_wall if cfg.start_at_wall is not None else time.time()
+        self.flows: list[tuple[Sender, float, float | None]] = []  # (sender, start_s, duration_s)
+        self.peer_of: dict[int, str] = {}  # id(sender) -> its peer
+        for q in cfg.qps:
+            spec.host_index(q.peer)
+            msgs = message_source(cfg.seed * 7919 + q.qp, q.message_bytes, q.count)
+            s = self.stack.add_sender(q.qp, q.peer, msgs, imm=q.op == "write_imm")
+            self.flows.append((s, q.start_s, q.duration_s))
+            self.peer_of[id(s)] = q.peer
         self.socks: dict[int, socket.socket] = {}
         self._send_fn: dict[int, Callable] = {}
         self.stop_requested = False
-
-    def _event(self, kind: str, **kw) -> None:
-        self.tel.write({"type": "event", "kind": kind, **kw})
 
     # ---- sockets and ports -----------------------------------------------------------------
     def open(self) -> None:
@@ -163,7 +125,7 @@ class Endpoint:
         for fd in by_fd:
             poller.register(fd, select.POLLIN)
         mono0 = time.monotonic() + (self.t0_wall - time.time())  # monotonic time of t = 0
-        interval = float(self.cfg.get("telemetry_interval_s", 0.1))
+        interval = self.cfg.telemetry_interval_s
         next_tel = next_ports = 0.0
         backlog: dict[int, deque] = {p: deque() for p in socks}
         started: set[int] = set()
@@ -175,8 +137,7 @@ class Endpoint:
         rxbuf = bytearray(65536)
         rxview = memoryview(rxbuf)
         recv = [s.recv_into for s in socks.values()]
-        self.tel.write({"type": "start", "host": self.host, "transport": stack.transport,
-                        "qps": [s.qp for s, _, _ in self.flows]})
+        self.tel.write(C.Start(self.host, stack.transport, tuple(s.qp for s, _, _ in self.flows)))
         while not self.stop_requested:
             now = time.monotonic()
             t = now - mono0
@@ -208,7 +169,7 @@ class Endpoint:
                 out = []
                 for i, (s, _, _) in enumerate(self.flows):
                     if i in started:
-                        peer = next(k[0] for k, v in stack.senders.items() if v is s)
+                        peer = self.peer_of[id(s)]
                         for p in s.poll(now):
                             out.append(stack.wire.encode(p, peer))
                 for (peer, _), r in stack.receivers.items():
@@ -229,13 +190,13 @@ class Endpoint:
                     finished_at = now
                 if now - finished_at > 0.2:  # linger: acknowledge the peer's last packets
                     break
-            if not self.flows and t > max_end + float(self.cfg.get("receiver_linger_s", 3600)):
+            if not self.flows and t > max_end + self.cfg.receiver_linger_s:
                 break
             if not work:
                 poller.poll(1)
         self._sample()
-        self.tel.write({"type": "summary", "tx_qps": self._tx(), "rx_qps": self._rx(), "dropped": stack.dropped(),
-                        "cpu_s": sum(_cpu_s()) - sum(cpu0), "cpu_sys_s": _cpu_s()[1] - cpu0[1]})
+        cpu1 = _cpu_s()
+        self.tel.write(C.Summary(self._tx(), self._rx(), stack.dropped(), sum(cpu1) - sum(cpu0), cpu1[1] - cpu0[1]))
         self.tel.close()
         for s in socks.values():
             s.close()
@@ -261,25 +222,18 @@ class Endpoint:
             return e.errno != errno.ENOBUFS
         return True
 
-    def _tx(self) -> dict:
-        out = {}
+    def _tx(self) -> tuple[C.TxQp, ...]:
+        out = []
         for (peer, qp), s in self.stack.senders.items():
-            d = {"peer": peer, "qp": qp, **s.stats, "srtt_us": (s.srtt * 1e6) if getattr(s, "srtt", None) else None}
-            evs = getattr(s, "evs", None)
-            if evs is not None:
-                d["evs"] = {str(e.ev): e.state for e in evs.evs.values()}
-            out[str(qp)] = d
-        return out
+            srtt = s.srtt_s
+            out.append(C.TxQp(peer, qp, s.stats, srtt * 1e6 if srtt else None, s.ev_states()))
+        return tuple(out)
 
-    def _rx(self) -> dict:
-        return {f"{peer}#{qp}": {"src": peer, "qp": qp, "delivered_bytes": r.stats.delivered_bytes,
-                                 "messages_delivered": r.stats.messages_delivered,
-                                 "messages_corrupt": r.stats.messages_corrupt, "duplicates": r.stats.duplicates,
-                                 "trimmed": r.stats.trimmed}
-                for (peer, qp), r in self.stack.receivers.items()}
+    def _rx(self) -> tuple[C.RxQp, ...]:
+        return tuple(C.RxQp.of(peer, qp, r.stats) for (peer, qp), r in self.stack.receivers.items())
 
     def _sample(self) -> None:
-        self.tel.write({"type": "sample", "tx_qps": self._tx(), "rx_qps": self._rx(), "ports": self.stack.local_ports})
+        self.tel.write(C.Sample(self._tx(), self._rx(), self.stack.local_ports))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -287,10 +241,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", required=True)
     a = ap.parse_args(argv)
     try:
-        cfg = json.loads(Path(a.config).read_text())
-        ep = Endpoint(cfg)
-    except (OSError, ValueError, KeyError) as e:
-        print(f"endpoint: bad config {a.config}: {e}", file=sys.stderr)
+        ep = Endpoint(C.EndpointConfig.load(a.config))
+    except BadInput as e:
+        print(f"endpoint: {e.one_line()}", file=sys.stderr)
         return 2
 
     def stop(_sig, _frame):
@@ -298,7 +251,6 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    os.nice(0)
     return ep.run()
 
 

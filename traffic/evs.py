@@ -18,17 +18,29 @@ from __future__ import annotations
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 
 from topologies.addressing import AddressPlan, ev_plane, make_ev
 
-GOOD, SKIP, ASSUMED_BAD, DENIED = "GOOD", "SKIP", "ASSUMED_BAD", "DENIED"
+
+
+class EvState(StrEnum):
+    """The health of one EV (OCP MRC API's EV states; SKIP is the transport's own "skip once")."""
+
+    GOOD = "GOOD"
+    SKIP = "SKIP"
+    ASSUMED_BAD = "ASSUMED_BAD"
+    DENIED = "DENIED"
+
+
+GOOD, SKIP, ASSUMED_BAD, DENIED = EvState.GOOD, EvState.SKIP, EvState.ASSUMED_BAD, EvState.DENIED
 
 
 @dataclass
 class EvInfo:
     ev: int
     plane: int
-    state: str = GOOD
+    state: EvState = GOOD
     active: bool = False
     probe_ok: int = 0
     packets: int = 0
@@ -45,7 +57,7 @@ class EvSet:
     evs: dict[int, EvInfo]
     planes: int
     evs_per_plane: int
-    on_change: Callable[[int, str, str, str], None] = field(default=lambda *a: None)
+    on_change: Callable[[int, EvState, EvState, str], None] = field(default=lambda *a: None)
     _rot: list[int] = field(default_factory=list)
     _i: int = 0
     planes_down: set[int] = field(default_factory=set)
@@ -134,7 +146,7 @@ class EvSet:
         return out
 
     # ---- health -------------------------------------------------------------------------------
-    def _set(self, e: EvInfo, new: str, reason: str) -> None:
+    def _set(self, e: EvInfo, new: EvState, reason: str) -> None:
         if e.state != new:
             old, e.state = e.state, new
             e.changes += 1

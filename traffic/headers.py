@@ -40,23 +40,20 @@ OP_PROBE = 0xDE
 # BTH byte 4 flags (IBTA's reserved byte; MRC keeps its retransmit flag here)
 F_RETX = 0x01  # this data packet is a retransmission
 F_TRIM = 0x02  # a switch trimmed this packet's payload (congestion, not failure)
-F_ACKREQ = 0x80
 
 # MRCX flags
-X_LAST = 0x01  # last packet of its message (informational)
+X_LAST = 0x01  # last packet of its message (informational: every packet says where it goes)
 
 # SACK/NACK flags
 S_ECN = 0x01  # the acknowledged data packet carried ECN CE
 S_TRIM = 0x02  # NACK: the packet at echo_psn arrived trimmed
 S_SEQ = 0x04  # RoCE baseline NACK: sequence error, go back to cum_psn
 
-PSN_MASK = 0xFFFFFF
-
 ETH = struct.Struct("!6s6sH")
 IPV6 = struct.Struct("!IHBB16s16s")  # ver/tc/flow, payload len, next header, hop limit, src, dst
 UDPH = struct.Struct("!HHHH")
-BTH = struct.Struct("!BBHBBHBBH")  # opcode, flags(se/m/pad/tver), pkey, fecn/becn+MRC flags, destqp(24), ackreq, psn(24)
-BTH_FMT = struct.Struct("!BBHB3sB3s")
+#: opcode, SE/M/PadCnt/TVer, P_Key, (MRC flags << 24 | destination QP), (AckReq << 24 | PSN)
+BTH = struct.Struct("!BBHII")
 MRCX = struct.Struct("!IIIIBBH")  # msn, msg_len, msg_crc, msg_offset, flags, port_state, reserved
 RETH = struct.Struct("!QII")  # virtual address, r_key, dma length (of this packet)
 IMM = struct.Struct("!I")
@@ -68,14 +65,12 @@ OFF_OUTER = ETH.size
 OFF_INNER = OFF_OUTER + 40
 OFF_UDP = OFF_INNER + 40
 OFF_BTH = OFF_UDP + UDPH.size
-BTH_SIZE = 12
+BTH_SIZE = BTH.size  # 12
 OFF_BODY = OFF_BTH + BTH_SIZE
 DATA_HDR = L2_L4 + BTH_SIZE + MRCX.size + RETH.size  # 150 bytes before payload (154 with IMM)
-
-
-def pack_bth(opcode: int, flags: int, qp: int, psn: int) -> bytes:
-    return struct.pack("!BBHB", opcode, 0, 0xFFFF, flags) + (qp & PSN_MASK).to_bytes(3, "big") + \
-        b"\x00" + (psn & PSN_MASK).to_bytes(3, "big")
+ICRC_SIZE = 4
+#: Bytes a data packet adds to its payload on the wire: headers + ICRC (154; 158 with IMM).
+DATA_OVERHEAD = DATA_HDR + ICRC_SIZE
 
 
 # ---- scapy layers: dissection of captures and building templates ------------------------------

@@ -15,17 +15,28 @@ probe answers and port state. Frames in, frames out (:class:`HostStack`).
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from topologies.addressing import AddressPlan, ev_plane, make_ev
 from traffic import headers as H
-from traffic.mrc import MrcReceiver, MrcSender, MrcSettings, Pkt, make_sender, probe_reply
+from traffic.contract import Event, PortsChanged, ReverseEvChanged
+from traffic.evs import EvState
+from traffic.packet import Pkt
+from traffic.ports import ALL_UP
+from traffic.probes import ProbeScheduler
+from traffic.receiver import MrcReceiver, probe_reply
 from traffic.roce import RoceReceiver, RoceSender, ecmp_ev
+from traffic.sender import make_sender
+from traffic.settings import TransportSettings
+from traffic.transport import Receiver, Sender
 from traffic.wire import Wire
 
 _DATA_OPS = (H.OP_WRITE, H.OP_WRITE_IMM)
+#: Receivers one host creates at most (one per (peer, QP) that sends to it).
+MAX_RECEIVERS = 1024
 
 
 @dataclass
@@ -41,12 +52,14 @@ class _Reverse:
 
 @dataclass
 class HostStack:
+    """See the module docstring. ``events`` hears every event of every QP, with ``peer`` set."""
+
     plan: AddressPlan
     host: str
-    settings: MrcSettings
+    settings: TransportSettings
     transport: str = "mrc"
     seed: int = 1
-    events: Callable[..., None] = field(default=lambda kind, **kw: None)
+    events: Callable[[Event], None] = field(default=lambda _e: None)
     denylist: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
@@ -54,23 +67,26 @@ class HostStack:
             raise ValueError(f"transport {self.transport!r}; allowed: mrc, roce")
         self.rng = random.Random(self.seed)
         self.wire = Wire(self.plan, self.host)
-        self.senders: dict[tuple[str, int], MrcSender | RoceSender] = {}
-        self.receivers: dict[tuple[str, int], MrcReceiver] = {}
+        self.senders: dict[tuple[str, int], Sender] = {}
+        self.receivers: dict[tuple[str, int], Receiver] = {}
         self.reverse: dict[str, _Reverse] = {}
         self.local_ports = (1 << self.plan.spec.planes) - 1
         self.peer_ports: dict[str, int] = {}
         self.unknown_qp = 0
         self.probes_answered = 0
-        self.rev_probes: dict[int, tuple[str, int, float]] = {}  # probe id -> (peer, ev, sent at)
-        self.next_rev_probe = 1
-        self.last_rev_round = -1.0
+        self.rev_probes: ProbeScheduler[tuple[str, int]] = ProbeScheduler(self.settings.probe_interval_s,
+                                                                          self.settings.probe_timeout_s)
+
+    def _events_for(self, peer: str) -> Callable[[Event], None]:
+        sink = self.events
+        return lambda e: sink(dataclasses.replace(e, peer=peer))
 
     # ---- set-up -------------------------------------------------------------------------------
-    def add_sender(self, qp: int, peer: str, messages, *, imm: bool = False) -> MrcSender | RoceSender:
-        ev_log = lambda kind, **kw: self.events(kind, peer=peer, **kw)  # noqa: E731
+    def add_sender(self, qp: int, peer: str, messages, *, imm: bool = False) -> Sender:
+        ev_log = self._events_for(peer)
         if self.transport == "mrc":
-            s: MrcSender | RoceSender = make_sender(qp, self.plan, self.host, peer, self.settings, self.rng, messages,
-                                                   imm=imm, denylist=self.denylist, events=ev_log)
+            s: Sender = make_sender(qp, self.plan, self.host, peer, self.settings, self.rng, messages,
+                                    imm=imm, denylist=self.denylist, events=ev_log)
         else:
             s = RoceSender(qp, ecmp_ev(self.plan, self.host, peer, qp, self.seed), messages, self.settings,
                            imm=imm, events=ev_log)
@@ -94,7 +110,7 @@ class HostStack:
 
     def _reverse_ev(self, peer: str) -> int:
         r = self._reverse_set(peer)
-        up = self.local_ports & self.peer_ports.get(peer, 0xFF)
+        up = self.local_ports & self.peer_ports.get(peer, ALL_UP)
         for avoid_bad in (True, False):
             for _ in range(len(r.evs)):
                 ev = r.evs[r.i]
@@ -104,44 +120,37 @@ class HostStack:
         return r.evs[0]
 
     def probe_reverse(self, now: float) -> list:
+        """Probes of every reverse EV towards the peers that send to this host, one round every
+        ``probe_interval_s``; an unanswered one takes its EV out of the rotation."""
         out: list = []
-        for pid, (peer, ev, t) in list(self.rev_probes.items()):
-            if now - t > self.settings.probe_timeout_s:
-                del self.rev_probes[pid]
-                r = self.reverse[peer]
-                r.ok_streak[ev] = 0
-                if ev not in r.bad:
-                    r.bad.add(ev)
-                    self.events("reverse_ev", peer=peer, ev=ev, state="ASSUMED_BAD")
-        if now - self.last_rev_round < self.settings.probe_interval_s:
-            return out
-        self.last_rev_round = now
-        pending = {(peer, ev) for peer, ev, _ in self.rev_probes.values()}
-        for peer in self.receivers_peers():
-            for ev in self._reverse_set(peer).evs:
-                if (peer, ev) in pending or not ((self.local_ports >> ev_plane(ev)) & 1):
-                    continue
-                pid = self.next_rev_probe
-                self.next_rev_probe = (pid + 1) & 0xFFFFFFFF or 1
-                self.rev_probes[pid] = (peer, ev, now)
-                self._out(peer, [Pkt(op=H.OP_PROBE, qp=0, ev=ev, probe_id=pid, is_reply=0, t_send_ns=int(now * 1e9),
-                                     port_state=self.local_ports)], out)
+        for peer, ev in self.rev_probes.expired(now):
+            r = self.reverse[peer]
+            r.ok_streak[ev] = 0
+            if ev not in r.bad:
+                r.bad.add(ev)
+                self.events(ReverseEvChanged(peer=peer, ev=ev, state=EvState.ASSUMED_BAD))
+        up = self.local_ports
+        todo = self.rev_probes.round(now, ((peer, ev) for peer in self.receivers_peers()
+                                           for ev in self._reverse_set(peer).evs if (up >> ev_plane(ev)) & 1))
+        for pid, (peer, ev) in todo:
+            self._out(peer, [Pkt(op=H.OP_PROBE, qp=0, ev=ev, probe_id=pid, is_reply=0, t_send_ns=int(now * 1e9),
+                                 port_state=self.local_ports)], out)
         return out
 
-    def receivers_peers(self) -> set[str]:
-        return {peer for peer, _ in self.receivers}
+    def receivers_peers(self) -> list[str]:
+        return sorted({peer for peer, _ in self.receivers})
 
     def _on_reverse_reply(self, p: Pkt) -> None:
-        got = self.rev_probes.pop(p.probe_id, None)
+        got = self.rev_probes.answered(p.probe_id)
         if got is None:
             return
-        peer, ev, _ = got
+        peer, ev = got
         r = self.reverse[peer]
         if ev in r.bad:
             r.ok_streak[ev] = r.ok_streak.get(ev, 0) + 1
             if r.ok_streak[ev] >= self.settings.probe_successes:
                 r.bad.discard(ev)
-                self.events("reverse_ev", peer=peer, ev=ev, state="GOOD")
+                self.events(ReverseEvChanged(peer=peer, ev=ev, state=EvState.GOOD))
 
     # ---- frames -------------------------------------------------------------------------------
     def _out(self, peer: str, pkts: list[Pkt], out: list) -> None:
@@ -160,12 +169,12 @@ class HostStack:
             self.peer_ports[peer] = p.port_state
             rx = self.receivers.get((peer, p.qp))
             if rx is None:
-                if len(self.receivers) >= 1024:
+                if len(self.receivers) >= MAX_RECEIVERS:
                     self.unknown_qp += 1
                     return []
                 cls = MrcReceiver if self.transport == "mrc" else RoceReceiver
                 rx = self.receivers[(peer, p.qp)] = cls(p.qp, self.settings, lambda: self._reverse_ev(peer),
-                                                        events=lambda kind, **kw: self.events(kind, peer=peer, **kw))
+                                                        events=self._events_for(peer))
                 rx.local_ports = self.local_ports
             acks = rx.on_packet(p, now)
             if acks:  # usually none: SACKs leave at the end of the receive batch
@@ -199,7 +208,7 @@ class HostStack:
         """Bit p = this NIC's plane-p port is up (from the interfaces' carrier)."""
         if state == self.local_ports:
             return
-        self.events("ports", state=state)
+        self.events(PortsChanged(state=state))
         self.local_ports = state
         for s in self.senders.values():
             s.set_local_ports(state)

@@ -14,7 +14,13 @@ from collections.abc import Callable, Iterator
 
 from topologies.addressing import AddressPlan
 from traffic import headers as H
-from traffic.mrc import PSN_MOD, MrcReceiver, MrcSettings, Pkt, RegionRing, rkey_for
+from traffic.contract import Event, Nacked, TimedOut
+from traffic.evs import EvState
+from traffic.packet import PSN_MOD, Pkt, psn_near, rkey_for
+from traffic.receiver import MrcReceiver
+from traffic.region import RegionRing
+from traffic.settings import TransportSettings
+from traffic.stats import SenderStats
 
 
 def ecmp_ev(plan: AddressPlan, src: str, dst: str, qp: int, seed: int) -> int:
@@ -27,10 +33,10 @@ def ecmp_ev(plan: AddressPlan, src: str, dst: str, qp: int, seed: int) -> int:
 class RoceSender:
     """Go-back-N sender on a single EV."""
 
-    def __init__(self, qp: int, ev: int, messages: Iterator[tuple[int, bytes]], settings: MrcSettings,
-                 *, imm: bool = False, events: Callable[..., None] | None = None) -> None:
+    def __init__(self, qp: int, ev: int, messages: Iterator[tuple[int, bytes]], settings: TransportSettings,
+                 *, imm: bool = False, events: Callable[[Event], None] | None = None) -> None:
         self.qp, self.ev, self.s, self.imm = qp, ev, settings, imm
-        self.events = events or (lambda kind, **kw: None)
+        self.events = events or (lambda _e: None)
         self._messages = messages
         self.pkts: list[tuple[int, int, int, int, int]] = []  # psn -> (msn, msg_len, crc, offset, length)
         self.cache: dict[int, bytes] = {}
@@ -41,9 +47,9 @@ class RoceSender:
         self.timer: float | None = None
         self.backoff = 1
         self.local_ports = 0xFF
-        self.stats = {"data_packets": 0, "retransmits": 0, "bytes_acked": 0, "messages_sent": 0,
-                      "messages_acked": 0, "losses": 0, "timeouts": 0, "nacks": 0, "probes": 0}
+        self.stats = SenderStats()
         self._msg_end: dict[int, int] = {}  # last PSN of each message
+        self._high = 0  # one past the highest PSN ever sent: below it a send is a retransmission
         self.ring = RegionRing(settings.region_bytes)
 
     @property
@@ -55,6 +61,13 @@ class RoceSender:
 
     def set_local_ports(self, state: int) -> None:
         self.local_ports = state
+
+    @property
+    def srtt_s(self) -> float | None:
+        return None  # go-back-N keeps no RTT estimate
+
+    def ev_states(self) -> dict[int, EvState]:
+        return {self.ev: EvState.GOOD}  # one path, never judged
 
     def _materialise(self) -> bool:
         if self.exhausted:
@@ -76,15 +89,15 @@ class RoceSender:
                 break
         self._msg_end[msn] = len(self.pkts) - 1
         self.built = len(self.pkts)
-        self.stats["messages_sent"] += 1
+        self.stats.messages_sent += 1
         return True
 
     def poll(self, now: float, budget: int = 64) -> list[Pkt]:
         out = []
         rto = self.s.min_rto_s * 5 * self.backoff
         if self.timer is not None and now - self.timer > min(self.s.max_rto_s, rto) and self.una < self.nxt:
-            self.stats["timeouts"] += 1
-            self.events("timeout", qp=self.qp, psn=self.una, ev=self.ev)
+            self.stats.timeouts += 1
+            self.events(TimedOut(qp=self.qp, psn=self.una, ev=self.ev))
             self.nxt = self.una
             self.backoff = min(self.backoff * 2, 64)
             self.timer = now
@@ -99,18 +112,19 @@ class RoceSender:
                            ev=self.ev, flags=H.F_RETX if retx else 0, msn=msn, msg_len=msg_len, msg_crc=crc,
                            msg_offset=off, va=va, rkey=rkey_for(self.qp), dma_len=ln, payload=data,
                            imm=msn if self.imm else None, port_state=self.local_ports))
-            self.stats["retransmits" if retx else "data_packets"] += 1
+            if retx:
+                self.stats.retransmits += 1
+            else:
+                self.stats.data_packets += 1
             self.nxt += 1
             self._high = max(self._high, self.nxt)
             if self.timer is None:
                 self.timer = now
         return out
 
-    _high = 0
-
     def _full(self, psn24: int) -> int:
-        d = (psn24 - self.una) % PSN_MOD
-        return self.una + d
+        """The full PSN of an acknowledgement: never below the oldest unacknowledged PSN."""
+        return self.una + (psn24 - self.una) % PSN_MOD
 
     def on_packet(self, p: Pkt, now: float) -> None:
         if p.op == H.OP_ACK:
@@ -119,9 +133,9 @@ class RoceSender:
             cum = self._full(p.cum_psn)
             self._advance(cum, now)
             if cum < self.nxt:
-                self.stats["nacks"] += 1
-                self.stats["losses"] += 1
-                self.events("nack", qp=self.qp, psn=cum, ev=self.ev)
+                self.stats.nacks += 1
+                self.stats.losses += 1
+                self.events(Nacked(qp=self.qp, psn=cum, ev=self.ev))
                 self.nxt = cum  # go back N
 
     def _advance(self, cum: int, now: float) -> None:
@@ -129,9 +143,9 @@ class RoceSender:
             return
         for psn in range(self.una, cum):
             msn, _, _, _, ln = self.pkts[psn]
-            self.stats["bytes_acked"] += ln
+            self.stats.bytes_acked += ln
             if self._msg_end.get(msn) == psn:
-                self.stats["messages_acked"] += 1
+                self.stats.messages_acked += 1
                 self.cache.pop(msn, None)
                 self.ring.release(msn)
                 self._msg_end.pop(msn, None)
@@ -152,7 +166,7 @@ class RoceReceiver(MrcReceiver):
         if p.op not in (H.OP_WRITE, H.OP_WRITE_IMM):
             self.stats.drop("unexpected opcode")
             return []
-        psn = self._full(p.psn)
+        psn = psn_near(p.psn, self.cum)
         if psn > self.cum:
             self.stats.drop("out of order (go-back-N)")
             if self.nacked_at != self.cum:

@@ -1,4 +1,4 @@
-"""Frames <-> :class:`~traffic.mrc.Pkt`: the endpoint's hot path.
+"""Frames <-> :class:`~traffic.packet.Pkt`: the endpoint's hot path.
 
 :class:`Wire` prebuilds, per (peer, plane), the Ethernet + outer IPv6 + inner IPv6 + UDP headers
 with scapy once. Into a copy of that template it patches the EV-dependent fields (outer destination
@@ -12,7 +12,6 @@ well-formed MRC packet for this NIC returns None and names the reason in ``Wire.
 
 from __future__ import annotations
 
-import socket
 import struct
 
 from scapy.layers.inet import UDP
@@ -21,7 +20,7 @@ from scapy.layers.l2 import Ether
 
 from topologies.addressing import AddressPlan
 from traffic import headers as H
-from traffic.mrc import Pkt
+from traffic.packet import Pkt
 
 _U32 = struct.Struct("!I")
 _crc32 = H.crc32
@@ -29,8 +28,7 @@ _crc32 = H.crc32
 _OFF_BODY, _OFF_UDP, _OFF_BTH, _UDP_PORT, _OP_WRITE = H.OFF_BODY, H.OFF_UDP, H.OFF_BTH, H.UDP_PORT, H.OP_WRITE
 _MIN_ULEN = 8 + H.BTH_SIZE + 4  # UDP header + BTH + ICRC
 _DATA_OPS = (H.OP_WRITE, H.OP_WRITE_IMM)
-# BTH as opcode, flags(se/m/pad/tver), pkey, (MRC flags << 24 | dest QP), (ackreq << 24 | PSN)
-_BTH = struct.Struct("!BBHII")
+_BTH = H.BTH
 
 
 def _concat(*parts: struct.Struct | str) -> struct.Struct:
@@ -108,8 +106,9 @@ class Wire:
         ev = p.ev
         tail: bytes | memoryview = b""
         if op in _DATA_OPS:  # transport headers, then the payload
+            last = H.X_LAST if p.msg_offset + p.dma_len >= p.msg_len else 0
             fields = (op, 0, 0xFFFF, (p.flags << 24) | (p.qp & 0xFFFFFF), p.psn & 0xFFFFFF, p.msn & 0xFFFFFFFF,
-                      p.msg_len, p.msg_crc, p.msg_offset, 0, p.port_state, 0, p.va, p.rkey, p.dma_len)
+                      p.msg_len, p.msg_crc, p.msg_offset, last, p.port_state, 0, p.va, p.rkey, p.dma_len)
             head = _DATA_TH_IMM.pack(*fields, (p.imm or 0) & 0xFFFFFFFF) if op == H.OP_WRITE_IMM else \
                 _DATA_TH.pack(*fields)
             tail = p.payload
@@ -201,7 +200,5 @@ class Wire:
 
 
 def frame_bytes(bufs: list) -> bytes:
+    """The frame :meth:`Wire.encode` returned as buffers, as one bytes object."""
     return b"".join(bytes(x) for x in bufs)
-
-
-__all__ = ["Wire", "frame_bytes", "socket"]

@@ -1,0 +1,355 @@
+"""The contract between the runner and the endpoint processes: the config one writes and the
+other reads, and the telemetry records the endpoint writes and the runner reads back. Both sides
+import this module, so a field renamed on one side is renamed on the other.
+
+* :class:`EndpointConfig` (JSON, one file per host): what the endpoint does.
+* Telemetry (JSON lines): :class:`Start`, then :class:`Sample` every ``telemetry_interval_s``,
+  an event (one of :data:`EVENTS`, as it happens), and :class:`Summary` last. Every line carries
+  ``type``, ``v`` (:data:`VERSION`), ``t_wall`` (time.time()) and ``t_mono``.
+
+A record of another version, or a malformed one, is refused with :class:`ContractError` naming it;
+a line cut short by a kill is skipped by :func:`read_telemetry`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from topologies.errors import BadInput
+from topologies.schema import Problems, build, check_mapping, field_rules, rule
+from traffic.evs import EvState
+from traffic.settings import TransportSettings
+from traffic.stats import ReceiverStats, SenderStats
+
+#: Bumped whenever a field changes meaning or goes away.
+VERSION = 2
+TRANSPORTS = ("mrc", "roce")
+OPS = ("write", "write_imm")
+
+
+class ContractError(BadInput):
+    """A config or telemetry record that does not follow this contract; the message names it."""
+
+
+# ---- the config -------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class QpConfig:
+    """One QP this host sends on: ``count`` messages of ``message_bytes`` (None: unbounded) to
+    ``peer``, from ``start_s`` for ``duration_s`` (None: until every message is acknowledged)."""
+
+    qp: int = field(metadata=rule(kind=int, lo=1, hi=0xFFFF, required=True))
+    peer: str = field(metadata=rule(kind=str, required=True))
+    message_bytes: int = field(metadata=rule(kind=int, lo=0, hi=1 << 30, required=True))
+    op: str = field(default="write", metadata=rule(choices=OPS))
+    start_s: float = field(default=0.0, metadata=rule(kind=float, lo=0))
+    duration_s: float | None = field(default=None, metadata=rule(kind=(float, type(None)), lo=0))
+    count: int | None = field(default=None, metadata=rule(kind=(int, type(None)), lo=0))
+
+
+@dataclass(frozen=True)
+class EndpointConfig:
+    """Everything one endpoint process needs (``python -m traffic.endpoint --config FILE``).
+
+    ``topo``: path of the fabric YAML; ``host``: this host; ``seed`` seeds the EV draws and the
+    message contents; ``denylist``: EVs this host must not use (DENIED); ``start_at_wall``: the
+    time.time() at which t = 0 (QPs start at it + ``start_s``; None: at once); a host with no QPs
+    exits ``receiver_linger_s`` after its last peer's end.
+    """
+
+    topo: str = field(metadata=rule(kind=str, required=True))
+    host: str = field(metadata=rule(kind=str, required=True))
+    seed: int = 1
+    transport: str = field(default="mrc", metadata=rule(choices=TRANSPORTS))
+    settings: TransportSettings = field(default=TransportSettings(), metadata=rule(kind=dict))
+    denylist: tuple[int, ...] = field(default=(), metadata=rule(kind=list))
+    qps: tuple[QpConfig, ...] = field(default=(), metadata=rule(kind=list))
+    telemetry_path: str | None = field(default=None, metadata=rule(kind=(str, type(None))))
+    telemetry_interval_s: float = field(default=0.1, metadata=rule(kind=float, positive=True))
+    start_at_wall: float | None = field(default=None, metadata=rule(kind=(float, type(None))))
+    receiver_linger_s: float = field(default=3600.0, metadata=rule(kind=float, lo=0))
+    version: int = VERSION
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=1)
+
+    @classmethod
+    def from_dict(cls, d: Any, source: str = "config") -> EndpointConfig:
+        """A config from its JSON mapping; raises :class:`ContractError` naming every bad field."""
+        problems = Problems(source)
+        if isinstance(d, dict) and d.get("version", VERSION) != VERSION:
+            raise ContractError(f"{source}: config version {d.get('version')!r}; this mrclab reads version {VERSION}")
+        kw = check_mapping(d, field_rules(cls), "", problems)
+        if "settings" in kw:
+            kw["settings"] = build(TransportSettings, kw["settings"], "", problems, prefix="settings.")
+        qps = []
+        for i, q in enumerate(kw.get("qps", ())):
+            qps.append(build(QpConfig, q, f"qps[{i}]", problems))
+        kw["qps"] = tuple(qps)
+        den = kw.get("denylist", ())
+        if not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 1 << 32 for x in den):
+            problems.add(f"denylist = {den!r}; allowed: a list of 32-bit EVs")
+        kw["denylist"] = tuple(den)
+        problems.raise_if_any(ContractError)
+        return cls(**kw)
+
+    @classmethod
+    def load(cls, path: str | Path) -> EndpointConfig:
+        try:
+            d = json.loads(Path(path).read_text())
+        except (OSError, ValueError) as e:
+            raise ContractError(f"{path}: cannot read the endpoint config ({e})") from None
+        return cls.from_dict(d, str(path))
+
+
+# ---- events -----------------------------------------------------------------------------------
+@dataclass(frozen=True, kw_only=True)
+class Event:
+    """Something that happened at an endpoint. ``peer``: the other host of the QP it concerns."""
+
+    kind: ClassVar[str] = "event"
+    peer: str = ""
+
+
+@dataclass(frozen=True, kw_only=True)
+class EvStateChanged(Event):
+    kind: ClassVar[str] = "ev_state"
+    qp: int
+    ev: int
+    old: EvState
+    new: EvState
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class PacketLost(Event):
+    """A data packet found lost: ``reason`` "gap on EV" (a SACK showed a later packet of its EV)
+    or "timeout"."""
+
+    kind: ClassVar[str] = "loss"
+    qp: int
+    psn: int
+    ev: int
+    reason: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class GapFound(Event):
+    """PSN ``psn`` sent on ``ev`` is missing behind PSN ``behind`` of the same EV."""
+
+    kind: ClassVar[str] = "gap"
+    qp: int
+    psn: int
+    ev: int
+    behind: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class TimedOut(Event):
+    kind: ClassVar[str] = "timeout"
+    qp: int
+    psn: int
+    ev: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Nacked(Event):
+    kind: ClassVar[str] = "nack"
+    qp: int
+    psn: int
+    ev: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class Trimmed(Event):
+    """The receiver got a trimmed packet (payload cut by a switch) and NACKed it."""
+
+    kind: ClassVar[str] = "trim"
+    qp: int
+    psn: int
+    ev: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class MessageCorrupt(Event):
+    kind: ClassVar[str] = "corrupt"
+    qp: int
+    msn: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class PlaneChanged(Event):
+    """A sender stopped (``up`` False) or resumed using a plane (its port is down at either end)."""
+
+    kind: ClassVar[str] = "plane"
+    qp: int
+    plane: int
+    up: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class PortsChanged(Event):
+    """This NIC's port-state bitmap changed (bit p: plane p's port has carrier)."""
+
+    kind: ClassVar[str] = "ports"
+    state: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReverseEvChanged(Event):
+    """A reverse (SACK) EV towards ``peer`` left (ASSUMED_BAD) or rejoined (GOOD) the rotation."""
+
+    kind: ClassVar[str] = "reverse_ev"
+    ev: int
+    state: EvState
+
+
+EVENTS: dict[str, type[Event]] = {c.kind: c for c in (EvStateChanged, PacketLost, GapFound, TimedOut, Nacked,
+                                                       Trimmed, MessageCorrupt, PlaneChanged, PortsChanged,
+                                                       ReverseEvChanged)}
+
+
+def event_fields(e: Event) -> dict[str, Any]:
+    """``{"kind": ..., field: value, ...}`` of an event (EV states as their names)."""
+    return {"kind": e.kind, **{k: (str(v) if isinstance(v, EvState) else v) for k, v in asdict(e).items()}}
+
+
+# ---- telemetry records --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class TxQp:
+    """One sending QP at a sample: its counters, smoothed RTT and (MRC) the state of every EV."""
+
+    peer: str
+    qp: int
+    stats: SenderStats
+    srtt_us: float | None = None
+    evs: dict[int, EvState] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RxQp:
+    """One receiving QP at a sample (QPs are created when their first packet arrives)."""
+
+    src: str
+    qp: int
+    delivered_bytes: int = 0
+    messages_delivered: int = 0
+    messages_corrupt: int = 0
+    duplicates: int = 0
+    trimmed: int = 0
+
+    @classmethod
+    def of(cls, src: str, qp: int, st: ReceiverStats) -> RxQp:
+        return cls(src, qp, st.delivered_bytes, st.messages_delivered, st.messages_corrupt, st.duplicates, st.trimmed)
+
+
+@dataclass(frozen=True)
+class Start:
+    host: str
+    transport: str
+    qps: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class Sample:
+    tx: tuple[TxQp, ...]
+    rx: tuple[RxQp, ...]
+    ports: int
+
+
+@dataclass(frozen=True)
+class Summary:
+    """The last record: totals, packets refused by reason, and the CPU seconds of the run loop
+    (user + system, kernel work done on its behalf included; ``cpu_sys_s`` the system part)."""
+
+    tx: tuple[TxQp, ...]
+    rx: tuple[RxQp, ...]
+    dropped: dict[str, int]
+    cpu_s: float
+    cpu_sys_s: float
+
+
+Record = Start | Sample | Summary | Event
+
+
+@dataclass(frozen=True)
+class Timed:
+    """A telemetry record with the times it was written at (seconds)."""
+
+    t_wall: float
+    t_mono: float
+    rec: Record
+
+
+def encode(rec: Record) -> str:
+    """One JSON line (no newline) for ``rec``, stamped with the version and the time now."""
+    if isinstance(rec, Event):
+        d: dict[str, Any] = {"type": "event", **event_fields(rec)}
+    else:
+        d = {"type": type(rec).__name__.lower(), **asdict(rec)}
+    d.update(v=VERSION, t_wall=time.time(), t_mono=time.monotonic())
+    return json.dumps(d, separators=(",", ":"))
+
+
+def _tx(d: dict) -> TxQp:
+    return TxQp(d["peer"], int(d["qp"]), SenderStats(**d["stats"]), d.get("srtt_us"),
+                {int(k): EvState(v) for k, v in (d.get("evs") or {}).items()})
+
+
+def _rx(d: dict) -> RxQp:
+    return RxQp(**d)
+
+
+def decode(line: str, source: str = "telemetry") -> Timed:
+    """The record of one telemetry line. Raises :class:`ContractError` for a line of another
+    version or shape, ValueError (json) for a line that is not JSON."""
+    d = json.loads(line)
+    if not isinstance(d, dict) or d.get("v") != VERSION:
+        got = d.get("v") if isinstance(d, dict) else None
+        raise ContractError(f"{source}: telemetry version {got!r}; this mrclab reads version {VERSION}")
+    typ = d.pop("type", None)
+    t_wall, t_mono = float(d.pop("t_wall")), float(d.pop("t_mono"))
+    d.pop("v")
+    try:
+        if typ == "event":
+            cls = EVENTS[d.pop("kind")]
+            kw = {f.name: d[f.name] for f in dataclasses.fields(cls) if f.name in d}
+            for k in ("old", "new", "state"):
+                if k in kw and isinstance(kw[k], str):
+                    kw[k] = EvState(kw[k])
+            rec: Record = cls(**kw)
+        elif typ == "start":
+            rec = Start(d["host"], d["transport"], tuple(d["qps"]))
+        elif typ == "sample":
+            rec = Sample(tuple(_tx(q) for q in d["tx"]), tuple(_rx(q) for q in d["rx"]), int(d["ports"]))
+        elif typ == "summary":
+            rec = Summary(tuple(_tx(q) for q in d["tx"]), tuple(_rx(q) for q in d["rx"]), dict(d["dropped"]),
+                          float(d["cpu_s"]), float(d["cpu_sys_s"]))
+        else:
+            raise KeyError(f"type {typ!r}")
+    except (KeyError, TypeError, ValueError) as e:
+        raise ContractError(f"{source}: malformed {typ} record ({e})") from None
+    return Timed(t_wall, t_mono, rec)
+
+
+def read_telemetry(path: Path) -> Iterator[Timed]:
+    """Every record of a telemetry file; lines cut short by a kill are skipped, a missing file is
+    empty."""
+    try:
+        fh = open(path)
+    except OSError:
+        return
+    with fh:
+        for line in fh:
+            line = line.strip()
+            if not line:
+                continue
+            try:
+                yield decode(line, str(path))
+            except json.JSONDecodeError:
+                continue  # a line cut by a kill

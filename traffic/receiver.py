@@ -1,0 +1,152 @@
+"""The receiving side of one MRC QP as a pure state machine (:class:`MrcReceiver`): no I/O.
+
+It places every data packet at its RETH address in any order (:class:`~traffic.region.ReceiveRegion`),
+counts each PSN once, SACKs, NACKs trimmed packets and completes messages (docs/protocol.md,
+"Receiver"):
+
+* a SACK carries the cumulative PSN, a 64-bit bitmap ending at the newest arrival it reports, and
+  the echoed EV and PSN of the last arrival (with its ECN mark);
+* SACKs are due every ``ack_every`` packets or after ``ack_delay_s``, coalesced over a receive
+  batch: a due SACK leaves at the next ``poll`` (the end of the batch), at most
+  :data:`SACK_COALESCE_MAX` arrivals late, and at once for an arrival with ECN CE;
+* malformed or out-of-window packets are counted in ``stats.dropped`` and never raise.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from traffic import headers as H
+from traffic.contract import Event, MessageCorrupt, Trimmed
+from traffic.packet import PSN_MOD, SACK_BITMAP_BITS, Pkt, psn_near, rkey_for
+from traffic.ports import ALL_UP
+from traffic.region import ReceiveRegion
+from traffic.settings import TransportSettings
+from traffic.stats import ReceiverStats
+
+#: A receiver never holds more than this many arrivals unacknowledged while it works through a
+#: receive batch: half the SACK bitmap, so one SACK still reports every arrival above cum_psn when
+#: the batch arrived in order (ours; NICs coalesce ACKs per interrupt or per poll likewise).
+SACK_COALESCE_MAX = 32
+
+
+def _ignore(_e: Event) -> None:
+    pass
+
+
+class MrcReceiver:
+    """Receiving side of one QP. ``reverse_ev()`` picks the EV each SACK/NACK travels on."""
+
+    def __init__(self, qp: int, settings: TransportSettings, reverse_ev: Callable[[], int],
+                 *, events: Callable[[Event], None] | None = None) -> None:
+        self.qp, self.s, self.reverse_ev = qp, settings, reverse_ev
+        self._rkey = rkey_for(qp)
+        self.events = events or _ignore
+        self.stats = ReceiverStats()
+        self.region = ReceiveRegion(settings.region_bytes, self.stats,
+                                    lambda msn: self.events(MessageCorrupt(qp=qp, msn=msn)))
+        self.cum = 0  # every PSN below is received
+        self.above: set[int] = set()
+        self.newest = -1
+        self.pending_ack = 0  # arrivals not yet SACKed, all within one bitmap: pending_lo..pending_hi
+        self.pending_since: float | None = None
+        self.pending_lo = self.pending_hi = 0
+        self.last = (0, 0, False)  # echo psn, echo ev, ecn
+        self.peer_ports = ALL_UP
+        self.local_ports = ALL_UP
+
+    def on_packet(self, p: Pkt, now: float) -> list[Pkt]:
+        """Take one arriving packet; returns SACKs/NACKs to send at once (usually none)."""
+        if p.op not in (H.OP_WRITE, H.OP_WRITE_IMM):
+            self.stats.drop("unexpected opcode")
+            return []
+        self.peer_ports = p.port_state
+        cum = self.cum
+        psn = psn_near(p.psn, cum)
+        if psn >= cum + self.s.max_psn_window:
+            self.stats.drop("out of window")
+            return []
+        payload, dma_len = p.payload, p.dma_len
+        if p.flags & H.F_TRIM or len(payload) < dma_len:
+            self.stats.trimmed += 1
+            self.events(Trimmed(qp=self.qp, psn=psn, ev=p.ev))
+            return [self._sack(H.OP_NACK, psn, p.ev, H.S_TRIM, self.newest)]
+        if psn < cum or psn in self.above:
+            self.stats.duplicates += 1
+            return [self._sack(H.OP_SACK, psn, p.ev, 0, psn)]
+        region = self.region
+        if p.rkey != self._rkey:
+            self.stats.drop("bad rkey")
+            return []
+        va = p.va
+        why = region.check(dma_len, len(payload), p.msg_offset, p.msg_len, va)
+        if why:
+            self.stats.drop(why)
+            return []
+        msn = p.msn
+        m = region.message(msn, p.msg_len, p.msg_crc, va - p.msg_offset)
+        if isinstance(m, str):
+            self.stats.drop(m)
+            return []
+        out = []
+        if self.pending_ack and max(self.pending_hi, psn) - min(self.pending_lo, psn) >= SACK_BITMAP_BITS:
+            out.append(self._flush())  # this arrival and the pending ones would not fit one bitmap
+        st = self.stats
+        st.data_packets += 1
+        st.delivered_bytes += dma_len
+        region.place(msn, m, va, payload, p.imm if p.op == H.OP_WRITE_IMM else None)
+        if psn == cum:
+            cum += 1
+            above = self.above
+            while cum in above:
+                above.discard(cum)
+                cum += 1
+            self.cum = cum
+        else:
+            self.above.add(psn)
+        if psn > self.newest:  # noqa: PLR1730 (the hot path: max() is a call)
+            self.newest = psn
+        self.last = (psn, p.ev, p.ecn_ce)
+        if self.pending_ack:
+            if psn < self.pending_lo:
+                self.pending_lo = psn
+            elif psn > self.pending_hi:
+                self.pending_hi = psn
+        else:
+            self.pending_lo = self.pending_hi = psn
+            self.pending_since = now
+        self.pending_ack += 1
+        if p.ecn_ce or self.pending_ack >= SACK_COALESCE_MAX:
+            out.append(self._flush())
+        return out  # else due at the next poll (the end of the receive batch) once ack_every are pending
+
+    def _sack(self, op: int, echo_psn: int, echo_ev: int, flags: int, top: int) -> Pkt:
+        """A SACK/NACK whose bitmap covers the 64 PSNs up to ``top`` (never below cum_psn)."""
+        base = max(self.cum, top - (SACK_BITMAP_BITS - 1))
+        bm = 0
+        for q in self.above:  # PSNs received above cum: few unless the paths reorder a lot
+            d = q - base
+            if 0 <= d < SACK_BITMAP_BITS:
+                bm |= 1 << d
+        return Pkt(op=op, qp=self.qp, ev=self.reverse_ev(), cum_psn=self.cum % PSN_MOD, base_psn=base % PSN_MOD,
+                   bitmap=bm, echo_ev=echo_ev, echo_psn=echo_psn % PSN_MOD, sflags=flags,
+                   port_state=self.local_ports)
+
+    def _flush(self) -> Pkt:
+        psn, ev, ecn = self.last
+        self.pending_ack = 0
+        self.pending_since = None
+        return self._sack(H.OP_SACK, psn, ev, H.S_ECN if ecn else 0, self.pending_hi)
+
+    def poll(self, now: float) -> list[Pkt]:
+        """The SACK that is due: ``ack_every`` packets pending, or one pending for ``ack_delay_s``."""
+        n = self.pending_ack
+        if n and (n >= self.s.ack_every or now - self.pending_since >= self.s.ack_delay_s):  # type: ignore[operator]
+            return [self._flush()]
+        return []
+
+
+def probe_reply(p: Pkt, reverse_ev: int, port_state: int) -> Pkt:
+    """The answer to probe request ``p``, sent back on ``reverse_ev``; it echoes the probed EV."""
+    return Pkt(op=H.OP_PROBE, qp=p.qp, ev=reverse_ev, probe_id=p.probe_id, is_reply=1, t_send_ns=p.t_send_ns,
+               echo_ev=p.ev, port_state=port_state)

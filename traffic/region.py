@@ -1,0 +1,144 @@
+"""Where messages live: the layout of a QP's memory region (:class:`RegionRing`, shared by both
+ends), the receiver's region and the messages it assembles (:class:`ReceiveRegion`), and the
+deterministic message contents endpoints send (:func:`message_source`).
+
+Messages are laid out consecutively in the region, wrapping to offset 0 when a message would cross
+the end; a message never straddles the wrap. Every data packet carries its RETH address, so the
+receiver places it whatever order it arrives in.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from traffic import headers as H
+from traffic.stats import ReceiverStats
+
+#: Messages a receiver assembles at once beyond the next one to complete (an MSN window).
+MSN_WINDOW = 4096
+
+
+class RegionRing:
+    """The offset of each message in the receiver's memory region.
+
+    ``base`` maps the msn of every placed, not yet released message to its offset (bytes); a
+    sender releases a message once all of it is acknowledged, and must not place one that
+    :meth:`fits` says would overwrite a message still in flight (the data would be corrupted).
+    """
+
+    def __init__(self, region_bytes: int) -> None:
+        self.size = region_bytes
+        self.next = 0
+        self.base: dict[int, int] = {}
+        self.length: dict[int, int] = {}
+
+    def _start(self, length: int) -> int:
+        return 0 if self.next + length > self.size else self.next
+
+    def fits(self, length: int) -> bool:
+        """True when a ``length``-byte message placed now overlaps no unreleased message."""
+        a = self._start(length)
+        return all(a + length <= b or b + self.length[m] <= a for m, b in self.base.items())
+
+    def place(self, msn: int, length: int) -> int:
+        """Offset of message ``msn``; raises ValueError when it is larger than the region."""
+        if length > self.size:
+            raise ValueError(f"a {length}-byte message does not fit the {self.size}-byte memory region")
+        self.next = self._start(length)
+        self.base[msn] = self.next
+        self.length[msn] = length
+        self.next += length
+        return self.base[msn]
+
+    def release(self, msn: int) -> None:
+        self.base.pop(msn, None)
+        self.length.pop(msn, None)
+
+
+def message_source(seed: int, size: int, count: int | None) -> Iterator[tuple[int, bytes]]:
+    """Deterministic message contents: (msn, bytes), ``count`` of them (None: unbounded). A seeded
+    buffer rotated per message, so every message differs and a misplaced packet breaks its CRC."""
+    rng = random.Random(seed)
+    base = memoryview(rng.randbytes(max(size, 1)))
+    n = len(base)
+    msn = 0
+    while count is None or msn < count:
+        r = (msn * 7919) % n
+        yield msn, b"".join((base[r:], base[:r]))[:size]  # one copy of the rotated buffer (messages are up to GiBs)
+        msn += 1
+
+
+@dataclass(slots=True)
+class _Msg:
+    msg_len: int
+    crc: int
+    base: int
+    got: int = 0
+
+
+class ReceiveRegion:
+    """A receiver's memory region and the messages being assembled in it.
+
+    :meth:`accept` checks a data packet's message fields against the message they belong to and
+    names the reason when it must be dropped; :meth:`place` writes its payload and completes the
+    message once every byte is in: delivered when its CRC-32 matches, else counted corrupt.
+    Write-with-Immediate completions are released in MSN order (``stats.completions``).
+    ``on_corrupt(msn)`` hears corrupt messages.
+    """
+
+    def __init__(self, region_bytes: int, stats: ReceiverStats, on_corrupt: Callable[[int], None]) -> None:
+        self.mem = bytearray(region_bytes)
+        self.stats = stats
+        self.on_corrupt = on_corrupt
+        self.msgs: dict[int, _Msg] = {}
+        self.done_msns: set[int] = set()
+        self.imm_done: dict[int, int] = {}
+        self.next_completion = 0
+
+    def check(self, dma_len: int, payload_len: int, off: int, msg_len: int, va: int) -> str | None:
+        """Why a data packet with these fields cannot be placed, or None."""
+        size = len(self.mem)
+        if dma_len != payload_len or (dma_len == 0 and msg_len != 0):  # only an empty message is empty
+            return "bad length"
+        if not (0 <= off < msg_len and off + dma_len <= msg_len) and (off, msg_len) != (0, 0):
+            return "bad message offset"
+        if va < off or va + dma_len > size or va - off + msg_len > size:
+            return "address outside the memory region"
+        return None
+
+    def message(self, msn: int, msg_len: int, crc: int, base: int) -> _Msg | str:
+        """The message ``msn`` a packet belongs to (created on its first packet), or why not."""
+        m = self.msgs.get(msn)
+        if m is None:
+            floor = self.next_completion
+            if msn < floor or msn >= floor + MSN_WINDOW or msn in self.done_msns:
+                return "message out of window"
+            m = self.msgs[msn] = _Msg(msg_len, crc, base)
+        elif m.msg_len != msg_len or m.crc != crc or m.base != base:
+            return "inconsistent message fields"
+        return m
+
+    def place(self, msn: int, m: _Msg, va: int, payload, imm: int | None) -> None:
+        n = len(payload)
+        self.mem[va : va + n] = payload
+        m.got += n
+        if m.got >= m.msg_len:
+            self._complete(msn, m, imm)
+
+    def _complete(self, msn: int, m: _Msg, imm: int | None) -> None:
+        del self.msgs[msn]
+        if H.crc32(memoryview(self.mem)[m.base : m.base + m.msg_len]) == m.crc:
+            self.stats.messages_delivered += 1
+        else:
+            self.stats.messages_corrupt += 1
+            self.on_corrupt(msn)
+        self.done_msns.add(msn)
+        if imm is not None:
+            self.imm_done[msn] = imm
+        while self.next_completion in self.done_msns:
+            self.done_msns.discard(self.next_completion)
+            if self.next_completion in self.imm_done:
+                self.stats.completions.append(self.imm_done.pop(self.next_completion))
+            self.next_completion += 1

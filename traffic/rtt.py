@@ -1,0 +1,51 @@
+"""Round-trip time and the retransmission timeout of one QP (:class:`RttEstimator`).
+
+srtt and rttvar follow RFC 6298 (alpha 1/8, beta 1/4; the first sample sets srtt = R, rttvar =
+R/2). The RTO is ``max(min_rto_s, 2 srtt + 4 rttvar, recent peak RTT)``, at most ``max_rto_s``,
+and ``initial_rto_s`` before the first sample. Twice srtt (RFC 6298 has one) and the peak term are
+ours: a window that keeps the bottleneck queue full makes the RTT swing with the queue; when lost
+packets hold part of the window the queue drains for a moment, srtt follows it down, and the queue
+refills within an RTT, so a timer under the RTT of the full queue would retire healthy EVs. The
+peak decays, halving every :data:`RTT_PEAK_HALF_LIFE_S`, so a queue that stays short lets the
+timer come down.
+"""
+
+from __future__ import annotations
+
+from traffic.settings import TransportSettings
+
+#: Half-life (s) of the RTT peak under the retransmission timer: a few RTTs of a full queue in this
+#: lab, so a dead path is still found within a few RTTs.
+RTT_PEAK_HALF_LIFE_S = 0.25
+
+
+class RttEstimator:
+    """RTT samples (seconds) in, RTO (seconds) out. Feed only first transmissions (Karn)."""
+
+    __slots__ = ("min_rto_s", "max_rto_s", "initial_rto_s", "srtt", "rttvar", "peak", "_peak_at")
+
+    def __init__(self, settings: TransportSettings) -> None:
+        self.min_rto_s, self.max_rto_s = settings.min_rto_s, settings.max_rto_s
+        self.initial_rto_s = settings.initial_rto_s
+        self.srtt: float | None = None
+        self.rttvar = 0.0
+        self.peak = 0.0  # the largest recent sample, halving every RTT_PEAK_HALF_LIFE_S
+        self._peak_at: float | None = None
+
+    def sample(self, r: float, now: float) -> None:
+        """One RTT sample ``r`` taken at time ``now`` (both seconds)."""
+        if self._peak_at is not None:
+            self.peak *= 0.5 ** ((now - self._peak_at) / RTT_PEAK_HALF_LIFE_S)
+        self.peak, self._peak_at = max(r, self.peak), now
+        if self.srtt is None:
+            self.srtt, self.rttvar = r, r / 2
+        else:
+            self.rttvar = 0.75 * self.rttvar + 0.25 * abs(self.srtt - r)
+            self.srtt = 0.875 * self.srtt + 0.125 * r
+
+    @property
+    def rto(self) -> float:
+        """The retransmission timeout now, seconds (see the module docstring)."""
+        if self.srtt is None:
+            return max(self.min_rto_s, self.initial_rto_s)
+        return min(self.max_rto_s, max(self.min_rto_s, 2 * self.srtt + 4 * self.rttvar, self.peak))

@@ -1,0 +1,378 @@
+"""The sending side of one MRC QP as a pure state machine (:class:`MrcSender`): no I/O.
+
+Driven by ``on_packet(pkt, now)`` and ``poll(now)`` (``now`` in seconds, any monotonic clock), it
+returns the packets to send as :class:`~traffic.packet.Pkt`; the endpoint process encodes them
+onto raw sockets, tests pass them through an in-process channel that drops, duplicates, reorders
+and delays.
+
+Reliability (docs/protocol.md, "Sender"):
+
+* every data packet takes the next active EV (:class:`~traffic.evs.EvSet`); its PSN is recorded
+  per EV in send order;
+* each EV is one FIFO path, so when a SACK echoes PSN q arriving on EV e, every PSN sent on e before
+  q, still unacknowledged and inside the SACK's bitmap, is lost: its EV is retired at once
+  (untrimmed loss) and the PSN is retransmitted on another EV. Spraying's reordering *across* EVs
+  is never taken for loss;
+* a retransmission timer (:class:`~traffic.rtt.RttEstimator`) is the safety net; a timeout also
+  retires the EV the packet took;
+* a NACK for a trimmed packet retransmits it at once and marks its EV SKIP;
+* retired EVs are probed (:class:`~traffic.probes.ProbeScheduler`) and revived by answers;
+* a plane whose NIC port is down at either end (:class:`~traffic.ports.PortState`) leaves the
+  rotation without its EVs being blamed.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from topologies.addressing import AddressPlan
+from traffic import headers as H
+from traffic.contract import Event, EvStateChanged, GapFound, Nacked, PacketLost, PlaneChanged, TimedOut
+from traffic.evs import EvSet, EvState
+from traffic.packet import Pkt, psn_at_or_below, rkey_for
+from traffic.ports import PortState
+from traffic.probes import ProbeScheduler
+from traffic.region import RegionRing
+from traffic.rtt import RttEstimator
+from traffic.settings import TransportSettings
+from traffic.stats import SenderStats
+
+EventSink = Callable[[Event], None]
+
+
+def _ignore(_e: Event) -> None:
+    pass
+
+
+@dataclass(slots=True)
+class _Rec:
+    """A data packet in flight: its message, offset and length, the EV and time of its last
+    transmission (``t_sent`` -1: lost, not timed until resent) and how often it was sent."""
+
+    msn: int
+    offset: int
+    length: int
+    ev: int
+    t_sent: float
+    tx: int = 1
+    acked: bool = False
+
+
+class Outbox:
+    """The messages of one QP cut into packets: the message being sent, the messages still
+    unacknowledged (their bytes and CRC, for retransmissions) and where each goes in the peer's
+    region. ``fetch`` takes the next message from ``messages``; ``release`` frees an acknowledged one."""
+
+    __slots__ = ("messages", "payload", "ring", "cache", "left", "cur", "exhausted", "stats")
+
+    def __init__(self, messages: Iterator[tuple[int, bytes]], settings: TransportSettings, stats: SenderStats) -> None:
+        self.messages = messages
+        self.payload = settings.payload_bytes
+        self.ring = RegionRing(settings.region_bytes)
+        self.cache: dict[int, tuple[bytes, int]] = {}  # msn -> (message, CRC), until all of it is acked
+        self.left: dict[int, int] = {}  # msn -> packets not yet acked
+        self.cur: tuple[int, memoryview, int, int] | None = None  # msn, data, crc, next offset
+        self.exhausted = False
+        self.stats = stats
+
+    def fetch(self) -> bool:
+        """Take the next message (a copy and a CRC: tens of ms for a 64 MiB one)."""
+        if self.exhausted:
+            return False
+        try:
+            msn, data = next(self.messages)
+        except StopIteration:
+            self.exhausted = True
+            return False
+        crc = H.crc32(data)
+        self.cache[msn] = (data, crc)
+        self.cur = (msn, memoryview(data), crc, 0)
+        self.left[msn] = max(1, -(-len(data) // self.payload))
+        self.stats.messages_sent += 1
+        return True
+
+    def acked(self, msn: int) -> None:
+        """One more packet of ``msn`` acknowledged; the message is released with its last."""
+        left = self.left.get(msn)
+        if left is None:
+            return
+        if left > 1:
+            self.left[msn] = left - 1
+            return
+        del self.left[msn]
+        self.stats.messages_acked += 1
+        self.cache.pop(msn, None)
+        self.ring.release(msn)
+
+
+class MrcSender:
+    """Sending side of one QP. ``events`` hears losses, retransmission causes and EV changes."""
+
+    def __init__(self, qp: int, evs: EvSet, messages: Iterator[tuple[int, bytes]], settings: TransportSettings,
+                 *, imm: bool = False, events: EventSink | None = None) -> None:
+        self.qp, self.evs, self.s, self.imm = qp, evs, settings, imm
+        self.events = events or _ignore
+        self.stats = SenderStats()
+        self.out = Outbox(messages, settings, self.stats)
+        self.rtt = RttEstimator(settings)
+        self.probes: ProbeScheduler[int] = ProbeScheduler(settings.probe_interval_s, settings.probe_timeout_s)
+        self.ports = PortState()
+        self._op, self._rkey = (H.OP_WRITE_IMM if imm else H.OP_WRITE), rkey_for(qp)
+        self.next_psn = 0
+        self.acked_below = 0  # every PSN below is acknowledged
+        self.recs: dict[int, _Rec] = {}  # PSN -> packet in flight (or lost, awaiting retransmission)
+        self.unacked: set[int] = set()
+        self.per_ev: dict[int, deque[int]] = {}  # EV -> PSNs sent on it, in send order
+        self.timer_q: deque[tuple[float, int]] = deque()  # (sent at, PSN), in send order
+        self.retx_q: deque[int] = deque()
+        self.sent_at: dict[int, float] = {}  # first transmissions only (Karn), for RTT samples
+
+    # ---- state ------------------------------------------------------------------------------
+    @property
+    def done(self) -> bool:
+        return self.out.exhausted and self.out.cur is None and not self.unacked and not self.retx_q
+
+    def stop(self) -> None:
+        """No new messages after the current one (a duration-bound flow at its end)."""
+        self.out.exhausted = True
+
+    @property
+    def srtt_s(self) -> float | None:
+        return self.rtt.srtt
+
+    def ev_states(self) -> dict[int, EvState]:
+        return {e.ev: e.state for e in self.evs.evs.values()}
+
+    # ---- sending ----------------------------------------------------------------------------
+    def _data_pkt(self, psn: int, ev: int, msn: int, msg_len: int, crc: int, off: int, chunk, flags: int) -> Pkt:
+        return Pkt(self._op, self.qp, psn, ev, flags, msn, msg_len, crc, off, self.out.ring.base[msn] + off,  # DATA_FIELDS
+                   self._rkey, len(chunk), chunk, (msn & 0xFFFFFFFF) if self.imm else None, self.ports.local, False)
+
+    def _record(self, psn: int, ev: int, now: float) -> None:
+        q = self.per_ev.get(ev)
+        if q is None:
+            q = self.per_ev[ev] = deque()
+        q.append(psn)
+        self.timer_q.append((now, psn))
+        self.evs.evs[ev].packets += 1
+
+    def poll(self, now: float, budget: int = 64) -> list[Pkt]:
+        """Packets to send now: retransmissions first, then new data within the window, then probes."""
+        out: list[Pkt] = []
+        self._check_timeouts(now)
+        if self.retx_q:
+            self._retransmit(now, budget, out)
+        # new data: the hot path, one packet per turn (names bound once)
+        window, unacked, recs, sent_at = self.s.window_packets, self.unacked, self.recs, self.sent_at
+        box, evs, info = self.out, self.evs, self.evs.evs
+        ring, payload = box.ring, box.payload
+        sent = 0
+        while len(out) < budget and len(unacked) < window:
+            ev = evs.next_ev()
+            if ev is None:
+                break
+            cur = box.cur
+            if cur is None:
+                if not box.fetch():
+                    break
+                cur = box.cur
+            msn, data, crc, off = cur  # type: ignore[misc]
+            msg_len = len(data)
+            if off == 0 and msn not in ring.base:
+                if not ring.fits(msg_len):
+                    break  # the region it goes to still holds a message in flight: wait for its acks
+                ring.place(msn, msg_len)
+            ln = min(payload, msg_len - off)
+            box.cur = (msn, data, crc, off + ln) if off + ln < msg_len else None
+            psn = self.next_psn
+            self.next_psn = psn + 1
+            recs[psn] = _Rec(msn, off, ln, ev, now)
+            sent_at[psn] = now
+            unacked.add(psn)
+            self._record(psn, ev, now)
+            info[ev].bytes += ln
+            sent += 1
+            out.append(self._data_pkt(psn, ev, msn, msg_len, crc, off, data[off : off + ln], 0))
+            if box.cur is None and msg_len > window * payload:
+                # a big next message is fetched *after* these packets are stamped and sent, so the
+                # time it takes is not charged to their round trip (which would fire the timer)
+                break
+        self.stats.data_packets += sent
+        if box.cur is None and out:
+            box.fetch()
+        out += self._probes(now)
+        return out
+
+    def _retransmit(self, now: float, budget: int, out: list[Pkt]) -> None:
+        while self.retx_q and len(out) < budget:
+            psn = self.retx_q.popleft()
+            rec = self.recs.get(psn)
+            if rec is None or rec.acked:
+                continue
+            ev = self.evs.next_ev(avoid=rec.ev)
+            if ev is None:
+                self.retx_q.appendleft(psn)
+                break
+            rec.ev, rec.t_sent, rec.tx = ev, now, rec.tx + 1
+            self._record(psn, ev, now)
+            self.sent_at.pop(psn, None)
+            self.stats.retransmits += 1
+            self.evs.evs[ev].retransmits += 1
+            msg, crc = self.out.cache[rec.msn]
+            chunk = memoryview(msg)[rec.offset : rec.offset + rec.length]
+            out.append(self._data_pkt(psn, ev, rec.msn, len(msg), crc, rec.offset, chunk, H.F_RETX))
+
+    def _check_timeouts(self, now: float) -> None:
+        rto = self.rtt.rto
+        while self.timer_q:
+            t, psn = self.timer_q[0]
+            rec = self.recs.get(psn)
+            if rec is None or rec.acked or rec.t_sent != t:
+                self.timer_q.popleft()
+                continue
+            if now - t < rto * min(8, rec.tx):
+                break
+            self.timer_q.popleft()
+            self.stats.timeouts += 1
+            self.events(TimedOut(qp=self.qp, psn=psn, ev=rec.ev))
+            self.evs.retire(rec.ev, "retransmission timeout")
+            self._lose(psn, rec, "timeout")
+
+    def _lose(self, psn: int, rec: _Rec, why: str) -> None:
+        self.stats.losses += 1
+        self.events(PacketLost(qp=self.qp, psn=psn, ev=rec.ev, reason=why))
+        rec.t_sent = -1.0  # no longer timed until resent
+        self.retx_q.append(psn)
+
+    # ---- receiving --------------------------------------------------------------------------
+    def _ack(self, psn: int, rec: _Rec) -> None:
+        """``rec`` (of ``psn``, not yet acknowledged) has arrived."""
+        rec.acked = True
+        self.unacked.discard(psn)
+        self.sent_at.pop(psn, None)
+        self.stats.bytes_acked += rec.length
+        self.out.acked(rec.msn)
+        del self.recs[psn]
+
+    def on_packet(self, p: Pkt, now: float) -> None:
+        if p.op == H.OP_SACK:
+            self._on_sack(p, now)
+        elif p.op == H.OP_NACK:
+            self._on_nack(p)
+        elif p.op == H.OP_PROBE and p.is_reply:
+            ev = self.probes.answered(p.probe_id)
+            if ev is not None:
+                self.evs.probe_result(ev, True, self.s.probe_successes)
+
+    def _on_sack(self, p: Pkt, now: float) -> None:
+        top = self.next_psn
+        echo = psn_at_or_below(p.echo_psn, top)
+        self._peer_ports(p.port_state, echo)
+        ev = p.echo_ev
+        sent = self.sent_at.get(echo)
+        if sent is not None:
+            self.rtt.sample(now - sent, now)
+        cum = psn_at_or_below(p.cum_psn, top) if p.cum_psn != top % (1 << 24) else top
+        newly: list[tuple[int, int, int]] = []  # (psn, ev it was sent on, transmissions)
+        recs = self.recs
+        if cum > self.acked_below:
+            for psn in range(self.acked_below, cum):  # everything below acked_below is acknowledged
+                rec = recs.get(psn)
+                if rec is not None and not rec.acked:
+                    newly.append((psn, rec.ev, rec.tx))
+                    self._ack(psn, rec)
+            self.acked_below = cum
+        base = psn_at_or_below(p.base_psn, top)
+        bm, i = p.bitmap, 0
+        while bm:
+            if bm & 1:
+                rec = recs.get(base + i)
+                if rec is not None and not rec.acked:
+                    newly.append((base + i, rec.ev, rec.tx))
+                    self._ack(base + i, rec)
+            bm >>= 1
+            i += 1
+        if p.sflags & H.S_ECN:
+            self.evs.skip(ev, "ECN mark")
+        # FIFO inference: every PSN sent on an EV before one that arrived on it, and still not
+        # acknowledged, is lost. The EV of an arrival is certain for first transmissions and for
+        # the echoed arrival.
+        for psn, sent_ev, tx in sorted(newly):
+            if tx == 1:
+                self._infer(sent_ev, psn, base)
+        self._infer(ev, echo, base)
+
+    def _infer(self, ev: int, arrived: int, known_from: int) -> None:
+        """PSNs sent on ``ev`` before ``arrived``: unacknowledged ones at or above ``known_from``
+        (the SACK's bitmap base: this SACK reports every PSN there) are lost. Below it the SACK
+        says nothing, so those are left to later SACKs or the timer."""
+        q = self.per_ev.get(ev)
+        if not q:
+            return
+        if q[0] == arrived:  # the usual case: nothing sent on the EV before it is missing
+            q.popleft()
+            return
+        if arrived not in q:
+            return
+        while q:
+            psn = q.popleft()
+            if psn == arrived:
+                break
+            rec = self.recs.get(psn)
+            if rec is not None and not rec.acked and rec.ev == ev and rec.t_sent >= 0 and psn >= known_from:
+                self.events(GapFound(qp=self.qp, psn=psn, ev=ev, behind=arrived))
+                self.evs.retire(ev, f"untrimmed loss of PSN {psn} behind PSN {arrived}")
+                self._lose(psn, rec, "gap on EV")
+
+    def _on_nack(self, p: Pkt) -> None:
+        psn = psn_at_or_below(p.echo_psn, self.next_psn)
+        self._peer_ports(p.port_state, psn)
+        rec = self.recs.get(psn)
+        self.stats.nacks += 1
+        if p.sflags & H.S_TRIM:
+            self.evs.skip(p.echo_ev, "trimmed packet")
+        if rec is not None and not rec.acked:
+            self.events(Nacked(qp=self.qp, psn=psn, ev=p.echo_ev))
+            rec.t_sent = -1.0
+            self.retx_q.appendleft(psn)
+
+    # ---- ports ------------------------------------------------------------------------------
+    def _peer_ports(self, state: int, echo_psn: int) -> None:
+        if self.ports.from_peer(state, echo_psn):
+            self._apply_ports()
+
+    def set_local_ports(self, state: int) -> None:
+        if self.ports.set_local(state):
+            self._apply_ports()
+
+    def _apply_ports(self) -> None:
+        up = self.ports.usable()
+        for plane in range(self.evs.planes):
+            down = not (up >> plane) & 1
+            if down != (plane in self.evs.planes_down):
+                self.evs.set_plane_down(plane, down)
+                self.events(PlaneChanged(qp=self.qp, plane=plane, up=not down))
+
+    # ---- probes -----------------------------------------------------------------------------
+    def _probes(self, now: float) -> list[Pkt]:
+        for ev in self.probes.expired(now):
+            self.evs.probe_result(ev, False, self.s.probe_successes)
+        down = self.evs.planes_down
+        todo = self.probes.round(now, (ev for ev in self.evs.retired() if self.evs.evs[ev].plane not in down))
+        self.stats.probes += len(todo)
+        return [Pkt(op=H.OP_PROBE, qp=self.qp, ev=ev, probe_id=pid, is_reply=0, t_send_ns=int(now * 1e9),
+                    port_state=self.ports.local) for pid, ev in todo]
+
+
+def make_sender(qp: int, plan: AddressPlan, src: str, dst: str, settings: TransportSettings, rng: random.Random,
+                messages: Iterator[tuple[int, bytes]], *, imm: bool = False, denylist: frozenset[int] = frozenset(),
+                events: EventSink | None = None) -> MrcSender:
+    """An MRC sender for ``src -> dst`` with a freshly drawn EV set (seeded by ``rng``)."""
+    sink = events or _ignore
+    evs = EvSet.draw(plan, src, dst, rng, settings.evs_per_plane, settings.backup_per_plane, denylist,
+                     on_change=lambda ev, old, new, why: sink(EvStateChanged(qp=qp, ev=ev, old=old, new=new,
+                                                                             reason=why)))
+    return MrcSender(qp, evs, messages, settings, imm=imm, events=events)

@@ -1,0 +1,73 @@
+"""Transport settings: one frozen record for MRC and the RoCE-style baseline, with defaults and
+their sources (docs/protocol.md, "Defaults"). A scenario's ``transport:`` block and the endpoint's
+config set them by name; :meth:`TransportSettings.from_dict` checks every field against its rule
+and reports every bad one at once.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from topologies.errors import BadInput
+from topologies.schema import Problems, build, rule
+
+#: Largest payload a data packet carries: jumbo frames of 9000 bytes hold 8 KiB plus the headers.
+MAX_PAYLOAD_BYTES = 8192
+
+
+def _pos(doc: str, **kw: Any) -> dict:
+    return rule(positive=True, doc=doc, **kw)
+
+
+@dataclass(frozen=True)
+class TransportSettings:
+    """Settings of one endpoint's transport (MRC or the baseline). Units are in the names.
+
+    ``window_packets`` (16): unacknowledged data packets per QP: four per plane of the default
+    fabric, several times the bandwidth-delay product of its shaped links (one or two packets per
+    NIC port), and no more: a window that fills the bottleneck queues only adds RTT, and when a path
+    dies and its lost packets hold part of the window, the RTT of a full queue swings by its whole
+    depth, which a retransmission timer cannot follow (64 kept bmv2's 16-packet queues full and
+    retired healthy EVs in the fig. 9c/9d runs).
+
+    EV set (paper: 128-256 EVs per QP split across planes, plus backups; scaled to a 4-host lab):
+    ``evs_per_plane`` active (4) + ``backup_per_plane`` (2), ``reverse_evs_per_plane`` (1) for
+    SACKs. Probes: ``probe_successes`` (3) answered probes in a row revive a retired EV; a round of
+    probes every ``probe_interval_s`` (0.05), each unanswered after ``probe_timeout_s`` (0.2).
+
+    Retransmission timer (:class:`traffic.rtt.RttEstimator`): RTO = max(``min_rto_s``,
+    2 srtt + 4 rttvar, recent peak RTT), at most ``max_rto_s`` (1.0); ``min_rto_s`` is 0.02 (OCP's
+    local ACK timeout is 1.024 us x 2^t; the emulated RTT is 1-100 ms, so the floor is coarse).
+    Before the first RTT sample the RTO is ``initial_rto_s`` (0.5; RFC 6298 says 1 s for the
+    Internet): the first round trip also pays for the peer building its receive state.
+
+    Receiver: a SACK every ``ack_every`` (2) packets or after ``ack_delay_s`` (1 ms). Memory region
+    ``region_bytes`` (8 MiB) per QP. PSNs more than ``max_psn_window`` (65,536) ahead are dropped.
+    """
+
+    window_packets: int = field(default=16, metadata=_pos("unacknowledged data packets per QP"))
+    payload_bytes: int = field(default=1024, metadata=rule(lo=1, hi=MAX_PAYLOAD_BYTES, doc="data bytes per packet"))
+    evs_per_plane: int = field(default=4, metadata=_pos("active EVs per plane"))
+    backup_per_plane: int = field(default=2, metadata=_pos("backup EVs per plane"))
+    reverse_evs_per_plane: int = field(default=1, metadata=_pos("reverse (SACK) EVs per plane, minus one"))
+    probe_successes: int = field(default=3, metadata=_pos("answered probes that revive a retired EV"))
+    probe_interval_s: float = field(default=0.05, metadata=_pos("seconds between probe rounds"))
+    probe_timeout_s: float = field(default=0.2, metadata=_pos("seconds before a probe counts as lost"))
+    min_rto_s: float = field(default=0.02, metadata=_pos("RTO floor"))
+    max_rto_s: float = field(default=1.0, metadata=_pos("RTO ceiling"))
+    initial_rto_s: float = field(default=0.5, metadata=_pos("RTO before the first RTT sample"))
+    ack_every: int = field(default=2, metadata=_pos("data packets per SACK"))
+    ack_delay_s: float = field(default=0.001, metadata=_pos("longest a SACK waits"))
+    region_bytes: int = field(default=8 << 20, metadata=_pos("memory region per QP"))
+    max_psn_window: int = field(default=1 << 16, metadata=_pos("PSNs ahead of cum_psn a receiver accepts"))
+
+    @classmethod
+    def from_dict(cls, d: Any, source: str = "transport") -> TransportSettings:
+        """Settings from a mapping of field names; raises :class:`BadInput` naming every unknown
+        field and every value outside its allowed range."""
+        problems = Problems(source)
+        s = build(cls, d if d is not None else {}, "", problems)
+        problems.raise_if_any(BadInput)
+        assert s is not None
+        return s

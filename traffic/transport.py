@@ -1,0 +1,58 @@
+"""What the endpoint needs of a transport: the :class:`Sender` and :class:`Receiver` protocols that
+MRC (:mod:`traffic.sender`, :mod:`traffic.receiver`) and the RoCE-style baseline
+(:mod:`traffic.roce`) both implement, so the host stack and the endpoint never tell them apart.
+
+All times are seconds of one monotonic clock; packets are :class:`~traffic.packet.Pkt`.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from traffic.evs import EvState
+from traffic.packet import Pkt
+from traffic.stats import ReceiverStats, SenderStats
+
+
+class Sender(Protocol):
+    """The sending side of one QP."""
+
+    qp: int
+    stats: SenderStats
+
+    @property
+    def done(self) -> bool:
+        """Every message taken has been acknowledged and no more will be taken."""
+
+    @property
+    def srtt_s(self) -> float | None:
+        """Smoothed RTT (None: the transport keeps none, or no sample yet)."""
+
+    def stop(self) -> None:
+        """Take no new message after the current one."""
+
+    def poll(self, now: float, budget: int = 64) -> list[Pkt]:
+        """Packets to send now, at most ``budget`` data packets."""
+
+    def on_packet(self, p: Pkt, now: float) -> None:
+        """An acknowledgement, NACK or probe reply for this QP."""
+
+    def set_local_ports(self, state: int) -> None:
+        """This NIC's port-state bitmap (bit p: plane p's port has carrier)."""
+
+    def ev_states(self) -> dict[int, EvState]:
+        """The state of every EV the QP holds."""
+
+
+class Receiver(Protocol):
+    """The receiving side of one QP."""
+
+    qp: int
+    stats: ReceiverStats
+    local_ports: int
+
+    def on_packet(self, p: Pkt, now: float) -> list[Pkt]:
+        """A data packet; returns acknowledgements to send at once."""
+
+    def poll(self, now: float) -> list[Pkt]:
+        """Acknowledgements that are due."""
