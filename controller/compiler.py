@@ -15,11 +15,13 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from topologies.errors import NotAvailable, RunFailed
+
 CACHE_ROOT = Path(os.environ.get("MRCLAB_CACHE", Path.home() / ".cache" / "mrclab")) / "p4"
 
 
-class CompileError(RuntimeError):
-    """p4c is missing or rejected the program; the message carries p4c's own words."""
+class CompileError(RunFailed):
+    """p4c rejected the program; the message carries p4c's own first error."""
 
 
 @dataclass(frozen=True)
@@ -33,7 +35,7 @@ class CompiledProgram:
 
 def _p4c_version() -> str:
     if shutil.which("p4c") is None:
-        raise CompileError("p4c is not on PATH (install p4c, see README: Lab VM)")
+        raise NotAvailable("p4c is not on PATH (README: \"The bmv2 data plane\" says how to install it)")
     r = subprocess.run(["p4c", "--version"], capture_output=True, text=True)
     return (r.stdout or r.stderr).strip()
 
@@ -53,7 +55,9 @@ def compile_p4(src: Path) -> CompiledProgram:
                "--p4runtime-files", str(tmp / info.name), str(src)]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
-            raise CompileError(f"p4c failed on {src}:\n{r.stderr.strip() or r.stdout.strip()}")
+            said = [x for x in (r.stderr or r.stdout).splitlines() if x.strip()]
+            first = next((x for x in said if "error" in x.lower()), said[0] if said else f"exit {r.returncode}")
+            raise CompileError(f"p4c failed on {src}: {first.strip()} ({len(said)} lines of output)")
         if not (tmp / js.name).exists():
             raise CompileError(f"p4c produced no {js.name} in {tmp}")
         try:

@@ -22,13 +22,26 @@ from p4.v1 import p4runtime_pb2
 from p4runtime_sh.p4runtime import P4RuntimeClient, P4RuntimeException, P4RuntimeWriteException
 
 from controller.routeplan import SwitchEntries
+from topologies.errors import RunFailed
 
 BATCH = 500  # updates per WriteRequest
 ELECTION_ID = (0, 1)
 DROP_REASONS = ("not_ipv6", "no_route", "hop_limit", "blackhole", "gray_loss")  # p4src/mrclab.p4 DROP_*
 
 
-class P4RuntimeError(RuntimeError):
+class _WithoutP4RuntimeShell(logging.Filter):
+    """p4runtime-shell logs its own handshake failures on the root logger (``logging.critical``)
+    before it raises; mrclab reports them once, as a :class:`P4RuntimeError`. This filter drops
+    only records from p4runtime-shell's own files: every other logger keeps its level."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "p4runtime_sh" not in record.pathname
+
+
+logging.getLogger().addFilter(_WithoutP4RuntimeShell())
+
+
+class P4RuntimeError(RunFailed):
     """A switch refused a request, could not be reached, or its tables differ from the plan."""
 
 
@@ -120,7 +133,6 @@ class P4Switch:
     # ---- session -----------------------------------------------------------------------------
     def connect(self) -> None:
         self.close()
-        logging.getLogger().setLevel(logging.CRITICAL)  # p4runtime-shell logs its own criticals
         try:
             self.client = P4RuntimeClient(self.device_id, self.grpc_addr, ELECTION_ID)
         except SystemExit:  # p4runtime-shell exits when the handshake fails

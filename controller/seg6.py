@@ -16,6 +16,7 @@ verification is an equality check.
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import json
 import subprocess
@@ -23,11 +24,12 @@ from dataclasses import dataclass
 
 from controller.routeplan import SwitchEntries
 from topologies.emulation import SID_DEV
+from topologies.errors import RunFailed
 
 NEXTHOP = "fe80::1"
 
 
-class Seg6Error(RuntimeError):
+class Seg6Error(RunFailed):
     """The kernel refused an SRv6 route or the read-back differs from the plan."""
 
 
@@ -92,8 +94,13 @@ def read_back(netns: str, block: ipaddress.IPv6Network) -> list[KernelRoute]:
     return out
 
 
-def apply(netns: str, entries: SwitchEntries, block: ipaddress.IPv6Network) -> int:
-    """Install ``entries`` in ``netns`` and delete stale routes of ``block``. Returns lines written."""
+def apply(netns: str, entries: SwitchEntries, block: ipaddress.IPv6Network,
+          ports_up: set[int] | None = None) -> int:
+    """Install ``entries`` in ``netns`` and delete stale routes of ``block``. Returns lines written.
+    With ``ports_up``, routes out of other ports are left out (the kernel refuses a route through
+    an interface that is down, and flushes those it had)."""
+    if ports_up is not None:
+        entries = dataclasses.replace(entries, routes=tuple(r for r in entries.routes if r.port in ports_up))
     want = expected(entries)
     stale = [r for r in read_back(netns, block) if r.key() not in want]
     lines = [f"route del {r.prefix} dev {r.dev}" for r in stale] + batch_lines(entries)

@@ -30,7 +30,8 @@ from mininet.net import Mininet
 from mininet.node import Host, Switch
 
 from topologies.addressing import AddressPlan
-from topologies.cleanup import NETNS_PREFIX, RunState, cleanup_run, live_runs
+from topologies.cleanup import RunState, cleanup_run, live_runs, netns_name
+from topologies.errors import NotAvailable, RunFailed
 from topologies.spec import ClosSpec
 
 DATAPLANES = ("bmv2", "linux")
@@ -39,12 +40,33 @@ BMV2_BINARY = "simple_switch_grpc"
 #: has no ``dummy`` driver, ``dev lo`` does not forward after ``End``, and a port would take the
 #: SID with it when it goes down).
 SID_DEV = "sid0"
-#: Every emulated link carries jumbo frames, so 4 KiB payloads plus MRC's 158 bytes of headers fit.
+#: Every emulated link carries jumbo frames, so 8 KiB payloads plus MRC's 158 bytes of headers fit.
 MTU = 9000
 
 
-class EmulationError(RuntimeError):
+class EmulationError(RunFailed):
     """The emulation could not be built or a node misbehaved; the message says which."""
+
+
+class FabricBusy(EmulationError):
+    """Another fabric of this project is running; two would collide on namespace names."""
+
+
+def need_root(what: str = "building the fabric") -> None:
+    """Raise :class:`NotAvailable` unless this process is root (network namespaces need it)."""
+    if os.geteuid() != 0:
+        raise NotAvailable(f"{what} needs root (network namespaces); run it with sudo")
+
+
+def bmv2_device(spec: ClosSpec, switch: str) -> int:
+    """P4Runtime device id of ``switch``: its index in :meth:`ClosSpec.switches`."""
+    return spec.switches().index(switch)
+
+
+def bmv2_grpc_addr(run_dir: str | Path, switch: str) -> str:
+    """P4Runtime address of ``switch``: a unix socket in the run directory (no TCP port clashes
+    between 16 switches)."""
+    return f"unix:{Path(run_dir) / (switch + '.grpc')}"
 
 
 def toolchain_missing() -> str | None:
@@ -66,7 +88,7 @@ class _NsNode:
 
     @property
     def netns(self) -> str:
-        return NETNS_PREFIX + self.name
+        return netns_name(self.name)
 
 
 class NicHost(_NsNode, Host):
@@ -103,7 +125,7 @@ class Bmv2Switch(_NsNode, Switch):
 
     @property
     def grpc_addr(self) -> str:
-        return f"unix:{self.run_dir / (self.name + '.grpc')}"
+        return bmv2_grpc_addr(self.run_dir, self.name)
 
     def command(self) -> list[str]:
         cmd = [BMV2_BINARY, "--no-p4", "--device-id", str(self.device_id)]
@@ -180,9 +202,8 @@ class Emulation:
         if dataplane not in DATAPLANES:
             raise EmulationError(f"data plane {dataplane!r}; allowed: {', '.join(DATAPLANES)}")
         if dataplane == "bmv2" and (why := toolchain_missing()):
-            raise EmulationError(f"data plane bmv2 needs the P4 toolchain: {why}")
-        if os.geteuid() != 0:
-            raise EmulationError("building the fabric needs root (network namespaces)")
+            raise NotAvailable(f"data plane bmv2 needs the P4 toolchain: {why}")
+        need_root()
         self.spec = spec
         self.plan = AddressPlan(spec)
         self.dataplane = dataplane
@@ -203,7 +224,7 @@ class Emulation:
     def start(self) -> None:
         running = live_runs(include_own=True)
         if running:
-            raise EmulationError(
+            raise FabricBusy(
                 f"a fabric of this project is already running (pid {running[0].owner_pid}, "
                 f"{running[0].run_dir}); stop it or run `mrclab clean --force`"
             )
@@ -223,9 +244,9 @@ class Emulation:
         self.progress(f"creating {spec.n_hosts} hosts and {spec.n_switches} {self.dataplane} switches")
         for h in spec.hosts():
             self._track(net.addHost(h, cls=NicHost))
-        for dev, sw in enumerate(spec.switches()):
+        for sw in spec.switches():
             if self.dataplane == "bmv2":
-                node = net.addSwitch(sw, cls=Bmv2Switch, device_id=dev, run_dir=self.state.run_dir,
+                node = net.addSwitch(sw, cls=Bmv2Switch, device_id=bmv2_device(spec, sw), run_dir=self.state.run_dir,
                                      debug=self.debug)
             else:
                 node = net.addSwitch(sw, cls=LinuxSrv6Switch)
@@ -371,11 +392,11 @@ class Emulation:
         link = links[0]
         return [(link.intf1.node.netns, link.intf1.name), (link.intf2.node.netns, link.intf2.name)]
 
-    def set_link(self, a: str, b: str, up: bool, ends: tuple[str, ...] | None = None) -> None:
-        """Set link ``a``-``b`` administratively up or down (a cut cable) at both ends, or only at
-        the nodes named in ``ends`` (the far end then sees its carrier go)."""
-        for ns, intf in self.link_intfs(a, b):
-            if ends is None or any(ns == self.netns(n) for n in ends):
+    def set_iface(self, node: str, peer: str, up: bool) -> None:
+        """Set ``node``'s interface facing ``peer`` administratively up or down (the far end then
+        sees its carrier go)."""
+        for ns, intf in self.link_intfs(node, peer):
+            if ns == self.netns(node):
                 self._ip_batch(ns, [f"link set {intf} {'up' if up else 'down'}"])
 
     def restart_switch(self, name: str) -> None:
