@@ -3,7 +3,7 @@
 Two settings: a plain veth pair between two namespaces (``mrclab-bench-a``/``-b``, one plane,
 jumbo MTU) and the default linux fabric (h0 -> h2, 4 planes, 3 switches per path, unshaped). In
 each, with 1 KiB and 4 KiB payloads: one QP of MRC, then of the RoCE-style baseline, for
-``DURATION_S`` each; and a raw-socket blaster (``experiments/blast.py``) sending frames of the same
+``DURATION_S`` each; and a raw-socket blaster (``bench/blast.py``) sending frames of the same
 size as fast as it can to a sink that reads every frame from a raw socket, as an endpoint does.
 The three alternate for ``ROUNDS`` rounds and the median round of each is reported, so a slow spell
 of the machine (rates move by +-20% between runs here) hits them alike. Printed: data packets per
@@ -16,7 +16,6 @@ blaster's rate. Not a test: figures vary with load."""
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 import sys
@@ -24,17 +23,21 @@ import tempfile
 import time
 from pathlib import Path
 
+import psutil
 import yaml
 from rich.console import Console
 from rich.table import Table
 
-from topologies.cleanup import RunState, cleanup_run
+from topologies.cleanup import RunState, cleanup_run, netns_name, stop_processes
+from traffic import contract as C
+from traffic import headers as H
+from traffic.settings import TransportSettings
 
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 132)  # a log keeps whole rows
 DURATION_S = 4.0
 ROUNDS = 3  # MRC, RoCE and the blaster alternate; the median round is reported
 PAYLOADS = (1024, 4096)
-HDR = 158  # MRC headers + ICRC on the wire for a data packet
+HDR = H.DATA_OVERHEAD  # what a data packet adds to its payload on the wire (headers + ICRC)
 
 
 def _sh(*args: str) -> None:
@@ -46,7 +49,7 @@ class VethPair:
 
     def __init__(self) -> None:
         self.state = RunState.create("bench", {})
-        self.ns = {"h0": "mrclab-bench-a", "h1": "mrclab-bench-b"}
+        self.ns = {"h0": netns_name("bench-a"), "h1": netns_name("bench-b")}
         for ns in self.ns.values():
             _sh("ip", "netns", "add", ns)
             self.state.add_netns(ns)
@@ -71,27 +74,26 @@ def one_qp(env, spec: dict, src: str, dst: str, transport: str, payload: int, tm
     """One QP from src to dst for DURATION_S; returns pps and goodput measured at the receiver."""
     topo = tmp / "fabric.yaml"
     topo.write_text(yaml.safe_dump(spec))
-    settings = {"payload_bytes": payload, "region_bytes": 64 << 20, "window_packets": 256}
+    settings = TransportSettings(payload_bytes=payload, region_bytes=64 << 20, window_packets=256)
     procs = {}
-    for host in (src, dst):  # endpoints append to their telemetry: start each run from none
-        (tmp / f"{host}-{transport}-{payload}.jsonl").unlink(missing_ok=True)
-    for host, qps in ((dst, []), (src, [{"qp": 1, "peer": dst, "message_bytes": 1 << 20, "duration_s": DURATION_S}])):
-        cfg = {"topo": str(topo), "host": host, "seed": 5, "transport": transport, "settings": settings, "qps": qps,
-               "telemetry_path": str(tmp / f"{host}-{transport}-{payload}.jsonl"), "telemetry_interval_s": 0.25,
-               "start_at_wall": time.time() + 1.5}
-        (tmp / f"{host}.json").write_text(json.dumps(cfg))
+    tel = {h: tmp / f"{h}-{transport}-{payload}.jsonl" for h in (src, dst)}
+    for path in tel.values():  # endpoints append to their telemetry: start each run from none
+        path.unlink(missing_ok=True)
+    for host, qps in ((dst, ()), (src, (C.QpConfig(qp=1, peer=dst, message_bytes=1 << 20, duration_s=DURATION_S),))):
+        cfg = C.EndpointConfig(topo=str(topo), host=host, seed=5, transport=transport, settings=settings, qps=qps,
+                               telemetry_path=str(tel[host]), telemetry_interval_s=0.25,
+                               start_at_wall=time.time() + 1.5)
+        (tmp / f"{host}.json").write_text(cfg.to_json())
         procs[host] = env.popen(host, [sys.executable, "-m", "traffic.endpoint", "--config", str(tmp / f"{host}.json")],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         procs[src].wait(timeout=DURATION_S + 30)
     finally:
+        stop_processes([psutil.Process(p.pid) for p in procs.values() if p.poll() is None], grace_s=10)
         for p in procs.values():
-            if p.poll() is None:
-                p.terminate()
-                p.wait(timeout=10)
-    recs = [json.loads(x) for x in (tmp / f"{dst}-{transport}-{payload}.jsonl").read_text().splitlines()]
-    samples = [(r["t_wall"], sum(q["delivered_bytes"] for q in r["rx_qps"].values()))
-               for r in recs if r["type"] == "sample"]
+            p.poll()
+    recs = {h: list(C.read_telemetry(path)) for h, path in tel.items()}
+    samples = [(r.t_wall, sum(q.delivered_bytes for q in r.rec.rx)) for r in recs[dst] if isinstance(r.rec, C.Sample)]
     moving = [(t, b) for t, b in samples if b > 0]
     # steady state: from the first sample with data to the last one that grew
     grew = [moving[i] for i in range(1, len(moving)) if moving[i][1] > moving[i - 1][1]]
@@ -103,9 +105,8 @@ def one_qp(env, spec: dict, src: str, dst: str, transport: str, payload: int, tm
     # figure that, unlike the rate, does not move with what else the machine is doing
     cpu, sys_ = {}, {}
     for host in (src, dst):
-        summ = [json.loads(x) for x in (tmp / f"{host}-{transport}-{payload}.jsonl").read_text().splitlines()]
-        last = next((r for r in reversed(summ) if r["type"] == "summary"), {})
-        cpu[host], sys_[host] = last.get("cpu_s", 0.0), last.get("cpu_sys_s", 0.0)
+        last = next((r.rec for r in reversed(recs[host]) if isinstance(r.rec, C.Summary)), None)
+        cpu[host], sys_[host] = (last.cpu_s, last.cpu_sys_s) if last else (0.0, 0.0)
     n = b1 / payload
     return {"pps": (b1 - b0) / payload / dt, "mbps": (b1 - b0) * 8 / 1e6 / dt,
             "cpu_us_tx": cpu[src] / n * 1e6, "cpu_us_rx": cpu[dst] / n * 1e6,
@@ -136,13 +137,13 @@ def sized_frame(frame: bytes, length: int) -> bytes:
 def blaster(env, src: str, dst: str, intf_src: str, intf_dst: str, frame: bytes) -> float:
     """Frames per second a receiving process reads while a raw-socket sender sends as fast as it can
     for 3 s: sockets and kernel with no protocol, the ceiling of a raw-socket endpoint."""
-    rx = env.popen(dst, [sys.executable, "-m", "experiments.blast", "--sink", "--iface", intf_dst,
+    rx = env.popen(dst, [sys.executable, "-m", "bench.blast", "--sink", "--iface", intf_dst,
                          "--length", str(len(frame))], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         assert rx.stdout is not None
         if rx.stdout.readline().strip() != "ready":
             raise RuntimeError(f"blaster sink on {dst} did not start")
-        subprocess.run(["ip", "netns", "exec", env.netns(src), sys.executable, "-m", "experiments.blast",
+        subprocess.run(["ip", "netns", "exec", env.netns(src), sys.executable, "-m", "bench.blast",
                         "--iface", intf_src, "--frame", frame.hex(), "--rate", "10000000", "--duration", "3"],
                        capture_output=True, text=True, check=True)
         out, _ = rx.communicate(timeout=35)

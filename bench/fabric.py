@@ -24,6 +24,7 @@ the mrclab program >= 70% of the trivial program's rate. Not a test: figures var
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import json
 import os
@@ -32,6 +33,7 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from rich.console import Console
@@ -61,7 +63,7 @@ def trial(fab: Fabric, frame: bytes, src: str, dst: str, plane: int, rate: float
     """Offer ``rate`` pps for TRIAL_S; returns (achieved offered pps, loss fraction)."""
     dintf = fab.plan.host_intf(dst, plane)
     before = _rx_packets(fab.netns(dst), dintf)
-    p = subprocess.run(["ip", "netns", "exec", fab.netns(src), sys.executable, "-m", "experiments.blast",
+    p = subprocess.run(["ip", "netns", "exec", fab.netns(src), sys.executable, "-m", "bench.blast",
                         "--iface", fab.plan.host_intf(src, plane), "--frame", frame.hex(),
                         "--rate", str(rate), "--duration", str(TRIAL_S)], capture_output=True, text=True)
     m = re.search(r"sent (\d+) in ([\d.]+) s", p.stdout)
@@ -173,45 +175,34 @@ def cpu_us_per_packet(fab: Fabric, rate: float = CPU_RATE_PPS) -> float:
     return spent / len(pids) / (achieved * TRIAL_S) * 1e6
 
 
-class TrivialProgram:
-    """``p4src/forward.p4`` on the switches of :data:`PATH` (port to port along it) while in
-    the ``with`` block; the mrclab program and its entries come back when it ends."""
+@contextlib.contextmanager
+def trivial_program(fab: Fabric) -> Iterator[None]:
+    """``p4src/forward.p4`` on the switches of :data:`PATH` (port to port along it) while in the
+    ``with`` block; the mrclab program and its entries come back when it ends. The fabric is held
+    exclusively meanwhile (no watchdog pass or fault interleaves)."""
+    from controller.compiler import compile_p4
+    from controller.p4runtime import DesiredEntry, EntryKey, P4Info, P4Switch
+    from p4src import FORWARD_P4
 
-    def __init__(self, fab: Fabric) -> None:
-        self.fab = fab
-
-    def __enter__(self) -> TrivialProgram:
-        from controller.compiler import compile_p4
-        from controller.p4runtime import DesiredEntry, EntryKey, P4Info, P4Switch
-        from p4src import FORWARD_P4
-
-        prog = compile_p4(FORWARD_P4)
-        info = P4Info(prog.p4info)
-        plan = self.fab.plan
-        self.switches = {}
-        self.fab._lock.acquire()
+    prog = compile_p4(FORWARD_P4)
+    info = P4Info(prog.p4info)
+    plan = fab.plan
+    with fab.exclusive():
+        switches = {}
         try:
-            for sw, frm, to in path_hops(self.fab):
-                p = self.fab.p4[sw]
+            for sw, frm, to in path_hops(fab):
+                p = fab.p4[sw]
                 p.close()
-                t = P4Switch(sw, p.device_id, p.grpc_addr, info, prog.bmv2_json)
-                self.switches[sw] = t
+                t = switches[sw] = P4Switch(sw, p.device_id, p.grpc_addr, info, prog.bmv2_json)
                 t.connect()
                 t.push_pipeline()
                 t.insert([DesiredEntry(EntryKey("port_map", ((plan.port_to(sw, frm), None),)), "set_port",
                                        (("port", plan.port_to(sw, to)),))])
-        except BaseException:
-            self.__exit__()
-            raise
-        return self
-
-    def __exit__(self, *exc) -> None:
-        try:
-            for sw, t in self.switches.items():
-                t.close()
-                self.fab.reprogram(sw)
+            yield
         finally:
-            self.fab._lock.release()
+            for sw, t in switches.items():
+                t.close()
+                fab.reprogram(sw)
 
 
 def _median(xs: list[float]) -> float:
@@ -239,7 +230,7 @@ def measure(dataplane: str, log) -> dict:
             rates["mrclab"].append(max_rate(fab, log=log)[0])
             cpu["mrclab"].append(cpu_us_per_packet(fab))
             log(f"bmv2 round {k + 1}/{ROUNDS}: p4src/forward.p4 (port to port) on the same switches")
-            with TrivialProgram(fab):
+            with trivial_program(fab):
                 rates["trivial"].append(max_rate(fab, log=log)[0])
                 cpu["trivial"].append(cpu_us_per_packet(fab))
         log(f"bmv2 rates, mrclab: {', '.join(f'{r:.0f}' for r in rates['mrclab'])}; "

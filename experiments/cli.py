@@ -9,8 +9,12 @@
     mrclab run    [SCENARIO] [--out DIR] [--duration S]
     mrclab report RESULTS...
 
-Exit codes: 0 success; 1 a check failed (a path, an expectation); 2 bad input (the message says
-which file and field); 3 the environment cannot do it (not root, toolchain missing).
+Exit codes: 0 success; 1 a run failed or a check did not hold (a path, an expectation); 2 bad
+input (the message says which file and field); 3 this machine cannot do it (not root, toolchain
+missing); 128 + N killed by signal N (after tearing down).
+
+Every error a user can cause ends here, in :func:`main`, as one line on stderr
+(topologies/errors.py): never a traceback.
 """
 
 from __future__ import annotations
@@ -20,15 +24,17 @@ import json
 import os
 import signal
 import sys
-import threading
 from pathlib import Path
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
-from topologies.spec import SpecError, load_spec
+from topologies.emulation import need_root
+from topologies.errors import BadInput, MrclabError, NotAvailable
+from topologies.spec import load_spec
 
-console = Console(stderr=True, highlight=False)
+console = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False)
 
 
@@ -36,34 +42,31 @@ def _progress(msg: str) -> None:
     console.print(f"[dim]·[/dim] {msg}")
 
 
-def _terminate_on_signals() -> None:
-    """SIGTERM / SIGHUP end the run through normal unwinding, so cleanup always runs.
-
-    SIGINT is reset to raise KeyboardInterrupt: a process started in the background by a shell
-    script inherits SIGINT as *ignored*, and a Ctrl-C or ``kill -INT`` must still tear down.
-    """
+def teardown_on_signals() -> dict:
+    """SIGTERM and SIGHUP end the command through normal unwinding (SystemExit), so every fabric's
+    context manager tears it down; SIGINT raises KeyboardInterrupt even when the shell that started
+    us ignored it. Once the first signal arrives the others are ignored, so a second one cannot
+    cut the teardown short."""
 
     def handler(signum, _frame):
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
+        if signum == signal.SIGINT:
+            raise KeyboardInterrupt
         raise SystemExit(128 + signum)
 
-    for sig in (signal.SIGTERM, signal.SIGHUP):
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
+    for sig in previous:
         signal.signal(sig, handler)
-    signal.signal(signal.SIGINT, signal.default_int_handler)
-
-
-def _need_root() -> None:
-    if os.geteuid() != 0:
-        console.print("[red]this command builds network namespaces and needs root[/red]")
-        raise SystemExit(3)
+    return previous
 
 
 # ---- up -------------------------------------------------------------------------------------------
 def cmd_up(args) -> int:
     from controller.fabric import Fabric
 
-    _need_root()
     spec = load_spec(args.topo)
-    _terminate_on_signals()
+    need_root("mrclab up")
     dp = _choose_dataplane(args.dataplane)
     with Fabric(spec, dp, debug=args.debug, progress=_progress) as fab:
         t = fab.timings
@@ -75,7 +78,8 @@ def cmd_up(args) -> int:
         sys.stdout.flush()
         if args.no_cli or not sys.stdin.isatty():
             console.print("running until SIGINT/SIGTERM")
-            threading.Event().wait() if hasattr(signal, "pause") is False else signal.pause()
+            while True:
+                signal.pause()
         else:
             from mininet.cli import CLI
 
@@ -93,8 +97,7 @@ def _choose_dataplane(requested: str | None) -> str:
         console.print(f"data plane: [bold]{dp}[/bold]" + (f" (bmv2 unavailable: {why})" if why else " (P4 toolchain found)"))
         return dp
     if requested == "bmv2" and (why := toolchain_missing()):
-        console.print(f"[red]data plane bmv2 needs the P4 toolchain: {why}[/red]")
-        raise SystemExit(3)
+        raise NotAvailable(f"data plane bmv2 needs the P4 toolchain: {why}")
     return requested
 
 
@@ -104,8 +107,7 @@ def cmd_probe(args) -> int:
     from topologies.cleanup import live_runs
     from traffic.pathprobe import implicate, probe_paths
 
-    _need_root()
-    _terminate_on_signals()
+    need_root("mrclab probe")
     running = live_runs()
     if running and args.topo is None and args.dataplane is None:
         st = running[0]
@@ -175,8 +177,7 @@ def cmd_size(args) -> int:
     try:
         s = size_clos(args.ports, args.planes)
     except ValueError as e:
-        console.print(f"[red]{e}[/red]")
-        return 2
+        raise BadInput(str(e)) from None
     t = Table(title=f"largest two-tier Clos of {s.ports}-port switches, {s.planes} planes")
     t.add_column("quantity")
     t.add_column("count", justify="right")
@@ -195,7 +196,7 @@ def cmd_size(args) -> int:
 def cmd_clean(args) -> int:
     from topologies.cleanup import clean
 
-    _need_root()
+    need_root("mrclab clean")
     removed = clean(force=args.force)
     for r in removed:
         out.print(f"removed {r}")
@@ -208,17 +209,16 @@ def cmd_shell(args) -> int:
     from topologies.cleanup import live_runs
     from topologies.spec import ClosSpec
 
+    from topologies.emulation import bmv2_device, bmv2_grpc_addr
+
     runs = [r for r in live_runs() if r.dataplane == "bmv2"]
     if not runs:
-        console.print("[red]no bmv2 fabric is running; start one with `mrclab up --dataplane bmv2`[/red]")
-        return 3
+        raise NotAvailable("no bmv2 fabric is running; start one with `mrclab up --dataplane bmv2`")
     st = runs[0]
     spec = ClosSpec.from_dict(st.topo)
     if args.switch not in spec.switches():
-        console.print(f"[red]unknown switch {args.switch!r}; switches: {', '.join(spec.switches())}[/red]")
-        return 2
-    dev = spec.switches().index(args.switch)
-    addr = f"unix:{st.run_dir}/{args.switch}.grpc"
+        raise BadInput(f"unknown switch {args.switch!r}; switches: {', '.join(spec.switches())}")
+    dev, addr = bmv2_device(spec, args.switch), bmv2_grpc_addr(st.run_dir, args.switch)
     console.print(f"p4runtime-shell on {args.switch} (device {dev}, {addr}); P4Info is read from the switch")
     os.execvp(sys.executable, [sys.executable, "-m", "p4runtime_sh", "--grpc-addr", addr,
                                "--device-id", str(dev), "--election-id", "0,2"])
@@ -226,15 +226,12 @@ def cmd_shell(args) -> int:
 
 # ---- bench / run / report (experiments) -----------------------------------------------------------
 def cmd_bench(args) -> int:
+    need_root(f"mrclab bench {args.what}")
     if args.what == "fabric":
-        _need_root()
-        from experiments.bench_fabric import main as bench
-
-        return bench(args)
-    _need_root()
-    from experiments.bench_endpoint import main as bench_ep
-
-    return bench_ep(args)
+        from bench.fabric import main as bench
+    else:
+        from bench.endpoint import main as bench
+    return bench(args)
 
 
 def cmd_run(args) -> int:
@@ -249,9 +246,16 @@ def cmd_report(args) -> int:
     return report_main(args)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a bad option reported as one line (what is wrong, what is allowed)."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="mrclab", description=__doc__.split("\n\n")[0])
-    sub = p.add_subparsers(dest="cmd", required=True)
+    p = _Parser(prog="mrclab", description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
     dp = {"choices": ["bmv2", "linux"], "default": None,
           "help": "data plane (default: bmv2 where p4c and simple_switch_grpc are installed, else linux)"}
 
@@ -307,15 +311,21 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """The command line, and its one error boundary: a :class:`MrclabError` is one line on stderr
+    and its exit code; a signal tears down and exits 128 + its number."""
     args = build_parser().parse_args(argv)
+    previous = teardown_on_signals()
     try:
         return int(args.fn(args) or 0)
-    except SpecError as e:
-        console.print(f"[red]error:[/red] {e}")
-        return 2
+    except MrclabError as e:
+        console.print(f"[red]error:[/red] {escape(e.one_line())}")
+        return e.exit_code
     except KeyboardInterrupt:
         console.print("interrupted; cleaned up")
         return 130
+    finally:
+        for sig, h in previous.items():
+            signal.signal(sig, h)
 
 
 if __name__ == "__main__":

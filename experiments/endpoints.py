@@ -1,31 +1,41 @@
-"""The runner's side of the endpoint contract (``python -m traffic.endpoint --config FILE``).
+"""The runner's side of the endpoint contract (traffic/contract.py).
 
-:func:`configs` writes one config per host that takes part (senders and receivers); the
-endpoint writes JSON-lines telemetry to ``telemetry_path``; :func:`collect` turns every host's
-telemetry into a :class:`RunData` with times relative to the timeline's start. The format is
-documented in docs/protocol.md ("Endpoint process").
+:func:`configs` builds one :class:`~traffic.contract.EndpointConfig` per host that takes part
+(senders and receivers); :func:`start` writes them and starts ``python -m traffic.endpoint`` in
+each host's namespace; :func:`collect` turns every host's telemetry into a :class:`RunData` with
+times relative to the timeline's start.
 """
 
 from __future__ import annotations
 
-import json
-import signal
+import dataclasses
 import subprocess
+import sys
 import time
 from pathlib import Path
 
+import psutil
+
+from experiments.faults import ev_path
 from experiments.metrics import RunData
 from experiments.scenario import Scenario
 from topologies.addressing import AddressPlan
+from topologies.cleanup import stop_processes
+from topologies.errors import RunFailed
+from traffic import contract as C
 
 
-def configs(scn: Scenario, plan: AddressPlan, spec_path: Path, folder: Path) -> dict[str, dict]:
+class EndpointDied(RunFailed):
+    """An endpoint process exited before its time; the message names the host and its last words."""
+
+
+def configs(scn: Scenario, spec_path: Path, folder: Path) -> dict[str, C.EndpointConfig]:
     """host -> endpoint config for every host that sends or receives in ``scn``."""
+    plan = AddressPlan(scn.spec)
     deny: dict[str, list[int]] = {}
     for f in scn.faults:
         if f.event == "deny":
-            p = plan.path(f.args["src"], f.args["dst"], f.args["plane"], f.args.get("t1"))
-            deny.setdefault(f.args["src"], []).append(p.ev)
+            deny.setdefault(f.args["src"], []).append(ev_path(plan, f.args).ev)
     out = {}
     qp_no: dict[str, int] = {}
     for host in scn.hosts():
@@ -35,59 +45,72 @@ def configs(scn: Scenario, plan: AddressPlan, spec_path: Path, folder: Path) -> 
                 continue
             for _ in range(fl.qps):
                 qp_no[host] = qp_no.get(host, 0) + 1
-                qps.append({"qp": qp_no[host], "peer": fl.dst, "message_bytes": fl.message_bytes,
-                            "op": fl.op, "start_s": fl.start_s, "duration_s": scn.duration_s - fl.start_s})
-        out[host] = {
-            "topo": str(spec_path), "host": host, "seed": scn.seed * 1000 + int(host[1:]),
-            "transport": scn.transport, "settings": dict(scn.transport_settings),
-            "denylist": deny.get(host, []), "qps": qps,
-            "telemetry_path": str(folder / f"{host}.telemetry.jsonl"), "telemetry_interval_s": 0.1,
-        }
+                qps.append(C.QpConfig(qp=qp_no[host], peer=fl.dst, message_bytes=fl.message_bytes, op=fl.op,
+                                      start_s=fl.start_s, duration_s=scn.duration_s - fl.start_s))
+        out[host] = C.EndpointConfig(
+            topo=str(spec_path), host=host, seed=scn.seed * 1000 + int(host[1:]), transport=scn.transport,
+            settings=scn.settings, denylist=tuple(deny.get(host, [])), qps=tuple(qps),
+            telemetry_path=str(folder / f"{host}.telemetry.jsonl"), telemetry_interval_s=0.1)
     return out
+
+
+def start(fab, cfgs: dict[str, C.EndpointConfig], folder: Path, t0_wall: float) -> dict[str, subprocess.Popen]:
+    """Write each config (with ``start_at_wall`` = ``t0_wall``) and start its endpoint in its host's
+    namespace; output goes to ``<host>.log``."""
+    procs = {}
+    for host, cfg in cfgs.items():
+        cpath = folder / f"{host}.json"
+        cpath.write_text(dataclasses.replace(cfg, start_at_wall=t0_wall).to_json())
+        with open(folder / f"{host}.log", "wb") as log:
+            procs[host] = fab.emu.popen(host, [sys.executable, "-m", "traffic.endpoint", "--config", str(cpath)],
+                                        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    return procs
 
 
 def stop(procs: dict[str, subprocess.Popen], grace_s: float = 5.0) -> None:
     """SIGTERM every endpoint (they write a final summary), then SIGKILL what is left."""
+    live = []
     for p in procs.values():
         if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
+            try:
+                live.append(psutil.Process(p.pid))
+            except psutil.NoSuchProcess:
+                pass
+    stop_processes(live, grace_s)
     for p in procs.values():
-        try:
-            p.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
+        p.poll()  # reap
+
+
+def _last_words(folder: Path, host: str) -> str:
+    try:
+        lines = [x for x in (folder / f"{host}.log").read_text(errors="replace").splitlines() if x.strip()]
+    except OSError:
+        lines = []
+    return lines[-1].strip() if lines else "no output"
+
+
+def check_alive(procs: dict[str, subprocess.Popen], folder: Path) -> None:
+    """Raise :class:`EndpointDied` for an endpoint that exited with an error."""
+    for host, p in procs.items():
+        if p.poll() is not None and p.returncode != 0:
+            raise EndpointDied(f"endpoint on {host} exited with {p.returncode}: {_last_words(folder, host)} "
+                               f"(log: {folder / (host + '.log')})")
 
 
 def wait_started(procs: dict[str, subprocess.Popen], folder: Path, t0_wall: float) -> None:
     """Wait until every endpoint has opened its sockets (its ``start`` record), at most until
-    ``t0_wall``; raises RuntimeError naming an endpoint that died or did not start in time."""
+    ``t0_wall``; raises :class:`EndpointDied` naming an endpoint that died or did not start in time."""
     pending = set(procs)
     while pending:
         for host in list(pending):
-            if any(r.get("type") == "start" for r in _lines(folder / f"{host}.telemetry.jsonl")):
+            if any(isinstance(r.rec, C.Start) for r in C.read_telemetry(folder / f"{host}.telemetry.jsonl")):
                 pending.discard(host)
             elif procs[host].poll() is not None:
-                raise RuntimeError(f"endpoint on {host} exited with {procs[host].returncode} before starting "
-                                   f"(see {folder / (host + '.log')})")
+                raise EndpointDied(f"endpoint on {host} exited with {procs[host].returncode} before starting: "
+                                   f"{_last_words(folder, host)} (log: {folder / (host + '.log')})")
         if pending and time.time() > t0_wall:
-            raise RuntimeError(f"endpoints {', '.join(sorted(pending))} not started by t = 0; the machine is overloaded")
+            raise EndpointDied(f"endpoints {', '.join(sorted(pending))} not started by t = 0; the machine is overloaded")
         time.sleep(0.05)
-
-
-def _lines(path: Path):
-    try:
-        with open(path) as fh:
-            for line in fh:
-                line = line.strip()
-                if line:
-                    try:
-                        yield json.loads(line)
-                    except ValueError:
-                        continue  # a line cut by a kill
-    except OSError:
-        return
 
 
 class LiveTelemetry:
@@ -96,35 +119,32 @@ class LiveTelemetry:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.offsets: dict[Path, int] = {}
-        self.last: dict[str, tuple[float, int]] = {}
-        self.rate_mbps = 0.0
+        self.last: dict[Path, tuple[float, int]] = {}
+        self.latest: dict[Path, float] = {}
 
     def goodput_mbps(self) -> float:
-        rates = []
         for path in self.folder.glob("*.telemetry.jsonl"):
             try:
                 with open(path) as fh:
                     fh.seek(self.offsets.get(path, 0))
                     chunk = fh.read()
-                    self.offsets[path] = fh.tell()
             except OSError:
                 continue
-            for line in chunk.splitlines():
+            done = chunk.rfind("\n") + 1  # a line still being written is read next time
+            self.offsets[path] = self.offsets.get(path, 0) + len(chunk[:done].encode())
+            for line in chunk[:done].splitlines():
                 try:
-                    rec = json.loads(line)
+                    r = C.decode(line, str(path))
                 except ValueError:
                     continue
-                if rec.get("type") != "sample":
+                if not isinstance(r.rec, C.Sample):
                     continue
-                delivered = sum(q.get("delivered_bytes", 0) for q in rec.get("rx_qps", {}).values())
-                prev = self.last.get(str(path))
-                self.last[str(path)] = (rec["t_wall"], delivered)
-                if prev and rec["t_wall"] > prev[0]:
-                    rates.append((str(path), (delivered - prev[1]) * 8 / 1e6 / (rec["t_wall"] - prev[0])))
-        if rates:
-            latest = dict(rates)
-            self.rate_mbps = sum(latest.values())
-        return self.rate_mbps
+                delivered = sum(q.delivered_bytes for q in r.rec.rx)
+                prev = self.last.get(path)
+                self.last[path] = (r.t_wall, delivered)
+                if prev and r.t_wall > prev[0]:
+                    self.latest[path] = (delivered - prev[1]) * 8 / 1e6 / (r.t_wall - prev[0])
+        return sum(self.latest.values())
 
 
 def collect(scn: Scenario, folder: Path, t0_wall: float) -> RunData:
@@ -132,34 +152,25 @@ def collect(scn: Scenario, folder: Path, t0_wall: float) -> RunData:
     d = RunData(duration_s=scn.duration_s)
     rtts = []
     for host in scn.hosts():
-        for rec in _lines(folder / f"{host}.telemetry.jsonl"):
-            t = rec.get("t_wall", t0_wall) - t0_wall
-            typ = rec.get("type")
-            if typ == "sample":
-                for key, q in rec.get("rx_qps", {}).items():
-                    name = f"{q.get('src', '?')}->{host}#{q.get('qp', key)}"
-                    d.samples.setdefault(name, []).append((t, int(q.get("delivered_bytes", 0))))
-                    d.qp_src[name] = q.get("src", "?")
-                for q in rec.get("tx_qps", {}).values():
-                    if q.get("srtt_us"):
-                        rtts.append(float(q["srtt_us"]))
-            elif typ == "event":
-                e = {k: v for k, v in rec.items() if k not in ("type", "t_wall", "t_mono")}
-                e["t"] = round(t, 4)
-                e["host"] = host
-                d.events.append(e)
-            elif typ == "summary":
-                for key, q in rec.get("tx_qps", {}).items():
-                    name = f"{host}->{q.get('peer', '?')}#{q.get('qp', key)}"
-                    tot = d.totals.setdefault(name, {})
-                    tot.update({k: q.get(k, 0) for k in ("data_packets", "retransmits", "bytes_acked",
-                                                          "messages_sent", "messages_acked")})
-                for key, q in rec.get("rx_qps", {}).items():
-                    name = f"{q.get('src', '?')}->{host}#{q.get('qp', key)}"
-                    tot = d.totals.setdefault(name, {})
-                    tot.update({"messages_delivered": q.get("messages_delivered", 0),
-                                "messages_corrupt": q.get("messages_corrupt", 0),
-                                "bytes_delivered": q.get("delivered_bytes", 0)})
+        for r in C.read_telemetry(folder / f"{host}.telemetry.jsonl"):
+            t, rec = r.t_wall - t0_wall, r.rec
+            if isinstance(rec, C.Sample):
+                for q in rec.rx:
+                    name = f"{q.src}->{host}#{q.qp}"
+                    d.samples.setdefault(name, []).append((t, q.delivered_bytes))
+                    d.qp_src[name] = q.src
+                rtts += [q.srtt_us for q in rec.tx if q.srtt_us]
+            elif isinstance(rec, C.Event):
+                d.events.append({**C.event_fields(rec), "t": round(t, 4), "host": host})
+            elif isinstance(rec, C.Summary):
+                for q in rec.tx:
+                    tot = d.totals.setdefault(f"{host}->{q.peer}#{q.qp}", {})
+                    tot.update({k: getattr(q.stats, k) for k in ("data_packets", "retransmits", "bytes_acked",
+                                                                 "messages_sent", "messages_acked")})
+                for q in rec.rx:
+                    tot = d.totals.setdefault(f"{q.src}->{host}#{q.qp}", {})
+                    tot.update({"messages_delivered": q.messages_delivered, "messages_corrupt": q.messages_corrupt,
+                                "bytes_delivered": q.delivered_bytes})
     for pts in d.samples.values():
         pts.sort()
     if rtts:

@@ -17,12 +17,17 @@ from rich.table import Table
 
 from experiments.metrics import BIN_S, RunData
 from experiments.plots import overlay_plot
+from topologies.errors import BadInput
 
 console = Console(highlight=False)
 
 
-class ReportError(ValueError):
+class ReportError(BadInput):
     """A folder is not a results folder of ``mrclab run``."""
+
+
+_METRICS_READ = ("duration_s", "scenario", "transport", "dataplane", "totals", "expectations", "baseline_mbps",
+                 "passed")
 
 
 def load_result(folder: Path) -> tuple[dict, RunData, list[dict]]:
@@ -30,24 +35,28 @@ def load_result(folder: Path) -> tuple[dict, RunData, list[dict]]:
     m_path, ts_path = folder / "metrics.json", folder / "timeseries.csv"
     if not m_path.exists() or not ts_path.exists():
         raise ReportError(f"{folder}: not a results folder (needs metrics.json and timeseries.csv from `mrclab run`)")
-    m = json.loads(m_path.read_text())
-    rows = list(csv.DictReader(open(ts_path)))
+    try:
+        m = json.loads(m_path.read_text())
+        with open(ts_path) as fh:
+            rows = [(float(r["t_s"]), float(r["goodput_mbps"])) for r in csv.DictReader(fh)]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ReportError(f"{folder}: unreadable results ({type(e).__name__}: {e}); "
+                          f"is it a folder `mrclab run` wrote?") from None
+    missing = [k for k in _METRICS_READ if not isinstance(m, dict) or k not in m]
+    if missing:
+        raise ReportError(f"{folder}/metrics.json lacks {', '.join(missing)}; is it a folder `mrclab run` wrote?")
     # rebuild a cumulative-bytes series from the binned goodput so RunData can re-bin it
     pts, b = [(0.0, 0)], 0.0
-    for r in rows:
-        b += float(r["goodput_mbps"]) * 1e6 / 8 * BIN_S
-        pts.append((round(float(r["t_s"]) + BIN_S, 6), int(b)))
+    for t_s, mbps in rows:
+        b += mbps * 1e6 / 8 * BIN_S
+        pts.append((round(t_s + BIN_S, 6), int(b)))
     d = RunData(duration_s=float(m["duration_s"]), samples={"total": pts}, qp_src={"total": "all"})
     faults = [{"t": f["t"], "label": f["label"]} for f in m.get("faults", [])]
     return m, d, faults
 
 
 def main(args) -> int:
-    try:
-        runs = [(Path(f), *load_result(Path(f))) for f in args.results]
-    except ReportError as e:
-        console.print(f"[red]error:[/red] {e}")
-        return 2
+    runs = [(Path(f), *load_result(Path(f))) for f in args.results]
     t = Table(title="mrclab report")
     for c in ("results", "scenario", "transport", "data plane", "baseline Mb/s", "expectations", "retransmits",
               "verdict"):

@@ -21,11 +21,9 @@ import contextlib
 import csv
 import json
 import math
-import signal
 import subprocess
 import sys
 import time
-from dataclasses import asdict
 from datetime import datetime
 from pathlib import Path
 
@@ -36,16 +34,17 @@ from rich.table import Table
 
 from controller.fabric import FEATURES, Fabric
 from experiments import endpoints
+from experiments.faults import FAULTS, play
 from experiments.metrics import BIN_S, RunData, baseline_mbps, evaluate
 from experiments.plots import ev_state_plot, goodput_plot
-from experiments.scenario import Scenario, ScenarioError, load_scenario
-from experiments.timeline import apply_fault
-from topologies.emulation import default_dataplane, toolchain_missing
+from experiments.scenario import Scenario, load_scenario
+from topologies.emulation import default_dataplane, need_root, toolchain_missing
+from topologies.errors import BadInput, NotAvailable
 
 console = Console(stderr=True, highlight=False)
 
 
-class RunRefused(RuntimeError):
+class RunRefused(NotAvailable):
     """The scenario is valid but this machine or data plane cannot run it."""
 
 
@@ -70,9 +69,7 @@ def choose_dataplane(scn: Scenario) -> str:
 
 
 def _events_needing(features: set[str]) -> set[str]:
-    from experiments.scenario import EVENTS
-
-    return {e for e, (_, _, feat) in EVENTS.items() if feat in features}
+    return {e for e, kind in FAULTS.items() if kind.feature in features}
 
 
 def run(scn: Scenario, out: Path | None = None, *, live: bool = True) -> dict:
@@ -81,7 +78,7 @@ def run(scn: Scenario, out: Path | None = None, *, live: bool = True) -> dict:
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(out) if out else Path("results") / f"{scn.name}-{scn.transport}-{dp}-{stamp}"
     if out.exists() and any(out.iterdir()):
-        raise RunRefused(f"results folder {out} exists and is not empty; choose another --out (nothing overwritten)")
+        raise BadInput(f"results folder {out} exists and is not empty; choose another --out (nothing overwritten)")
     out.mkdir(parents=True, exist_ok=True)
     (out / "endpoints").mkdir(exist_ok=True)
     as_run = dict(scn.raw, dataplane=dp)
@@ -94,37 +91,20 @@ def run(scn: Scenario, out: Path | None = None, *, live: bool = True) -> dict:
                   + (f": {scn.paper}" if scn.paper else ""))
     fault_log: list[dict] = []
     procs: dict[str, subprocess.Popen] = {}
-    t0_wall = t0 = 0.0
-    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGHUP)}
-
-    def on_signal(signum, _frame):
-        raise SystemExit(128 + signum)
-
-    previous[signal.SIGINT] = signal.getsignal(signal.SIGINT)
-    for s in previous:
-        # SIGINT raises KeyboardInterrupt even if the shell that started us ignored it
-        signal.signal(s, signal.default_int_handler if s == signal.SIGINT else on_signal)
+    t0_wall = 0.0
     try:
-        with Fabric(spec, dp, progress=lambda m: console.print(f"[dim]·[/dim] {m}"), watchdog=dp == "bmv2") as fab:
-            cfgs = endpoints.configs(scn, fab.plan, spec_path, out / "endpoints")
+        with Fabric(spec, dp, progress=lambda m: console.print(f"[dim]·[/dim] {m}"), watchdog=dp == "bmv2",
+                    loss_salt=scn.seed) as fab:
+            cfgs = endpoints.configs(scn, spec_path, out / "endpoints")
             console.print(f"[dim]·[/dim] starting {len(cfgs)} endpoints ({', '.join(cfgs)})")
             t0_wall = time.time() + 3.0  # every endpoint starts sending at this wall-clock time
-            for host, cfg in cfgs.items():
-                cfg["start_at_wall"] = t0_wall
-                cpath = out / "endpoints" / f"{host}.json"
-                cpath.write_text(json.dumps(cfg, indent=1))
-                log = open(out / "endpoints" / f"{host}.log", "wb")
-                procs[host] = fab.emu.popen(host, [sys.executable, "-m", "traffic.endpoint", "--config", str(cpath)],
-                                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-                log.close()
+            procs = endpoints.start(fab, cfgs, out / "endpoints", t0_wall)
             t0 = time.monotonic() + (t0_wall - time.time())
             endpoints.wait_started(procs, out / "endpoints", t0_wall)
             _play(fab, scn, procs, out, t0, fault_log, live)
             endpoints.stop(procs)
     finally:
         endpoints.stop(procs)
-        for s, h in previous.items():
-            signal.signal(s, h)
 
     data = endpoints.collect(scn, out / "endpoints", t0_wall)
     data.events = sorted(fault_log + data.events, key=lambda e: e["t"])
@@ -146,15 +126,12 @@ def _play(fab: Fabric, scn: Scenario, procs, out: Path, t0: float, fault_log: li
             while pending and pending[0].at <= now:
                 f = pending.pop(0)
                 at = time.monotonic() - t0
-                desc = apply_fault(fab, f, scn)
+                desc = play(fab, f)
                 fault_log.append({"t": round(at, 4), "kind": "fault", "event": f.event, "label": desc,
                                   "late_ms": round((at - f.at) * 1e3, 1)})
                 last = f"{at:6.1f} s  {desc}"
                 console.print(f"[red]![/red] {last}")
-            for host, p in procs.items():
-                if p.poll() is not None and p.returncode != 0:
-                    tail = (out / "endpoints" / f"{host}.log").read_text(errors="replace")[-800:]
-                    raise RuntimeError(f"endpoint on {host} exited with {p.returncode}:\n{tail}")
+            endpoints.check_alive(procs, out / "endpoints")
             mbps = telemetry.goodput_mbps()
             bar_n = int(30 * max(0.0, now) / scn.duration_s)
             line = (f"{'█' * bar_n}{'░' * (30 - bar_n)} {max(0.0, now):5.1f}/{scn.duration_s:.0f} s   "
@@ -223,23 +200,8 @@ def _summary(m: dict, out: Path) -> None:
 
 
 def main(args) -> int:
-    try:
-        scn = load_scenario(args.scenario, duration_s=args.duration, dataplane=args.dataplane,
-                            transport=args.transport)
-    except ScenarioError as e:
-        console.print(f"[red]error:[/red] {e}")
-        return 2
-    import os
-
-    if os.geteuid() != 0:
-        console.print("[red]mrclab run builds network namespaces and needs root[/red]")
-        return 3
-    try:
-        m = run(scn, Path(args.out) if args.out else None, live=sys.stderr.isatty())
-    except RunRefused as e:
-        console.print(f"[red]refused:[/red] {e}")
-        return 3
+    """``mrclab run``: errors propagate to the command line's one error boundary."""
+    scn = load_scenario(args.scenario, duration_s=args.duration, dataplane=args.dataplane, transport=args.transport)
+    need_root("mrclab run")
+    m = run(scn, Path(args.out) if args.out else None, live=sys.stderr.isatty())
     return 0 if m["passed"] else 1
-
-
-__all__ = ["run", "main", "choose_dataplane", "RunRefused", "asdict"]

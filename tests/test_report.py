@@ -40,4 +40,6 @@ def test_report_compares_and_plots(tmp_path, capsys):
 def test_report_refuses_a_folder_that_is_not_a_result(tmp_path):
     with pytest.raises(ReportError, match="not a results folder"):
         load_result(tmp_path)
-    assert main(types.SimpleNamespace(results=[str(tmp_path)], out=None)) == 2
+    from experiments.cli import main as mrclab
+
+    assert mrclab(["report", str(tmp_path)]) == 2  # one line through the command line's error boundary

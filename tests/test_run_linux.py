@@ -36,7 +36,7 @@ def test_exception_mid_run_tears_everything_down(tmp_path, monkeypatch, no_lefto
     def boom(*a, **kw):
         raise RuntimeError("injected failure at the first fault")
 
-    monkeypatch.setattr(runner, "apply_fault", boom)
+    monkeypatch.setattr(runner, "play", boom)
     scn = load_scenario(None, duration_s=8, dataplane="linux")
     with pytest.raises(RuntimeError, match="injected failure"):
         runner.run(scn, tmp_path, live=False)

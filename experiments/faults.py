@@ -1,0 +1,222 @@
+"""The fault events a scenario can play, as one table (:data:`FAULTS`): each event's fields, the
+data-plane feature it needs and the call on the running :class:`~controller.fabric.Fabric` that
+plays it. The scenario loader validates a ``faults:`` entry from the same table the runner
+dispatches it with, so the two cannot drift apart.
+
+Events (nodes and links named as ``mrclab up`` shows them; a link is ``lower:upper``):
+
+==================  ==============================  ===========================================
+event               fields                          what happens
+==================  ==============================  ===========================================
+link_down, link_up  link                            the cable is cut / restored
+links_down/up       links                           several at once
+link_flap           link [period_s 2, count 3]      down half a period, up again, ``count`` times
+links_flap          links [period_s, count]         the same, several links together
+switch_down/up      switch                          the switch dies / restarts and is reprogrammed
+blackhole_on/off    switch                          up, answers its controller, forwards nothing
+gray_loss           link, rate                      both switch ends drop ``rate`` of what they send
+ev_loss             src, dst, plane, rate [t1]      the first hop of one path drops ``rate`` (figs. 12-13)
+port_down, port_up  host, plane                     a host NIC port's link is cut / restored
+deny                src, dst, plane [t1]            the path's EVs are DENIED for src (read at start)
+==================  ==============================  ===========================================
+
+Faults compose (controller/faults.py): each one holds its element until its own undo.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from topologies.addressing import AddressPlan, Path
+from topologies.schema import Problems, Rule, check_value, suggest
+from topologies.spec import ClosSpec
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One event of a timeline at ``at`` seconds, with its validated fields."""
+
+    at: float
+    event: str
+    args: dict = field(default_factory=dict, hash=False, compare=False)
+
+    def describe(self) -> str:
+        a = " ".join(f"{k}={v}" for k, v in self.args.items())
+        return f"{self.event} {a}".strip()
+
+
+@dataclass(frozen=True)
+class FaultKind:
+    """A fault event: its ``required`` and ``optional`` fields, the data-plane ``feature`` it
+    needs (controller.fabric.FEATURES) and ``play(fabric, args) -> description``."""
+
+    required: tuple[str, ...]
+    optional: tuple[str, ...]
+    feature: str
+    play: Callable[[Any, dict], str]
+
+
+def _link_name(link: tuple[str, str]) -> str:
+    return f"{link[0]}:{link[1]}"
+
+
+def ev_path(plan: AddressPlan, args: dict) -> Path:
+    """The path an ``ev_loss`` or ``deny`` entry names."""
+    return plan.path(args["src"], args["dst"], args["plane"], args.get("t1"))
+
+
+def _ev_loss(fab, a: dict) -> str:
+    p = ev_path(fab.plan, a)
+    first, nxt = p.hops[0], (p.hops[1] if len(p.hops) > 1 else p.dst)
+    fab.port_loss(first, nxt, a["rate"])
+    return f"ev_loss plane {p.plane} T1 {p.t1} ({first}->{nxt}) {a['rate']:.0%}"
+
+
+def _links(up: bool) -> Callable[[Any, dict], str]:
+    def play(fab, a: dict) -> str:
+        for link in a["links"]:
+            fab.set_link(*link, up=up)
+        return f"links_{'up' if up else 'down'} {len(a['links'])} links"
+    return play
+
+
+def _port(up: bool) -> Callable[[Any, dict], str]:
+    def play(fab, a: dict) -> str:
+        fab.set_link(a["host"], fab.plan.host_t0(a["host"], a["plane"]), up=up)
+        return f"port_{'up' if up else 'down'} {a['host']} plane {a['plane']}"
+    return play
+
+
+def _flap_not_played(_fab, _a: dict) -> str:
+    raise AssertionError("flaps are expanded into downs and ups by the loader")
+
+
+FAULTS: dict[str, FaultKind] = {
+    "link_down": FaultKind(("link",), (), "link",
+                           lambda fab, a: (fab.set_link(*a["link"], up=False), f"link_down {_link_name(a['link'])}")[1]),
+    "link_up": FaultKind(("link",), (), "link",
+                         lambda fab, a: (fab.set_link(*a["link"], up=True), f"link_up {_link_name(a['link'])}")[1]),
+    "links_down": FaultKind(("links",), (), "link", _links(False)),
+    "links_up": FaultKind(("links",), (), "link", _links(True)),
+    "link_flap": FaultKind(("link",), ("period_s", "count"), "link", _flap_not_played),
+    "links_flap": FaultKind(("links",), ("period_s", "count"), "link", _flap_not_played),
+    "switch_down": FaultKind(("switch",), (), "switch",
+                             lambda fab, a: (fab.switch_down(a["switch"]), f"switch_down {a['switch']}")[1]),
+    "switch_up": FaultKind(("switch",), (), "switch",
+                           lambda fab, a: (fab.switch_up(a["switch"]), f"switch_up {a['switch']}")[1]),
+    "blackhole_on": FaultKind(("switch",), (), "blackhole",
+                              lambda fab, a: (fab.blackhole(a["switch"], True), f"blackhole_on {a['switch']}")[1]),
+    "blackhole_off": FaultKind(("switch",), (), "blackhole",
+                               lambda fab, a: (fab.blackhole(a["switch"], False), f"blackhole_off {a['switch']}")[1]),
+    "gray_loss": FaultKind(("link", "rate"), (), "gray_loss",
+                           lambda fab, a: (fab.link_loss(*a["link"], rate=a["rate"]),
+                                           f"gray_loss {_link_name(a['link'])} {a['rate']:.0%}")[1]),
+    "ev_loss": FaultKind(("src", "dst", "plane", "rate"), ("t1",), "gray_loss", _ev_loss),
+    "port_down": FaultKind(("host", "plane"), (), "link", _port(False)),
+    "port_up": FaultKind(("host", "plane"), (), "link", _port(True)),
+    "deny": FaultKind(("src", "dst", "plane"), ("t1",), "link",
+                      lambda fab, a: f"deny plane {a['plane']} T1 {a.get('t1')} for {a['src']}->{a['dst']} (at start)"),
+}
+
+
+def play(fab, f: Fault) -> str:
+    """Inject ``f`` into the running fabric; returns a one-line description for the event log."""
+    return FAULTS[f.event].play(fab, f.args)
+
+
+# ---- validation ---------------------------------------------------------------------------------
+def _field_rule(name: str, spec: ClosSpec) -> Rule:
+    """The rule of fault field ``name`` on the fabric ``spec``."""
+    hosts = spec.hosts()
+    unknown_host = f"unknown host; hosts are {', '.join(hosts)}"
+    rules = {
+        "switch": Rule(kind=str, check=lambda v: None if v in spec.switches() else
+                       f"unknown switch; switches are {', '.join(spec.switches())}{suggest(v, spec.switches())}"),
+        "host": Rule(kind=str, check=lambda v: None if v in hosts else unknown_host),
+        "src": Rule(kind=str, check=lambda v: None if v in hosts else unknown_host),
+        "dst": Rule(kind=str, check=lambda v: None if v in hosts else unknown_host),
+        "plane": Rule(kind=int, lo=0, hi=spec.planes - 1, allowed=f"0..{spec.planes - 1}"),
+        "t1": Rule(kind=int, lo=0, hi=spec.t1_per_plane - 1, allowed=f"0..{spec.t1_per_plane - 1}"),
+        "rate": Rule(kind=float, lo=0.0, hi=1.0, allowed="0.0 to 1.0"),
+        "period_s": Rule(kind=float, positive=True, allowed="a positive number of seconds"),
+        "count": Rule(kind=int, lo=1, allowed="an integer of at least 1"),
+    }
+    return rules[name]
+
+
+def parse_link(value: Any, spec: ClosSpec) -> tuple[str, str] | None:
+    """A link ``'a:b'`` in either order as (lower, upper), or None."""
+    links = set(spec.links())
+    if isinstance(value, str) and ":" in value:
+        a, b = value.split(":", 1)
+        for link in ((a, b), (b, a)):
+            if link in links:
+                return link
+    return None
+
+
+def _link(value: Any, spec: ClosSpec, label: str, problems: Problems) -> tuple[str, str] | None:
+    link = parse_link(value, spec)
+    if link is None:
+        example = ", ".join(sorted(f"{a}:{b}" for a, b in spec.links())[:3])
+        problems.add(f"{label} = {value!r}: unknown link; links are 'lower:upper' node pairs such as {example}")
+    return link
+
+
+def parse_fault(f: Any, i: int, spec: ClosSpec, duration_s: float, problems: Problems) -> list[Fault]:
+    """The faults of one ``faults:`` entry (a flap expands into downs and ups), [] when it is bad;
+    every problem goes to ``problems``."""
+    where = f"faults[{i}]"
+    if not isinstance(f, dict) or f.get("event") not in FAULTS:
+        ev = f.get("event") if isinstance(f, dict) else f
+        problems.add(f"{where}.event = {ev!r}; allowed: {', '.join(FAULTS)}{suggest(ev, FAULTS)}")
+        return []
+    ev = f["event"]
+    kind = FAULTS[ev]
+    given = {k: v for k, v in f.items() if k not in ("event", "at")}
+    missing = sorted(set(kind.required) - set(given))
+    bad = sorted(set(given) - set(kind.required) - set(kind.optional))
+    n = len(problems)
+    if missing or bad:
+        problems.add(f"{where} ({ev}): missing {missing or 'nothing'}, unknown {bad or 'nothing'}; "
+                     f"allowed: {', '.join(sorted(kind.required + kind.optional)) or 'nothing'}")
+    at = f.get("at")
+    if not isinstance(at, (int, float)) or isinstance(at, bool) or not 0 <= at < duration_s:
+        problems.add(f"{where}.at = {at!r}; allowed: a time in seconds from 0 to below duration_s ({duration_s:g})")
+    args: dict[str, Any] = {}
+    for k, v in given.items():
+        label = f"{where}.{k}"
+        if k == "link":
+            args[k] = _link(v, spec, label, problems)
+        elif k == "links":
+            if not isinstance(v, list) or not v:
+                problems.add(f"{label}: a non-empty list of links")
+            else:
+                args[k] = [_link(x, spec, f"{label}[{j}]", problems) for j, x in enumerate(v)]
+        elif k in kind.required + kind.optional:
+            args[k] = check_value(v, _field_rule(k, spec), label, problems)
+    if len(problems) > n:
+        return []
+    if ev == "ev_loss" and spec.group_of(args["src"]) != spec.group_of(args["dst"]) and "t1" not in args:
+        problems.add(f"{where}: ev_loss between T0 groups needs t1 (0..{spec.t1_per_plane - 1}) to name the path")
+    if ev in ("ev_loss", "deny") and args["src"] == args["dst"]:
+        problems.add(f"{where}: src and dst are both {args['src']}")
+    if ev == "deny" and at != 0:
+        problems.add(f"{where}.at = {at}: deny entries are read by the endpoints at start; allowed: 0")
+    if not ev.endswith("flap"):
+        return [] if len(problems) > n else [Fault(float(at), ev, args)]
+    # a flap is down for half a period and up again, ``count`` times: expand it
+    period, count = float(args.setdefault("period_s", 2.0)), int(args.setdefault("count", 3))
+    key = "links" if "links" in args else "link"
+    out = []
+    for k in range(count):
+        t_down = at + k * period
+        t_up = t_down + period / 2
+        if t_up >= duration_s:
+            problems.add(f"{where}: flap {k + 1} of {count} ends at {t_up:.1f} s, past duration_s ({duration_s:g})")
+            return []
+        down, up = ("links_down", "links_up") if key == "links" else ("link_down", "link_up")
+        out += [Fault(float(t_down), down, {key: args[key]}), Fault(float(t_up), up, {key: args[key]})]
+    return out
