@@ -41,7 +41,7 @@ from experiments.scenario import Scenario, load_scenario
 from topologies.emulation import default_dataplane, need_root, toolchain_missing
 from topologies.errors import BadInput, NotAvailable
 
-console = Console(stderr=True, highlight=False)
+console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
 class RunRefused(NotAvailable):

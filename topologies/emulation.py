@@ -30,7 +30,7 @@ from mininet.net import Mininet
 from mininet.node import Host, Switch
 
 from topologies.addressing import AddressPlan
-from topologies.cleanup import RunState, cleanup_run, live_runs, netns_name
+from topologies.cleanup import RunState, cleanup_run, list_netns, live_runs, netns_name, stop_processes
 from topologies.errors import NotAvailable, RunFailed
 from topologies.spec import ClosSpec
 
@@ -184,6 +184,20 @@ class Bmv2Switch(_NsNode, Switch):
         super().stop(deleteIntfs)
 
 
+def _node_shells() -> list:
+    """This process's Mininet node shells (``bash ... mininet:<node>``) that are still running."""
+    import psutil
+
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if any(a.startswith("mininet:") for a in p.cmdline()):
+                out.append(p)
+        except psutil.Error:
+            pass
+    return out
+
+
 class Emulation:
     """A running fabric's nodes and links. Use as a context manager; :meth:`stop` always cleans up.
 
@@ -276,12 +290,17 @@ class Emulation:
                 sw.wait_ready()
 
     def _track(self, node) -> None:
+        """Record the node's process and name its namespace ``mrclab-<node>``. The name is recorded
+        before it is made, so a signal between the two still leaves it to cleanup; a name that
+        already exists is another run's, and is left alone."""
         assert self.state is not None
         self.state.add_pid(node.pid)
+        if node.netns in list_netns():
+            raise EmulationError(f"namespace {node.netns} exists, left by a crashed run: `mrclab clean` removes it")
+        self.state.add_netns(node.netns)
         r = subprocess.run(["ip", "netns", "attach", node.netns, str(node.pid)], capture_output=True, text=True)
         if r.returncode != 0:
             raise EmulationError(f"cannot name namespace {node.netns}: {r.stderr.strip()} (try `mrclab clean`)")
-        self.state.add_netns(node.netns)
 
     def _configure_interfaces(self) -> None:
         """One ``ip -batch`` and one sysctl call per node: fast and deterministic."""
@@ -350,6 +369,7 @@ class Emulation:
         state, self.state = self.state, None
         if state is not None:
             cleanup_run(state)
+            stop_processes(_node_shells())  # a node made but not yet recorded when a signal came
         if net is not None:
             for node in net.hosts + net.switches:
                 try:
