@@ -40,7 +40,7 @@ from rich.console import Console
 from rich.table import Table
 
 from controller.fabric import Fabric
-from topologies.emulation import toolchain_missing
+from topologies.nodes import toolchain_missing
 from topologies.spec import load_spec
 from traffic.pathprobe import probe_frame
 

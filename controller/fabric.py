@@ -27,8 +27,9 @@ from controller import seg6
 from controller.faults import FaultInjector
 from controller.routeplan import RoutePlan, route_plan
 from topologies.addressing import AddressPlan
-from topologies.emulation import Bmv2Switch, Emulation, default_dataplane
+from topologies.emulation import Emulation
 from topologies.errors import RunFailed
+from topologies.nodes import Bmv2Switch, default_dataplane
 from topologies.spec import ClosSpec
 
 #: Faults each data plane can inject (the kernel here has no netem/RED, so gray loss is bmv2-only).
@@ -123,7 +124,6 @@ class Fabric:
         self.emu = Emulation(spec, self.dataplane, debug=debug, progress=self.progress)
         self.p4: dict = {}  # switch -> P4Switch (bmv2)
         self.timings: dict[str, float] = {}
-        self.entries_written = 0
         self.loss_salt = loss_salt
         self._watchdog_on = watchdog
         self._stop = threading.Event()
@@ -160,7 +160,7 @@ class Fabric:
                 t = time.monotonic()
                 self.progress(f"writing {self.routes.n_entries} seg6 entries")
                 for e in self.routes.switches:
-                    self.entries_written += seg6.apply(self.emu.netns(e.switch), e, self.routes.block)
+                    seg6.apply(self.emu.netns(e.switch), e, self.routes.block)
                 self.timings["routes_s"] = time.monotonic() - t
             t = time.monotonic()
             self.verify()
@@ -190,7 +190,7 @@ class Fabric:
         self.progress(f"writing {self.routes.n_entries} table entries")
         t = time.monotonic()
         for e in self.routes.switches:
-            self.entries_written += self.p4[e.switch].apply(e)
+            self.p4[e.switch].apply(e)
         self.timings["routes_s"] = time.monotonic() - t
 
     def stop(self) -> None:

@@ -10,7 +10,6 @@ Table and action names are those of ``p4src/mrclab.p4``; IDs come from the P4Inf
 
 from __future__ import annotations
 
-import ipaddress
 import logging
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -127,7 +126,6 @@ class P4Switch:
         self.name, self.device_id, self.grpc_addr = name, device_id, grpc_addr
         self.p4info, self.bmv2_json = p4info, bmv2_json
         self.client: P4RuntimeClient | None = None
-        self.entries_written = 0
         self.blackholed = False  # what this session set; a pushed pipeline starts healthy
 
     # ---- session -----------------------------------------------------------------------------
@@ -235,7 +233,6 @@ class P4Switch:
                 self._c().write(req)
             except (P4RuntimeWriteException, P4RuntimeException) as e:
                 raise P4RuntimeError(f"{self.name}: write refused: {e}") from None
-            self.entries_written += len(updates[i : i + BATCH])
 
     def insert(self, entries: list[DesiredEntry]) -> None:
         """Insert entries as they are (benchmarks, the trivial program); batches of :data:`BATCH`."""
@@ -328,10 +325,3 @@ class P4Switch:
         """(ingress port, reason) -> packets dropped."""
         return {(i >> 3, DROP_REASONS[i & 7] if (i & 7) < len(DROP_REASONS) else str(i & 7)): n
                 for i, n in self.read_counter("drops").items()}
-
-
-def prefix_str(value: int, plen: int | None) -> str:
-    """A routing key (48 bits: block | uSID) as the IPv6 prefix it stands for."""
-    if plen is None:
-        return hex(value)
-    return str(ipaddress.IPv6Network((value << 80, plen)))

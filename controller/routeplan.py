@@ -1,6 +1,6 @@
 """Route plan: a pure function from the fabric to every switch's static entries.
 
-Each switch gets (MRC.md, "SRv6 uN forwarding"; RFC 9800 NEXT-C-SID):
+Each switch gets (docs/mrc.md, "SRv6 uN forwarding"; RFC 9800 NEXT-C-SID):
 
 * one **uN SID**: ``block | own uSID`` as a /48. A packet whose destination matches it has its
   uSID part shifted left by 16 bits (the block stays);

@@ -1,6 +1,6 @@
 """Linux seg6 writer: the route plan as kernel SRv6 state inside a switch's network namespace.
 
-For each switch (MRC.md: "Linux implements the same behaviour"):
+For each switch (docs/mrc.md: "Linux implements the same behaviour"):
 
 * the uN SID: ``ip -6 route replace <block:uSID::/48> encap seg6local action End
   flavors next-csid lblen 32 nflen 16 count dev sid0`` (RFC 9800 NEXT-C-SID; ``sid0`` is the
@@ -23,8 +23,8 @@ import subprocess
 from dataclasses import dataclass
 
 from controller.routeplan import SwitchEntries
-from topologies.emulation import SID_DEV
 from topologies.errors import RunFailed
+from topologies.nodes import SID_DEV
 
 NEXTHOP = "fe80::1"
 

@@ -30,8 +30,8 @@ from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
-from topologies.emulation import need_root
 from topologies.errors import BadInput, MrclabError, NotAvailable
+from topologies.nodes import need_root
 from topologies.spec import load_spec
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -89,7 +89,7 @@ def cmd_up(args) -> int:
 
 
 def _choose_dataplane(requested: str | None) -> str:
-    from topologies.emulation import default_dataplane, toolchain_missing
+    from topologies.nodes import default_dataplane, toolchain_missing
 
     if requested is None:
         dp = default_dataplane()
@@ -207,9 +207,8 @@ def cmd_clean(args) -> int:
 
 def cmd_shell(args) -> int:
     from topologies.cleanup import live_runs
+    from topologies.nodes import bmv2_device, bmv2_grpc_addr
     from topologies.spec import ClosSpec
-
-    from topologies.emulation import bmv2_device, bmv2_grpc_addr
 
     runs = [r for r in live_runs() if r.dataplane == "bmv2"]
     if not runs:

@@ -38,8 +38,8 @@ from experiments.faults import FAULTS, play
 from experiments.metrics import BIN_S, RunData, baseline_mbps, evaluate
 from experiments.plots import ev_state_plot, goodput_plot
 from experiments.scenario import Scenario, load_scenario
-from topologies.emulation import default_dataplane, need_root, toolchain_missing
 from topologies.errors import BadInput, NotAvailable
+from topologies.nodes import default_dataplane, need_root, toolchain_missing
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 

@@ -63,7 +63,6 @@ TOP = {
     "faults": Rule(kind=(list, type(None))), "expect": Rule(kind=(list, type(None))),
     "expect_roce": Rule(kind=(list, type(None))),
 }
-TOP_KEYS = set(TOP)
 
 
 class ScenarioError(BadInput):
@@ -234,7 +233,6 @@ _WORKLOAD = {
     "qps": Rule(kind=int, lo=1, hi=64), "message_bytes": Rule(kind=int, lo=1, hi=1 << 30, allowed="1 to 2^30"),
     "bidirectional": Rule(kind=bool), "op": Rule(choices=OPS), "start_s": Rule(kind=float, lo=0),
 }
-WORKLOAD_KEYS = set(_WORKLOAD)
 
 
 def _workload(wl: Any, spec: ClosSpec, dur: float, problems: Problems) -> list[Flow]:

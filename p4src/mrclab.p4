@@ -9,7 +9,7 @@
  *             16-bit uSID, the block stays.
  *   routing   LPM on dst_sid after the shift (block + next uSID; the route plan's prefixes are /48)
  *             -> egress port, MAC rewrite, hop limit - 1. Miss -> drop (NO_ROUTE).
- *             "No match on either: drop and count" (MRC.md, SRv6 uN forwarding).
+ *             "No match on either: drop and count" (docs/mrc.md, SRv6 uN forwarding).
  *   hop limit a packet arriving with hop limit <= 1 is dropped (HOP_LIMIT).
  *   faults    fault_ctl, a keyless table whose default action the controller sets: NoAction (a
  *             healthy switch), check_ports (some port has a port_fault entry: look it up) or

@@ -4,7 +4,7 @@ simulation of uN forwarding over the route plan that every path must survive."""
 import ipaddress
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from controller.routeplan import route_plan
@@ -107,7 +107,7 @@ def test_bad_path_arguments():
 
 
 def forward(rp, plan, path, max_hops=8):
-    """Pure uN model (MRC.md): match block+own uSID -> shift; LPM; follow the port's link."""
+    """Pure uN model (docs/mrc.md): match block+own uSID -> shift; LPM; follow the port's link."""
     spec = plan.spec
     node = plan.host_t0(path.src, path.plane)
     addr = int(path.outer_dst)

@@ -1,16 +1,11 @@
 """The default fabric on the linux data plane (kernel SRv6 uN in namespaces)."""
 
-import os
-import signal
 import subprocess
-import sys
-import time
 
 import pytest
 
 from controller import seg6
 from controller.fabric import Fabric, FabricError
-from topologies.cleanup import list_netns
 from topologies.emulation import EmulationError
 from topologies.spec import load_spec
 from traffic.pathprobe import implicate, probe_paths

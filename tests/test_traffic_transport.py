@@ -5,15 +5,15 @@ finishes. The same for the RoCE-style baseline."""
 import random
 
 import pytest
+from channel import Channel
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from transport_sim import PLAN, delivered_intact, reverse_evs, run
 
 from traffic import headers as H
-from channel import Channel
 from traffic.receiver import SACK_COALESCE_MAX, MrcReceiver
 from traffic.sender import make_sender
 from traffic.settings import TransportSettings
-from transport_sim import PLAN, delivered_intact, reverse_evs, run
 
 messages_st = st.lists(st.integers(0, 9000), min_size=1, max_size=6).flatmap(
     lambda sizes: st.tuples(*[st.binary(min_size=n, max_size=n) for n in sizes]))

@@ -6,16 +6,17 @@ import itertools
 import random
 from dataclasses import dataclass
 
+from channel import Channel
+
 from topologies.addressing import AddressPlan, make_ev
 from topologies.spec import load_spec
 from traffic import headers as H
-from channel import Channel
 from traffic.contract import event_fields
 from traffic.receiver import MrcReceiver, probe_reply
 from traffic.region import RegionRing
+from traffic.roce import RoceReceiver, RoceSender, ecmp_ev
 from traffic.sender import make_sender
 from traffic.settings import TransportSettings
-from traffic.roce import RoceReceiver, RoceSender, ecmp_ev
 
 PLAN = AddressPlan(load_spec())
 

@@ -1,7 +1,7 @@
 """Address plan: locator block, uSIDs, NIC addresses, MACs, ports, and the EV -> path function.
 
 uSID encoding (16 bits, one per switch; RFC 9800 "NEXT-C-SID" with a 32-bit locator block and
-16-bit node IDs, MRC.md "SRv6 uN forwarding")::
+16-bit node IDs, docs/mrc.md "SRv6 uN forwarding")::
 
     bit 15..14  tier      01 = T0 (uN), 10 = T1 (uN), 11 = last-hop downlink to a host NIC
     bit 13..10  plane     0..15
@@ -11,13 +11,13 @@ A uSID of 0 never names anything: it ends the container. The outer destination o
 is ``block | uSID(src T0) | uSID(T1) | uSID(dst T0) | uSID(downlink) | 0 | 0`` for a cross-group
 pair and ``block | uSID(T0) | uSID(downlink) | 0 ...`` for a same-group pair.
 
-EV encoding (32 bits, MRC.md: the EV is carried in the UDP source port + the flow label)::
+EV encoding (32 bits, docs/mrc.md: the EV is carried in the UDP source port + the flow label)::
 
     bit 31..16  entropy   distinguishes EVs that share a path (many EVs per path in small fabrics)
     bit 15..12  plane
     bit 11..0   T1        the T0-uplink number (ignored for same-group pairs)
 
-The EV -> outer address mapping is algorithmic, as in MRC.md: :meth:`AddressPlan.template` builds
+The EV -> outer address mapping is algorithmic, as in docs/mrc.md: :meth:`AddressPlan.template` builds
 one template per (src, dst) with plane and T1 fields zero; :meth:`PathTemplate.outer_dst` ORs the
 EV's plane into every uSID and its T1 number into the T1 uSID.
 
@@ -30,14 +30,12 @@ from __future__ import annotations
 
 import ipaddress
 from dataclasses import dataclass
-from functools import cached_property
 
 from topologies.spec import ClosSpec, SpecError, parse_switch, t0_name, t1_name
 
 TIER_T0 = 0b01
 TIER_T1 = 0b10
 TIER_DOWNLINK = 0b11
-ROCE_UDP_PORT = 4791  # IANA RoCEv2 port, used as the UDP destination port of MRC packets
 
 EV_ENTROPY_SHIFT = 16
 EV_PLANE_SHIFT = 12
@@ -104,7 +102,7 @@ class Path:
 
 @dataclass(frozen=True)
 class PathTemplate:
-    """Per-(src, dst) template of MRC's algorithmic EV -> address scheme (MRC.md).
+    """Per-(src, dst) template of MRC's algorithmic EV -> address scheme (docs/mrc.md).
 
     ``base`` is the 128-bit outer address with every plane field and the T1 index zero;
     ``plane_mask`` has the low plane bit of every uSID set; ``t1_shift`` is where the T1 uSID's
@@ -260,7 +258,7 @@ class AddressPlan:
         """(src host, dst host, plane, T1) -> the :class:`Path` with its outer address and EV.
 
         ``t1`` must be given for cross-group pairs and is ignored for same-group pairs. With
-        ``src == dst`` the path is a *loop* (MRC.md, "Clustermapper"): out to the plane's T0 and
+        ``src == dst`` the path is a *loop* (docs/mrc.md, "Clustermapper"): out to the plane's T0 and
         straight back (``t1`` None) or up to T1 ``t1`` and back, testing one NIC-T0 or one T0-T1
         link in isolation. Raises SpecError for unknown hosts or out-of-range plane / T1.
         """
@@ -311,11 +309,6 @@ class AddressPlan:
         if loops:
             out += [p for h in hosts for p in self.loop_paths(h)]
         return out
-
-    @cached_property
-    def all_usids(self) -> dict[str, int]:
-        return {sw: self.switch_usid(sw) for sw in self.spec.switches()}
-
 
 def _mac(*octets: int) -> str:
     return ":".join(f"{o:02x}" for o in octets)

@@ -1,4 +1,4 @@
-"""Sizing of the largest two-tier multi-plane Clos for a switch radix (MRC.md, "Multi-plane, two-tier Clos").
+"""Sizing of the largest two-tier multi-plane Clos for a switch radix (docs/mrc.md, "Multi-plane, two-tier Clos").
 
 With switches of ``ports`` ports, a T0 splits them evenly: ``ports / 2`` down to hosts and
 ``ports / 2`` up, one to each T1 of its plane; a T1 uses all ``ports`` ports down, one to each T0.

@@ -1,6 +1,6 @@
 """The fabric as data: a multi-plane, two-tier Clos described in YAML.
 
-Shape (MRC.md, "Multi-plane, two-tier Clos"): ``planes`` separate leaf-spine fabrics. In every
+Shape (docs/mrc.md, "Multi-plane, two-tier Clos"): ``planes`` separate leaf-spine fabrics. In every
 plane there are ``t0_per_plane`` T0 (leaf) switches and ``t1_per_plane`` T1 (spine) switches; every
 T0 links to every T1 of its plane, and planes never interconnect. T0 number ``g`` of every plane
 serves the same ``hosts_per_t0`` hosts (the *T0 group* ``g``); each host NIC has one port per

@@ -1,4 +1,4 @@
-"""The EV set of one QP and the health of each EV (MRC.md, "EV health").
+"""The EV set of one QP and the health of each EV (docs/mrc.md, "EV health").
 
 States: GOOD (in rotation), SKIP (skip once: ECN or a trim, then GOOD), ASSUMED_BAD (an untrimmed
 loss or a timeout: retired, probed in the background), DENIED (operator denylist: never used, never
@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 
 from topologies.addressing import AddressPlan, ev_plane, make_ev
-
 
 
 class EvState(StrEnum):

@@ -1,7 +1,7 @@
 """MRC wire format: header layouts (struct, for the hot path) and scapy layers (for templates and
 dissection). The authoritative description is docs/protocol.md.
 
-Stack of a data packet (MRC.md, "The transport")::
+Stack of a data packet (docs/mrc.md, "The transport")::
 
     Ethernet | outer IPv6 (dst = uSID container, flow label = EV[31:16]) | inner IPv6 (NIC -> NIC)
     | UDP (sport = EV[15:0], dport 4791) | BTH (12) | MRCX (20) | RETH (16) | [IMM (4)] | payload | ICRC (4)
@@ -28,7 +28,7 @@ UDP_PORT = 4791  # IANA RoCEv2
 #: it twice (ICRC) and every message twice more (its CRC at both ends).
 crc32 = _zng.crc32
 
-# Opcodes (MRC.md: public models use 0xC6-0xCB for Write variants, 0xD1 ACK, 0xDC SACK, 0xDD NACK,
+# Opcodes (docs/mrc.md: public models use 0xC6-0xCB for Write variants, 0xD1 ACK, 0xDC SACK, 0xDD NACK,
 # 0xDE probe). Every MRC data packet is self-describing, so only two Write opcodes are used.
 OP_WRITE = 0xC6
 OP_WRITE_IMM = 0xC7
@@ -50,7 +50,6 @@ S_TRIM = 0x02  # NACK: the packet at echo_psn arrived trimmed
 S_SEQ = 0x04  # RoCE baseline NACK: sequence error, go back to cum_psn
 
 ETH = struct.Struct("!6s6sH")
-IPV6 = struct.Struct("!IHBB16s16s")  # ver/tc/flow, payload len, next header, hop limit, src, dst
 UDPH = struct.Struct("!HHHH")
 #: opcode, SE/M/PadCnt/TVer, P_Key, (MRC flags << 24 | destination QP), (AckReq << 24 | PSN)
 BTH = struct.Struct("!BBHII")

@@ -4,13 +4,13 @@ probe answers and port state. Frames in, frames out (:class:`HostStack`).
 * Data for a QP this host receives creates its receiver on first sight (peer, QP).
 * SACKs and NACKs travel on a small reverse EV set per peer (per plane up to
   ``reverse_evs_per_plane + 1`` paths, random T1s, seeded), rotated over the planes up at both ends.
-  The set is kept fresh by probes (MRC.md, "Reverse path"): every ``probe_interval_s`` each reverse
+  The set is kept fresh by probes (docs/mrc.md, "Reverse path"): every ``probe_interval_s`` each reverse
   EV is probed; one unanswered within ``probe_timeout_s`` takes it out of the rotation, and
   ``probe_successes`` answers in a row bring it back.
 * A probe is answered on its *mirror* path (same plane and T1, the other direction), so a probe's
   round trip tests exactly the links of the EV it probes.
 * The port-state bitmap (bit p = plane p's NIC port is up) goes out in every data packet, SACK and
-  probe; a sender stops using a plane that is down at either end (MRC.md, "Reverse path").
+  probe; a sender stops using a plane that is down at either end (docs/mrc.md, "Reverse path").
 """
 
 from __future__ import annotations
@@ -73,7 +73,6 @@ class HostStack:
         self.local_ports = (1 << self.plan.spec.planes) - 1
         self.peer_ports: dict[str, int] = {}
         self.unknown_qp = 0
-        self.probes_answered = 0
         self.rev_probes: ProbeScheduler[tuple[str, int]] = ProbeScheduler(self.settings.probe_interval_s,
                                                                           self.settings.probe_timeout_s)
 
@@ -181,7 +180,6 @@ class HostStack:
                 self._out(peer, acks, out)
         elif p.op == H.OP_PROBE and not p.is_reply:
             self.peer_ports[peer] = p.port_state
-            self.probes_answered += 1
             mirror = make_ev(ev_plane(p.ev), p.ev & 0xFFF, (p.ev >> 16) & 0xFFFF)  # same plane and T1, back
             self._out(peer, [probe_reply(p, mirror, self.local_ports)], out)
         elif p.op == H.OP_PROBE and p.qp == 0:

@@ -1,11 +1,11 @@
 """Path probe: one source-routed probe over every (src, dst, plane, T1) path of a running fabric.
 
-Like MRC's clustermapper (MRC.md, "Clustermapper"), but from outside the hosts: one process
+Like MRC's clustermapper (docs/mrc.md, "Clustermapper"), but from outside the hosts: one process
 opens a raw ``AF_PACKET`` socket on every host NIC port *inside the host's namespace* (the socket
 stays bound to that namespace), sends each probe out of the source's plane port with the path's
 uSID container as outer destination, and listens on every destination port.
 
-Probe frame (documented in docs/fabric.md): Ethernet / outer IPv6 (dst = the path's uSID
+Probe frame (docs/protocol.md, "Path probes"): Ethernet / outer IPv6 (dst = the path's uSID
 container, flow label = EV high bits) / inner IPv6 (NIC to NIC) / UDP (sport = EV low bits,
 dport :data:`PROBE_UDP_PORT`) / payload ``b"MRCPATH\\0" | u32 probe id | u32 path index``.
 

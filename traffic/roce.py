@@ -1,4 +1,4 @@
-"""The baseline: a RoCEv2-style Reliable Connection on the same headers (MRC.md, "Relatives").
+"""The baseline: a RoCEv2-style Reliable Connection on the same headers (docs/mrc.md, "Relatives").
 
 One path per QP, chosen by hashing the QP's 5-tuple as ECMP would (deterministic for a seed); the
 receiver accepts only the next expected PSN, drops anything else and answers the first

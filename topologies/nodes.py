@@ -1,0 +1,173 @@
+"""The fabric's nodes as Mininet node classes, each in its own network namespace named
+``mrclab-<node>`` (so ``ip -n``, ``ip netns exec`` and sockets opened from Python reach it):
+
+* :class:`NicHost`: one interface per plane (``hN-eth{p}``), MAC from the address plan, IPv6 off
+  on the NIC ports (the MRC endpoint owns them through raw sockets; no ND or MLD chatter), offloads
+  off.
+* :class:`LinuxSrv6Switch`: forwarding on, DAD off; the controller writes its seg6 routes.
+* :class:`Bmv2Switch`: ``simple_switch_grpc`` inside the namespace, ports ``{port}@{sw}-eth{port}``,
+  P4Runtime on a unix socket in the run directory (no TCP port clashes between 16 switches), no
+  per-packet logging unless ``debug``.
+
+Also what decides which data plane this machine can run (:func:`toolchain_missing`).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+from mininet.node import Host, Switch
+
+from topologies.cleanup import netns_name
+from topologies.errors import NotAvailable, RunFailed
+from topologies.spec import ClosSpec
+
+BMV2_BINARY = "simple_switch_grpc"
+#: Device that anchors a linux switch's SRv6 SIDs: a veth pair local to the namespace (this kernel
+#: has no ``dummy`` driver, ``dev lo`` does not forward after ``End``, and a port would take the
+#: SID with it when it goes down).
+SID_DEV = "sid0"
+
+
+class EmulationError(RunFailed):
+    """The emulation could not be built or a node misbehaved; the message says which."""
+
+
+class FabricBusy(EmulationError):
+    """Another fabric of this project is running; two would collide on namespace names."""
+
+
+def need_root(what: str = "building the fabric") -> None:
+    """Raise :class:`NotAvailable` unless this process is root (network namespaces need it)."""
+    if os.geteuid() != 0:
+        raise NotAvailable(f"{what} needs root (network namespaces); run it with sudo")
+
+
+def bmv2_device(spec: ClosSpec, switch: str) -> int:
+    """P4Runtime device id of ``switch``: its index in :meth:`ClosSpec.switches`."""
+    return spec.switches().index(switch)
+
+
+def bmv2_grpc_addr(run_dir: str | Path, switch: str) -> str:
+    """P4Runtime address of ``switch``: a unix socket in the run directory (no TCP port clashes
+    between 16 switches)."""
+    return f"unix:{Path(run_dir) / (switch + '.grpc')}"
+
+
+def toolchain_missing() -> str | None:
+    """None when p4c and simple_switch_grpc are on PATH, else the reason bmv2 cannot run."""
+    missing = [b for b in ("p4c", BMV2_BINARY) if shutil.which(b) is None]
+    return f"{' and '.join(missing)} not on PATH" if missing else None
+
+
+def default_dataplane() -> str:
+    """``bmv2`` where the P4 toolchain is installed, else ``linux`` (docs/design.md)."""
+    return "bmv2" if toolchain_missing() is None else "linux"
+
+
+class _NsNode:
+    """Mixin: the node's namespace under the name ``mrclab-<node>``."""
+
+    name: str
+    pid: int
+
+    @property
+    def netns(self) -> str:
+        return netns_name(self.name)
+
+
+class NicHost(_NsNode, Host):
+    """A host NIC with one port per plane. IP configuration is left to the MRC endpoint."""
+
+    def config(self, **params):  # noqa: D102 - Mininet hook; addresses are set by Emulation
+        return {}
+
+
+class LinuxSrv6Switch(_NsNode, Switch):
+    """A switch that is a namespace using the kernel's SRv6 (``seg6local End`` + ``next-csid``)."""
+
+    def __init__(self, name: str, **params) -> None:
+        params["inNamespace"] = True
+        super().__init__(name, **params)
+
+    def start(self, controllers) -> None:  # noqa: D102 - Mininet hook
+        pass
+
+    def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 - Mininet's name
+        super().stop(deleteIntfs)
+
+
+class Bmv2Switch(_NsNode, Switch):
+    """``simple_switch_grpc`` in the node's namespace, started with no P4 program (``--no-p4``)."""
+
+    def __init__(self, name: str, device_id: int = 0, run_dir: str = "/tmp", debug: bool = False, **params) -> None:
+        params["inNamespace"] = True
+        super().__init__(name, **params)
+        self.device_id = device_id
+        self.run_dir = Path(run_dir)
+        self.debug = debug
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def grpc_addr(self) -> str:
+        return bmv2_grpc_addr(self.run_dir, self.name)
+
+    def command(self) -> list[str]:
+        cmd = [BMV2_BINARY, "--no-p4", "--device-id", str(self.device_id)]
+        for intf in self.intfList():
+            if intf.name != "lo":
+                cmd += ["-i", f"{self.ports[intf]}@{intf.name}"]
+        if self.debug:
+            cmd += ["--log-file", str(self.run_dir / f"{self.name}.log"), "--log-flush",
+                    "--pcap", str(self.run_dir)]
+        else:
+            # BMv2's default level is trace even with no log sink: every log point is formatted and
+            # thrown away, which costs more than half of a packet's CPU. Warnings and errors still
+            # reach <run_dir>/<switch>.out.
+            cmd += ["--log-console", "--log-level", "warn"]
+        cmd += ["--", "--grpc-server-addr", self.grpc_addr]
+        return cmd
+
+    def start(self, controllers=None) -> None:  # noqa: D102 - Mininet hook
+        sock = Path(self.grpc_addr[len("unix:"):])
+        sock.unlink(missing_ok=True)
+        log = open(self.run_dir / f"{self.name}.out", "ab")
+        self.proc = subprocess.Popen(
+            ["ip", "netns", "exec", self.netns, *self.command()],
+            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
+        )
+        log.close()
+
+    def wait_ready(self, timeout_s: float = 10.0) -> None:
+        """Wait until the P4Runtime socket exists. Raises EmulationError if the process died."""
+        sock = Path(self.grpc_addr[len("unix:"):])
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc is not None and self.proc.poll() is not None:
+                out = (self.run_dir / f"{self.name}.out").read_text(errors="replace")[-600:]
+                raise EmulationError(f"{self.name}: {BMV2_BINARY} exited with {self.proc.returncode}: {out}")
+            if sock.exists():
+                return
+            time.sleep(0.01)
+        raise EmulationError(f"{self.name}: {BMV2_BINARY} did not open {sock} within {timeout_s} s")
+
+    def kill(self) -> None:
+        """Kill the switch process (a crashed switch); the namespace and links stay."""
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self.proc = None
+
+    def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 - Mininet's name
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=3)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+        self.proc = None
+        super().stop(deleteIntfs)
