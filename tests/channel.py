@@ -1,17 +1,26 @@
-"""An in-process network for testing the pure transports: it drops, duplicates, reorders and delays.
+"""An in-process network for testing the pure transports: it drops, duplicates, reorders, delays,
+trims and ECN-marks.
 
 ``Channel.send(pkt, to, now)`` schedules delivery; ``Channel.due(now)`` returns what arrives by
 ``now``. Each EV is one path: with ``fifo_per_ev`` (default) packets on the same EV keep their
 order, as on a real path, while packets on different EVs overtake each other freely (spraying's
-reordering). ``drop_ev`` drops everything on the EVs it names (a dead path). All randomness comes
-from the seeded ``rng``.
+reordering). ``drop_ev`` drops everything on the EVs it names (a dead path). ``trim`` is the share
+of data packets a switch would have trimmed (cut to their headers, flagged, sent ahead of the
+queue: they overtake the packets of their EV), ``ce`` the share of data packets that arrive ECN CE,
+``trim_ev`` trims everything on the EVs it names (a congested path). All randomness comes from the
+seeded ``rng``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import random
 from dataclasses import dataclass, field
+
+from traffic import headers as H
+
+_DATA_OPS = (H.OP_WRITE, H.OP_WRITE_IMM)
 
 
 @dataclass
@@ -24,6 +33,13 @@ class Channel:
     drop_ev: set[int] = field(default_factory=set)
     drop_ev_rate: float = 1.0
     drop_once: dict[int, int] = field(default_factory=dict)  # ev -> how many of its next packets to drop
+    trim: float = 0.0
+    ce: float = 0.0
+    trim_ev: set[int] = field(default_factory=set)
+    ce_ev: set[int] = field(default_factory=set)
+    drop_op: set[int] = field(default_factory=set)  # opcodes lost on the way (NACKs, say)
+    trimmed: int = 0
+    marked: int = 0
     _q: list = field(default_factory=list)
     _last_on_ev: dict = field(default_factory=dict)
     _n: int = 0
@@ -41,6 +57,19 @@ class Channel:
         if self.rng.random() < self.drop:
             self.dropped += 1
             return
+        if pkt.op in self.drop_op:
+            self.dropped += 1
+            return
+        if pkt.op in _DATA_OPS:
+            if pkt.ev in self.trim_ev or (self.trim and self.rng.random() < self.trim):
+                self.trimmed += 1
+                cut = dataclasses.replace(pkt, payload=b"", flags=pkt.flags | H.F_TRIM)
+                self._n += 1  # high priority: ahead of its EV's queue, no FIFO with it
+                heapq.heappush(self._q, (now + self.delay_s[0], self._n, to, cut))
+                return
+            if pkt.ev in self.ce_ev or (self.ce and self.rng.random() < self.ce):
+                self.marked += 1
+                pkt = dataclasses.replace(pkt, ecn_ce=True)
         copies = 2 if self.rng.random() < self.dup else 1
         for _ in range(copies):
             t = now + self.rng.uniform(*self.delay_s)

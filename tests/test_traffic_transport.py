@@ -22,9 +22,13 @@ channel_st = st.fixed_dictionaries({
     "dup": st.sampled_from([0.0, 0.05, 0.3]),
     "delay": st.sampled_from([(0.0005, 0.001), (0.0001, 0.01), (0.002, 0.05)]),
     "fifo": st.booleans(),
+    "trim": st.sampled_from([0.0, 0.05, 0.3]),
+    "ce": st.sampled_from([0.0, 0.1, 0.5]),
     "seed": st.integers(0, 2**16),
 })
-FAST = TransportSettings(payload_bytes=512, window_packets=32, region_bytes=1 << 17, min_rto_s=0.01)
+# 50 Mb/s per port: NSCC sizes its window from it, the baseline's DCQCN paces at it
+FAST = TransportSettings(payload_bytes=512, window_packets=32, region_bytes=1 << 17, min_rto_s=0.01, port_mbps=50.0,
+                         dcqcn_timer_s=0.005)
 
 
 def _check(o, n_msgs, imm):
@@ -41,7 +45,7 @@ def _check(o, n_msgs, imm):
 @given(msgs=messages_st, ch=channel_st, imm=st.booleans())
 def test_any_loss_dup_reorder_pattern_delivers_every_message_exactly_once(transport, msgs, ch, imm):
     chan = Channel(random.Random(ch["seed"]), drop=ch["drop"], dup=ch["dup"], delay_s=ch["delay"],
-                   fifo_per_ev=ch["fifo"])
+                   fifo_per_ev=ch["fifo"], trim=ch["trim"], ce=ch["ce"])
     o = run(list(msgs), chan, transport=transport, settings=FAST, imm=imm, seed=ch["seed"], limit_s=120)
     _check(o, len(msgs), imm)
 
@@ -55,7 +59,7 @@ def test_a_region_that_holds_one_message_is_reused_without_corrupting_any(transp
     rng = random.Random(ch["seed"])
     msgs = [rng.randbytes(size) for _ in range(n)]
     chan = Channel(random.Random(ch["seed"]), drop=ch["drop"], dup=ch["dup"], delay_s=ch["delay"],
-                   fifo_per_ev=ch["fifo"])
+                   fifo_per_ev=ch["fifo"], trim=ch["trim"], ce=ch["ce"])
     s = TransportSettings(payload_bytes=512, window_packets=32, region_bytes=size + 100, min_rto_s=0.01)
     o = run(msgs, chan, transport=transport, settings=s, imm=True, seed=ch["seed"], limit_s=120)
     assert o.sender.done

@@ -28,7 +28,7 @@ from traffic.settings import TransportSettings
 from traffic.stats import ReceiverStats, SenderStats
 
 #: Bumped whenever a field changes meaning or goes away.
-VERSION = 2
+VERSION = 3
 TRANSPORTS = ("mrc", "roce")
 OPS = ("write", "write_imm")
 
@@ -222,13 +222,18 @@ def event_fields(e: Event) -> dict[str, Any]:
 # ---- telemetry records --------------------------------------------------------------------------
 @dataclass(frozen=True)
 class TxQp:
-    """One sending QP at a sample: its counters, smoothed RTT and (MRC) the state of every EV."""
+    """One sending QP at a sample: its counters, smoothed RTT, the state of every EV, its window
+    (bytes) and, for DCQCN, its rate (bits/s); in the summary also every message's completion time
+    (seconds, first packet sent to last acknowledged)."""
 
     peer: str
     qp: int
     stats: SenderStats
     srtt_us: float | None = None
     evs: dict[int, EvState] = field(default_factory=dict)
+    window_bytes: float | None = None
+    rate_bps: float | None = None
+    completion_s: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -298,7 +303,8 @@ def encode(rec: Record) -> str:
 
 def _tx(d: dict) -> TxQp:
     return TxQp(d["peer"], int(d["qp"]), SenderStats(**d["stats"]), d.get("srtt_us"),
-                {int(k): EvState(v) for k, v in (d.get("evs") or {}).items()})
+                {int(k): EvState(v) for k, v in (d.get("evs") or {}).items()}, d.get("window_bytes"),
+                d.get("rate_bps"), tuple(d.get("completion_s") or ()))
 
 
 def _rx(d: dict) -> RxQp:

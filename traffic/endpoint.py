@@ -175,7 +175,7 @@ class Endpoint:
                 for (peer, _), r in stack.receivers.items():
                     for p in r.poll(now):
                         out.append(stack.wire.encode(p, peer))
-                if stack.receivers:
+                if stack.receivers and stack.transport == "mrc":
                     out += stack.probe_reverse(now)
             self._send(out, backlog)
             work += len(out)
@@ -196,7 +196,8 @@ class Endpoint:
                 poller.poll(1)
         self._sample()
         cpu1 = _cpu_s()
-        self.tel.write(C.Summary(self._tx(), self._rx(), stack.dropped(), sum(cpu1) - sum(cpu0), cpu1[1] - cpu0[1]))
+        self.tel.write(C.Summary(self._tx(final=True), self._rx(), stack.dropped(), sum(cpu1) - sum(cpu0),
+                                 cpu1[1] - cpu0[1]))
         self.tel.close()
         for s in socks.values():
             s.close()
@@ -222,11 +223,12 @@ class Endpoint:
             return e.errno != errno.ENOBUFS
         return True
 
-    def _tx(self) -> tuple[C.TxQp, ...]:
+    def _tx(self, final: bool = False) -> tuple[C.TxQp, ...]:
         out = []
         for (peer, qp), s in self.stack.senders.items():
             srtt = s.srtt_s
-            out.append(C.TxQp(peer, qp, s.stats, srtt * 1e6 if srtt else None, s.ev_states()))
+            out.append(C.TxQp(peer, qp, s.stats, srtt * 1e6 if srtt else None, s.ev_states(), s.window_bytes,
+                              s.rate_bps, tuple(s.completion_s) if final else ()))
         return tuple(out)
 
     def _rx(self) -> tuple[C.RxQp, ...]:

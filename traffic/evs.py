@@ -47,6 +47,8 @@ class EvInfo:
     losses: int = 0
     retransmits: int = 0
     changes: int = 0
+    skip_until: float = 0.0  # SKIP: passed over until this time (seconds) ...
+    skip_pass: bool = False  # ... and at least once
 
 
 @dataclass
@@ -108,26 +110,30 @@ class EvSet:
         self._rot = rot
         self._i = self._i % len(rot) if rot else 0
 
-    def next_ev(self, avoid: int | None = None) -> int | None:
-        """The next EV to carry a packet (skipping SKIP once, and ``avoid`` when possible)."""
+    def next_ev(self, avoid: int | None = None, now: float = 0.0) -> int | None:
+        """The next EV to carry a packet at time ``now``: passing over SKIP EVs (at least once, and
+        until their hold ends) and ``avoid`` when possible."""
         n = len(self._rot)
         for _ in range(2 * n):
             ev = self._rot[self._i]
             self._i = (self._i + 1) % n
             e = self.evs[ev]
-            if e.state == SKIP:
-                self._set(e, GOOD, "skipped once")
-                continue
-            if e.state != GOOD or (ev == avoid and n > 1):
+            if e.state is SKIP:
+                if e.skip_pass or now < e.skip_until:
+                    e.skip_pass = False
+                    continue
+                self._set(e, GOOD, "skip over")
+            if e.state is not GOOD or (ev == avoid and n > 1):
                 continue
             return ev
         return self._fallback()
 
     def _fallback(self) -> int | None:
-        """No GOOD active EV: keep the QP alive on a GOOD backup, else on a retired EV of an up
-        plane (never a DENIED one), round robin, until probes bring EVs back."""
-        cands = [e for e in self.evs.values() if e.plane not in self.planes_down and e.state == GOOD]
-        cands = cands or [e for e in self.evs.values() if e.plane not in self.planes_down and e.state == ASSUMED_BAD]
+        """No GOOD active EV: keep the QP alive on a GOOD backup, else on a skipped EV, else on a
+        retired EV of an up plane (never a DENIED one), round robin, until probes bring EVs back."""
+        up = [e for e in self.evs.values() if e.plane not in self.planes_down]
+        cands = [e for e in up if e.state is GOOD] or [e for e in up if e.state is SKIP] or \
+            [e for e in up if e.state is ASSUMED_BAD]
         if not cands:
             return None
         self._fb = (self._fb + 1) % len(cands)
@@ -165,10 +171,15 @@ class EvSet:
             best.active = True
             live.append(best)
 
-    def skip(self, ev: int, reason: str) -> None:
+    def skip(self, ev: int, reason: str, until: float = 0.0) -> None:
+        """Pass ``ev`` over at least once and until time ``until`` (an ECN echo or a trim: the path
+        is congested, not broken). A GOOD EV becomes SKIP; a SKIP EV's hold is extended."""
         e = self.evs.get(ev)
-        if e is not None and e.state == GOOD:
-            self._set(e, SKIP, reason)
+        if e is None or e.state not in (GOOD, SKIP):
+            return
+        e.skip_until = max(e.skip_until, until)
+        e.skip_pass = True
+        self._set(e, SKIP, reason)
 
     def retire(self, ev: int, reason: str) -> bool:
         """An untrimmed loss or timeout on ``ev``: ASSUMED_BAD, replaced by a same-plane backup.

@@ -36,6 +36,7 @@ OP_ACK = 0xD1  # RoCE baseline: cumulative ACK
 OP_SACK = 0xDC
 OP_NACK = 0xDD
 OP_PROBE = 0xDE
+OP_CNP = 0x81  # RoCEv2 Congestion Notification Packet (IBTA Annex A17): the baseline's DCQCN signal
 
 # BTH byte 4 flags (IBTA's reserved byte; MRC keeps its retransmit flag here)
 F_RETX = 0x01  # this data packet is a retransmission
@@ -43,6 +44,14 @@ F_TRIM = 0x02  # a switch trimmed this packet's payload (congestion, not failure
 
 # MRCX flags
 X_LAST = 0x01  # last packet of its message (informational: every packet says where it goes)
+
+# Outer IPv6 traffic class: DSCP (6 bits) | ECN (2 bits, RFC 3168)
+ECN_MASK = 0x03
+ECT0 = 0x02  # ECN-capable transport: every data packet is sent with it
+ECN_CE = 0x03  # congestion experienced: a switch marked the packet
+#: DSCP a switch writes into a trimmed packet (ours; unassigned in RFC 4594's table, a constant of
+#: p4src/mrclab.p4 and of the linux data plane's eBPF program alike)
+TRIM_DSCP = 0x2A
 
 # SACK/NACK flags
 S_ECN = 0x01  # the acknowledged data packet carried ECN CE
@@ -56,8 +65,11 @@ BTH = struct.Struct("!BBHII")
 MRCX = struct.Struct("!IIIIBBH")  # msn, msg_len, msg_crc, msg_offset, flags, port_state, reserved
 RETH = struct.Struct("!QII")  # virtual address, r_key, dma length (of this packet)
 IMM = struct.Struct("!I")
-SACK = struct.Struct("!IIQIIBBH")  # cum_psn, base_psn, bitmap, echo_ev, echo_psn, flags, port_state, rsvd
+#: cum_psn, base_psn, bitmap (received), trim_bitmap (arrived trimmed, not since received), echo_ev,
+#: echo_psn, flags, port_state, rsvd
+SACK = struct.Struct("!IIQQIIBBH")
 PROBE = struct.Struct("!IBBHIQ")  # probe_id, is_reply, port_state, rsvd, ev, t_send_ns
+CNP = struct.Struct("!16x")  # RoCEv2 CNP: 16 reserved bytes after BTH
 
 L2_L4 = ETH.size + 40 + 40 + UDPH.size  # 102 bytes up to and including UDP
 OFF_OUTER = ETH.size
@@ -67,6 +79,8 @@ OFF_BTH = OFF_UDP + UDPH.size
 BTH_SIZE = BTH.size  # 12
 OFF_BODY = OFF_BTH + BTH_SIZE
 DATA_HDR = L2_L4 + BTH_SIZE + MRCX.size + RETH.size  # 150 bytes before payload (154 with IMM)
+#: A trimmed data packet: its first TRIM_BYTES (Ethernet .. RETH), lengths rewritten by the switch
+TRIM_BYTES = DATA_HDR
 ICRC_SIZE = 4
 #: Bytes a data packet adds to its payload on the wire: headers + ICRC (154; 158 with IMM).
 DATA_OVERHEAD = DATA_HDR + ICRC_SIZE
@@ -120,11 +134,13 @@ class RETHdr(Packet):
 
 
 class SackHdr(Packet):
-    """SACK / NACK body: cumulative PSN, a 64-bit bitmap of PSNs base_psn..base_psn+63, the echoed
-    EV and PSN of the arrival that triggered it, flags and the receiver's port-state bitmap."""
+    """SACK / NACK body: cumulative PSN, a 64-bit bitmap of PSNs base_psn..base_psn+63 received, a
+    64-bit bitmap of those that arrived trimmed (and not since), the echoed EV and PSN of the arrival
+    that triggered it, flags and the receiver's port-state bitmap."""
 
     name = "SACK"
-    fields_desc = [IntField("cum_psn", 0), IntField("base_psn", 0), LongField("bitmap", 0), XIntField("echo_ev", 0),
+    fields_desc = [IntField("cum_psn", 0), IntField("base_psn", 0), LongField("bitmap", 0),
+                   LongField("trim_bitmap", 0), XIntField("echo_ev", 0),
                    IntField("echo_psn", 0), FlagsField("flags", 0, 8, ["ECN", "TRIM", "SEQ", "f3", "f4", "f5", "f6", "f7"]),
                    XByteField("port_state", 0), ShortField("rsvd", 0)]
 
@@ -137,6 +153,13 @@ class ProbeHdr(Packet):
                    ShortField("rsvd", 0), XIntField("ev", 0), LongField("t_send_ns", 0)]
 
 
+class CnpHdr(Packet):
+    """RoCEv2 Congestion Notification Packet body (16 reserved bytes; the QP is in the BTH)."""
+
+    name = "CNP"
+    fields_desc = [LongField("rsvd0", 0), LongField("rsvd1", 0)]
+
+
 bind_layers(UDP, BTHdr, dport=UDP_PORT)
 bind_layers(BTHdr, MRCXHdr, opcode=OP_WRITE)
 bind_layers(BTHdr, MRCXHdr, opcode=OP_WRITE_IMM)
@@ -145,3 +168,4 @@ bind_layers(BTHdr, SackHdr, opcode=OP_SACK)
 bind_layers(BTHdr, SackHdr, opcode=OP_NACK)
 bind_layers(BTHdr, SackHdr, opcode=OP_ACK)
 bind_layers(BTHdr, ProbeHdr, opcode=OP_PROBE)
+bind_layers(BTHdr, CnpHdr, opcode=OP_CNP)

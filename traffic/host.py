@@ -171,9 +171,12 @@ class HostStack:
                 if len(self.receivers) >= MAX_RECEIVERS:
                     self.unknown_qp += 1
                     return []
-                cls = MrcReceiver if self.transport == "mrc" else RoceReceiver
-                rx = self.receivers[(peer, p.qp)] = cls(p.qp, self.settings, lambda: self._reverse_ev(peer),
-                                                        events=self._events_for(peer))
+                if self.transport == "mrc":
+                    rx = MrcReceiver(p.qp, self.settings, lambda: self._reverse_ev(peer), events=self._events_for(peer))
+                else:  # the baseline answers on its own single path: the ECMP hash of the reverse direction
+                    back = ecmp_ev(self.plan, self.host, peer, p.qp, self.seed)
+                    rx = RoceReceiver(p.qp, self.settings, lambda: back, events=self._events_for(peer))
+                self.receivers[(peer, p.qp)] = rx
                 rx.local_ports = self.local_ports
             acks = rx.on_packet(p, now)
             if acks:  # usually none: SACKs leave at the end of the receive batch
@@ -198,7 +201,7 @@ class HostStack:
             self._out(peer, s.poll(now, budget), out)
         for (peer, _), r in self.receivers.items():
             self._out(peer, r.poll(now), out)
-        if self.receivers:
+        if self.receivers and self.transport == "mrc":
             out += self.probe_reverse(now)
         return out
 

@@ -21,8 +21,9 @@ SACK_BITMAP_BITS = 64
 @dataclass(slots=True)
 class Pkt:
     """One transport packet. Data: psn/msn/msg_*/va/payload; SACK/NACK/ACK: cum_psn, base_psn,
-    bitmap, echo_*; probe: probe_id/is_reply/t_send_ns. ``ev`` is the EV it travels on; ``ecn_ce``
-    is True when it arrived with ECN CE."""
+    bitmap, trim_bitmap, echo_*; probe: probe_id/is_reply/t_send_ns; CNP: qp only. ``ev`` is the EV it
+    travels on; ``ecn_ce`` is True when it arrived with ECN CE; a data packet a switch trimmed arrives
+    with ``F_TRIM`` in ``flags`` and no payload."""
 
     op: int
     qp: int
@@ -43,6 +44,7 @@ class Pkt:
     cum_psn: int = 0
     base_psn: int = 0
     bitmap: int = 0
+    trim_bitmap: int = 0
     echo_ev: int = 0
     echo_psn: int = 0
     sflags: int = 0

@@ -4,8 +4,12 @@ It places every data packet at its RETH address in any order (:class:`~traffic.r
 counts each PSN once, SACKs, NACKs trimmed packets and completes messages (docs/protocol.md,
 "Receiver"):
 
-* a SACK carries the cumulative PSN, a 64-bit bitmap ending at the newest arrival it reports, and
-  the echoed EV and PSN of the last arrival (with its ECN mark);
+* a SACK carries the cumulative PSN, a 64-bit bitmap ending at the newest arrival it reports, a
+  64-bit bitmap of the PSNs in that window that arrived trimmed (and not since), and the echoed EV
+  and PSN of the last arrival (with its ECN mark);
+* a trimmed packet (a switch cut its payload: congestion) is answered at once by a NACK naming its
+  PSN and EV, and stays in the trim bitmap of later SACKs until it arrives whole, so a lost or
+  overtaken NACK cannot make it look like an untrimmed loss;
 * SACKs are due every ``ack_every`` packets or after ``ack_delay_s``, coalesced over a receive
   batch: a due SACK leaves at the next ``poll`` (the end of the batch), at most
   :data:`SACK_COALESCE_MAX` arrivals late, and at once for an arrival with ECN CE;
@@ -47,6 +51,7 @@ class MrcReceiver:
                                     lambda msn: self.events(MessageCorrupt(qp=qp, msn=msn)))
         self.cum = 0  # every PSN below is received
         self.above: set[int] = set()
+        self.trimmed: set[int] = set()  # PSNs that arrived trimmed and not since whole
         self.newest = -1
         self.pending_ack = 0  # arrivals not yet SACKed, all within one bitmap: pending_lo..pending_hi
         self.pending_since: float | None = None
@@ -70,7 +75,12 @@ class MrcReceiver:
         if p.flags & H.F_TRIM or len(payload) < dma_len:
             self.stats.trimmed += 1
             self.events(Trimmed(qp=self.qp, psn=psn, ev=p.ev))
-            return [self._sack(H.OP_NACK, psn, p.ev, H.S_TRIM, self.newest)]
+            if psn < cum or psn in self.above:  # a trimmed copy of what already arrived whole
+                return []
+            self.trimmed.add(psn)
+            if len(self.trimmed) > SACK_BITMAP_BITS:  # bounded: the oldest ones are in no bitmap anyway
+                self.trimmed.discard(min(self.trimmed))
+            return [self._sack(H.OP_NACK, psn, p.ev, H.S_TRIM, max(self.newest, psn))]
         if psn < cum or psn in self.above:
             self.stats.duplicates += 1
             return [self._sack(H.OP_SACK, psn, p.ev, 0, psn)]
@@ -95,6 +105,8 @@ class MrcReceiver:
         st.data_packets += 1
         st.delivered_bytes += dma_len
         region.place(msn, m, va, payload, p.imm if p.op == H.OP_WRITE_IMM else None)
+        if self.trimmed:
+            self.trimmed.discard(psn)
         if psn == cum:
             cum += 1
             above = self.above
@@ -123,13 +135,17 @@ class MrcReceiver:
     def _sack(self, op: int, echo_psn: int, echo_ev: int, flags: int, top: int) -> Pkt:
         """A SACK/NACK whose bitmap covers the 64 PSNs up to ``top`` (never below cum_psn)."""
         base = max(self.cum, top - (SACK_BITMAP_BITS - 1))
-        bm = 0
+        bm = tbm = 0
         for q in self.above:  # PSNs received above cum: few unless the paths reorder a lot
             d = q - base
             if 0 <= d < SACK_BITMAP_BITS:
                 bm |= 1 << d
+        for q in self.trimmed:
+            d = q - base
+            if 0 <= d < SACK_BITMAP_BITS:
+                tbm |= 1 << d
         return Pkt(op=op, qp=self.qp, ev=self.reverse_ev(), cum_psn=self.cum % PSN_MOD, base_psn=base % PSN_MOD,
-                   bitmap=bm, echo_ev=echo_ev, echo_psn=echo_psn % PSN_MOD, sflags=flags,
+                   bitmap=bm, trim_bitmap=tbm, echo_ev=echo_ev, echo_psn=echo_psn % PSN_MOD, sflags=flags,
                    port_state=self.local_ports)
 
     def _flush(self) -> Pkt:

@@ -5,6 +5,13 @@ receiver accepts only the next expected PSN, drops anything else and answers the
 out-of-order packet of a gap with a sequence-error NACK; the sender then goes back N to the NACKed
 PSN. A retransmission timer (go back N from the oldest unacknowledged PSN, doubling up to
 ``max_rto_s``) covers lost NACKs and dead paths: with its one path cut the QP stalls until then.
+
+Rate control is DCQCN (:mod:`traffic.dcqcn`, ``roce_cc: dcqcn``): the receiver answers CE-marked
+packets with CNPs, the sender paces itself at DCQCN's rate (its line rate, ``port_mbps``, until the
+first CNP; with no known line rate it is held by its window only). ACKs, NACKs and CNPs go back on
+the QP's own reverse path (the ECMP hash of the reverse direction), as a single-path transport's do.
+A trimmed packet (a switch that trims serves MRC; RoCE NICs know no trimming) is dropped like any
+damaged packet, and the gap it leaves is NACKed.
 """
 
 from __future__ import annotations
@@ -15,10 +22,12 @@ from collections.abc import Callable, Iterator
 from topologies.addressing import AddressPlan
 from traffic import headers as H
 from traffic.contract import Event, Nacked, TimedOut
+from traffic.dcqcn import Dcqcn, Pacer
 from traffic.evs import EvState
 from traffic.packet import PSN_MOD, Pkt, psn_near, rkey_for
 from traffic.receiver import MrcReceiver
 from traffic.region import RegionRing
+from traffic.rtt import RttEstimator
 from traffic.settings import TransportSettings
 from traffic.stats import SenderStats
 
@@ -51,6 +60,14 @@ class RoceSender:
         self._msg_end: dict[int, int] = {}  # last PSN of each message
         self._high = 0  # one past the highest PSN ever sent: below it a send is a retransmission
         self.ring = RegionRing(settings.region_bytes)
+        self.rtt = RttEstimator(settings)
+        self.sent_at: dict[int, float] = {}  # first transmissions, for RTT samples
+        self.msg_start: dict[int, float] = {}  # msn -> when its first packet left
+        self.completion_s: list[float] = []
+        mss = settings.payload_bytes + H.DATA_OVERHEAD
+        line = settings.port_mbps * 1e6
+        self.dcqcn = Dcqcn(line, mss, settings.dcqcn_timer_s) if settings.roce_cc == "dcqcn" and line > 0 else None
+        self.pacer = Pacer(2 * mss)
 
     @property
     def done(self) -> bool:
@@ -64,7 +81,15 @@ class RoceSender:
 
     @property
     def srtt_s(self) -> float | None:
-        return None  # go-back-N keeps no RTT estimate
+        return self.rtt.srtt
+
+    @property
+    def window_bytes(self) -> float:
+        return float(self.s.window_packets * (self.s.payload_bytes + H.DATA_OVERHEAD))
+
+    @property
+    def rate_bps(self) -> float | None:
+        return self.dcqcn.rate_bps if self.dcqcn is not None else None
 
     def ev_states(self) -> dict[int, EvState]:
         return {self.ev: EvState.GOOD}  # one path, never judged
@@ -101,10 +126,17 @@ class RoceSender:
             self.nxt = self.una
             self.backoff = min(self.backoff * 2, 64)
             self.timer = now
+        cc = self.dcqcn
+        if cc is not None:
+            cc.tick(now)
         while len(out) < budget and self.nxt - self.una < self.s.window_packets:
             if self.nxt >= self.built and not self._materialise():
                 break
             msn, msg_len, crc, off, ln = self.pkts[self.nxt]
+            if cc is not None:
+                if not self.pacer.allow(ln + H.DATA_OVERHEAD, cc.rate_bps, now):
+                    break
+                cc.on_sent(ln + H.DATA_OVERHEAD, now)
             data = memoryview(self.cache[msn])[off : off + ln]
             va = self.ring.base[msn] + off
             retx = self.nxt < self._high
@@ -114,8 +146,11 @@ class RoceSender:
                            imm=msn if self.imm else None, port_state=self.local_ports))
             if retx:
                 self.stats.retransmits += 1
+                self.sent_at.pop(self.nxt, None)  # Karn: no RTT sample from a resent PSN
             else:
                 self.stats.data_packets += 1
+                self.sent_at[self.nxt] = now
+                self.msg_start.setdefault(msn, now)
             self.nxt += 1
             self._high = max(self._high, self.nxt)
             if self.timer is None:
@@ -127,7 +162,10 @@ class RoceSender:
         return self.una + (psn24 - self.una) % PSN_MOD
 
     def on_packet(self, p: Pkt, now: float) -> None:
-        if p.op == H.OP_ACK:
+        if p.op == H.OP_CNP:
+            if self.dcqcn is not None:
+                self.dcqcn.on_cnp(now)
+        elif p.op == H.OP_ACK:
             self._advance(self._full(p.cum_psn), now)
         elif p.op == H.OP_NACK and p.sflags & H.S_SEQ:
             cum = self._full(p.cum_psn)
@@ -141,7 +179,11 @@ class RoceSender:
     def _advance(self, cum: int, now: float) -> None:
         if cum <= self.una or cum > self._high:
             return
+        sent = self.sent_at.get(cum - 1)
+        if sent is not None:
+            self.rtt.sample(now - sent, now)
         for psn in range(self.una, cum):
+            self.sent_at.pop(psn, None)
             msn, _, _, _, ln = self.pkts[psn]
             self.stats.bytes_acked += ln
             if self._msg_end.get(msn) == psn:
@@ -149,6 +191,9 @@ class RoceSender:
                 self.cache.pop(msn, None)
                 self.ring.release(msn)
                 self._msg_end.pop(msn, None)
+                t0 = self.msg_start.pop(msn, None)
+                if t0 is not None:
+                    self.completion_s.append(now - t0)
         self.una = cum
         self.nxt = max(self.nxt, cum)
         self.backoff = 1
@@ -156,16 +201,30 @@ class RoceSender:
 
 
 class RoceReceiver(MrcReceiver):
-    """In-order receiver: only the expected PSN is placed; a gap is NACKed once (sequence error)."""
+    """In-order receiver: only the expected PSN is placed; a gap is NACKed once (sequence error); a
+    CE-marked packet is answered by a CNP, at most one per ``dcqcn_timer_s``."""
 
     def __init__(self, *a, **kw) -> None:
         super().__init__(*a, **kw)
         self.nacked_at: int | None = None
+        self.last_cnp = float("-inf")
+        self.cnps = 0
 
     def on_packet(self, p: Pkt, now: float) -> list[Pkt]:
         if p.op not in (H.OP_WRITE, H.OP_WRITE_IMM):
             self.stats.drop("unexpected opcode")
             return []
+        cnp = []
+        if p.ecn_ce and self.s.roce_cc == "dcqcn" and now - self.last_cnp >= self.s.dcqcn_timer_s:
+            self.last_cnp = now
+            self.cnps += 1
+            cnp = [Pkt(op=H.OP_CNP, qp=self.qp, ev=self.reverse_ev(), port_state=self.local_ports)]
+        if p.flags & H.F_TRIM:
+            self.stats.drop("trimmed (go-back-N)")
+            return cnp
+        return cnp + self._in_order(p, now)
+
+    def _in_order(self, p: Pkt, now: float) -> list[Pkt]:
         psn = psn_near(p.psn, self.cum)
         if psn > self.cum:
             self.stats.drop("out of order (go-back-N)")

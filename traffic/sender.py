@@ -15,7 +15,11 @@ Reliability (docs/protocol.md, "Sender"):
   is never taken for loss;
 * a retransmission timer (:class:`~traffic.rtt.RttEstimator`) is the safety net; a timeout also
   retires the EV the packet took;
-* a NACK for a trimmed packet retransmits it at once and marks its EV SKIP;
+* a trimmed packet (a NACK, or the trim bitmap of a SACK) is retransmitted at once on another EV
+  and its EV is skipped once: trimming is congestion, and never retires an EV;
+* an EV whose packets come back ECN-marked is skipped for ``ecn_skip_rtts`` smoothed RTTs, so
+  traffic moves to cooler paths (ECN as a load-balancing signal);
+* the window is NSCC's (:mod:`traffic.cc`) or fixed;
 * retired EVs are probed (:class:`~traffic.probes.ProbeScheduler`) and revived by answers;
 * a plane whose NIC port is down at either end (:class:`~traffic.ports.PortState`) leaves the
   rotation without its EVs being blamed.
@@ -30,12 +34,13 @@ from dataclasses import dataclass
 
 from topologies.addressing import AddressPlan
 from traffic import headers as H
+from traffic.cc import FixedWindow, Nscc
 from traffic.contract import Event, EvStateChanged, GapFound, Nacked, PacketLost, PlaneChanged, TimedOut
 from traffic.evs import EvSet, EvState
+from traffic.outbox import Outbox
 from traffic.packet import Pkt, psn_at_or_below, rkey_for
 from traffic.ports import PortState
 from traffic.probes import ProbeScheduler
-from traffic.region import RegionRing
 from traffic.rtt import RttEstimator
 from traffic.settings import TransportSettings
 from traffic.stats import SenderStats
@@ -61,53 +66,6 @@ class _Rec:
     acked: bool = False
 
 
-class Outbox:
-    """The messages of one QP cut into packets: the message being sent, the messages still
-    unacknowledged (their bytes and CRC, for retransmissions) and where each goes in the peer's
-    region. ``fetch`` takes the next message from ``messages``; ``release`` frees an acknowledged one."""
-
-    __slots__ = ("messages", "payload", "ring", "cache", "left", "cur", "exhausted", "stats")
-
-    def __init__(self, messages: Iterator[tuple[int, bytes]], settings: TransportSettings, stats: SenderStats) -> None:
-        self.messages = messages
-        self.payload = settings.payload_bytes
-        self.ring = RegionRing(settings.region_bytes)
-        self.cache: dict[int, tuple[bytes, int]] = {}  # msn -> (message, CRC), until all of it is acked
-        self.left: dict[int, int] = {}  # msn -> packets not yet acked
-        self.cur: tuple[int, memoryview, int, int] | None = None  # msn, data, crc, next offset
-        self.exhausted = False
-        self.stats = stats
-
-    def fetch(self) -> bool:
-        """Take the next message (a copy and a CRC: tens of ms for a 64 MiB one)."""
-        if self.exhausted:
-            return False
-        try:
-            msn, data = next(self.messages)
-        except StopIteration:
-            self.exhausted = True
-            return False
-        crc = H.crc32(data)
-        self.cache[msn] = (data, crc)
-        self.cur = (msn, memoryview(data), crc, 0)
-        self.left[msn] = max(1, -(-len(data) // self.payload))
-        self.stats.messages_sent += 1
-        return True
-
-    def acked(self, msn: int) -> None:
-        """One more packet of ``msn`` acknowledged; the message is released with its last."""
-        left = self.left.get(msn)
-        if left is None:
-            return
-        if left > 1:
-            self.left[msn] = left - 1
-            return
-        del self.left[msn]
-        self.stats.messages_acked += 1
-        self.cache.pop(msn, None)
-        self.ring.release(msn)
-
-
 class MrcSender:
     """Sending side of one QP. ``events`` hears losses, retransmission causes and EV changes."""
 
@@ -120,6 +78,13 @@ class MrcSender:
         self.rtt = RttEstimator(settings)
         self.probes: ProbeScheduler[int] = ProbeScheduler(settings.probe_interval_s, settings.probe_timeout_s)
         self.ports = PortState()
+        self.mss = settings.payload_bytes + H.DATA_OVERHEAD  # a full data packet on the wire
+        initial = settings.window_packets * self.mss
+        if settings.cc == "nscc":
+            line = settings.port_mbps * 1e6 * evs.planes
+            self.cc: FixedWindow | Nscc = Nscc(self.mss, line, initial, settings.base_rtt_s)
+        else:
+            self.cc = FixedWindow(settings.window_packets, self.mss)
         self._op, self._rkey = (H.OP_WRITE_IMM if imm else H.OP_WRITE), rkey_for(qp)
         self.next_psn = 0
         self.acked_below = 0  # every PSN below is acknowledged
@@ -146,6 +111,18 @@ class MrcSender:
     def ev_states(self) -> dict[int, EvState]:
         return {e.ev: e.state for e in self.evs.evs.values()}
 
+    @property
+    def window_bytes(self) -> float:
+        return self.cc.cwnd_bytes
+
+    @property
+    def rate_bps(self) -> float | None:
+        return None  # a window, not a rate
+
+    @property
+    def completion_s(self) -> list[float]:
+        return self.out.completion_s
+
     # ---- sending ----------------------------------------------------------------------------
     def _data_pkt(self, psn: int, ev: int, msn: int, msg_len: int, crc: int, off: int, chunk, flags: int) -> Pkt:
         return Pkt(self._op, self.qp, psn, ev, flags, msn, msg_len, crc, off, self.out.ring.base[msn] + off,  # DATA_FIELDS
@@ -166,12 +143,13 @@ class MrcSender:
         if self.retx_q:
             self._retransmit(now, budget, out)
         # new data: the hot path, one packet per turn (names bound once)
-        window, unacked, recs, sent_at = self.s.window_packets, self.unacked, self.recs, self.sent_at
+        window = max(1, int(self.cc.cwnd_bytes // self.mss))
+        unacked, recs, sent_at = self.unacked, self.recs, self.sent_at
         box, evs, info = self.out, self.evs, self.evs.evs
         ring, payload = box.ring, box.payload
         sent = 0
         while len(out) < budget and len(unacked) < window:
-            ev = evs.next_ev()
+            ev = evs.next_ev(None, now)
             if ev is None:
                 break
             cur = box.cur
@@ -185,6 +163,7 @@ class MrcSender:
                 if not ring.fits(msg_len):
                     break  # the region it goes to still holds a message in flight: wait for its acks
                 ring.place(msn, msg_len)
+                box.started[msn] = now
             ln = min(payload, msg_len - off)
             box.cur = (msn, data, crc, off + ln) if off + ln < msg_len else None
             psn = self.next_psn
@@ -212,7 +191,7 @@ class MrcSender:
             rec = self.recs.get(psn)
             if rec is None or rec.acked:
                 continue
-            ev = self.evs.next_ev(avoid=rec.ev)
+            ev = self.evs.next_ev(rec.ev, now)
             if ev is None:
                 self.retx_q.appendleft(psn)
                 break
@@ -248,20 +227,20 @@ class MrcSender:
         self.retx_q.append(psn)
 
     # ---- receiving --------------------------------------------------------------------------
-    def _ack(self, psn: int, rec: _Rec) -> None:
+    def _ack(self, psn: int, rec: _Rec, now: float) -> None:
         """``rec`` (of ``psn``, not yet acknowledged) has arrived."""
         rec.acked = True
         self.unacked.discard(psn)
         self.sent_at.pop(psn, None)
         self.stats.bytes_acked += rec.length
-        self.out.acked(rec.msn)
+        self.out.acked(rec.msn, now)
         del self.recs[psn]
 
     def on_packet(self, p: Pkt, now: float) -> None:
         if p.op == H.OP_SACK:
             self._on_sack(p, now)
         elif p.op == H.OP_NACK:
-            self._on_nack(p)
+            self._on_nack(p, now)
         elif p.op == H.OP_PROBE and p.is_reply:
             ev = self.probes.answered(p.probe_id)
             if ev is not None:
@@ -273,8 +252,11 @@ class MrcSender:
         self._peer_ports(p.port_state, echo)
         ev = p.echo_ev
         sent = self.sent_at.get(echo)
+        rtt = None
         if sent is not None:
-            self.rtt.sample(now - sent, now)
+            rtt = now - sent
+            self.rtt.sample(rtt, now)
+        acked0 = self.stats.bytes_acked
         cum = psn_at_or_below(p.cum_psn, top) if p.cum_psn != top % (1 << 24) else top
         newly: list[tuple[int, int, int]] = []  # (psn, ev it was sent on, transmissions)
         recs = self.recs
@@ -283,7 +265,7 @@ class MrcSender:
                 rec = recs.get(psn)
                 if rec is not None and not rec.acked:
                     newly.append((psn, rec.ev, rec.tx))
-                    self._ack(psn, rec)
+                    self._ack(psn, rec, now)
             self.acked_below = cum
         base = psn_at_or_below(p.base_psn, top)
         bm, i = p.bitmap, 0
@@ -292,11 +274,15 @@ class MrcSender:
                 rec = recs.get(base + i)
                 if rec is not None and not rec.acked:
                     newly.append((base + i, rec.ev, rec.tx))
-                    self._ack(base + i, rec)
+                    self._ack(base + i, rec, now)
             bm >>= 1
             i += 1
-        if p.sflags & H.S_ECN:
-            self.evs.skip(ev, "ECN mark")
+        ecn = bool(p.sflags & H.S_ECN)
+        if ecn:
+            self.evs.skip(ev, "ECN mark", now + self.s.ecn_skip_rtts * (self.rtt.srtt or 0.0))
+        if p.trim_bitmap:
+            self._trimmed_in(base, p.trim_bitmap, now)
+        self.cc.on_ack(self.stats.bytes_acked - acked0, rtt, ecn, now)
         # FIFO inference: every PSN sent on an EV before one that arrived on it, and still not
         # acknowledged, is lost. The EV of an arrival is certain for first transmissions and for
         # the echoed arrival.
@@ -327,17 +313,39 @@ class MrcSender:
                 self.evs.retire(ev, f"untrimmed loss of PSN {psn} behind PSN {arrived}")
                 self._lose(psn, rec, "gap on EV")
 
-    def _on_nack(self, p: Pkt) -> None:
+    def _on_nack(self, p: Pkt, now: float) -> None:
         psn = psn_at_or_below(p.echo_psn, self.next_psn)
         self._peer_ports(p.port_state, psn)
-        rec = self.recs.get(psn)
         self.stats.nacks += 1
-        if p.sflags & H.S_TRIM:
-            self.evs.skip(p.echo_ev, "trimmed packet")
-        if rec is not None and not rec.acked:
-            self.events(Nacked(qp=self.qp, psn=psn, ev=p.echo_ev))
-            rec.t_sent = -1.0
-            self.retx_q.appendleft(psn)
+        self._retransmit_trimmed(psn, p.echo_ev, now)
+        if p.trim_bitmap:
+            self._trimmed_in(psn_at_or_below(p.base_psn, self.next_psn), p.trim_bitmap, now)
+
+    def _retransmit_trimmed(self, psn: int, ev: int, now: float) -> None:
+        """``psn`` arrived trimmed on ``ev``: resend it at once on another EV, pass ``ev`` over once
+        (congestion: never retired), and let the window quick-adapt."""
+        rec = self.recs.get(psn)
+        if rec is None or rec.acked or rec.t_sent < 0 or rec.ev != ev:  # unknown, acknowledged, queued
+            return  # again, or resent since on another EV: this trim is old news
+        self.events(Nacked(qp=self.qp, psn=psn, ev=ev))
+        self.evs.skip(ev, "trimmed packet", now)
+        rec.t_sent = -1.0
+        self.retx_q.appendleft(psn)
+        self.cc.on_nack(rec.length + H.DATA_OVERHEAD, now)
+
+    def _trimmed_in(self, base: int, bitmap: int, now: float) -> None:
+        """The PSNs a SACK's trim bitmap reports (a NACK that was lost or overtaken). Only first
+        transmissions are taken from it: a PSN stays in the bitmap until it arrives whole, so for
+        one already resent the bit may be about the earlier copy (a trimmed retransmission whose
+        NACK is lost is left to the timer)."""
+        i = 0
+        while bitmap:
+            if bitmap & 1:
+                rec = self.recs.get(base + i)
+                if rec is not None and rec.tx == 1:
+                    self._retransmit_trimmed(base + i, rec.ev, now)
+            bitmap >>= 1
+            i += 1
 
     # ---- ports ------------------------------------------------------------------------------
     def _peer_ports(self, state: int, echo_psn: int) -> None:

@@ -44,6 +44,19 @@ class TransportSettings:
 
     Receiver: a SACK every ``ack_every`` (2) packets or after ``ack_delay_s`` (1 ms). Memory region
     ``region_bytes`` (8 MiB) per QP. PSNs more than ``max_psn_window`` (65,536) ahead are dropped.
+
+    Congestion (traffic/cc.py, traffic/dcqcn.py): ``cc`` is MRC's window control, ``nscc`` (UET 1.0
+    NSCC, the OCP MRC API's default profile) or ``fixed`` (``window_packets``); NSCC's BDP is the
+    QP's line rate, ``port_mbps`` x the planes (the runner sets it from the fabric's host links;
+    0: unknown, the fixed window stands for the BDP), x the base RTT (``base_rtt_s``, 0: the
+    smallest RTT sample). An EV whose packets come back ECN-marked is skipped for ``ecn_skip_rtts``
+    (4) smoothed RTTs: long enough for the queue that marked it to drain below the marking
+    threshold (a queue at K packets drains in about K packet times, well under an RTT at the
+    thresholds mrclab sets), short enough that a path which cooled down is back within a few RTTs.
+    ``roce_cc``: the baseline's rate control, ``dcqcn`` or ``none`` (window only); ``dcqcn_timer_s``
+    (10 ms, about 5 base RTTs of a shaped linux fabric; bmv2 scenarios set it from their RTT) is
+    DCQCN's rate-increase and alpha timer and the receiver's CNP interval: the paper's 55 us and
+    50 us are about 5 RTTs of its fabric, and an emulated fabric is about 1000x slower.
     """
 
     window_packets: int = field(default=16, metadata=_pos("unacknowledged data packets per QP"))
@@ -61,6 +74,12 @@ class TransportSettings:
     ack_delay_s: float = field(default=0.001, metadata=_pos("longest a SACK waits"))
     region_bytes: int = field(default=8 << 20, metadata=_pos("memory region per QP"))
     max_psn_window: int = field(default=1 << 16, metadata=_pos("PSNs ahead of cum_psn a receiver accepts"))
+    cc: str = field(default="nscc", metadata=rule(choices=("nscc", "fixed"), doc="MRC's window control"))
+    port_mbps: float = field(default=0.0, metadata=rule(lo=0, doc="NIC port rate per plane, Mb/s (0: unknown)"))
+    base_rtt_s: float = field(default=0.0, metadata=rule(lo=0, doc="a known base RTT (0: the smallest sample)"))
+    ecn_skip_rtts: float = field(default=4.0, metadata=rule(lo=0, doc="how long an ECN-marked EV is skipped, in RTTs"))
+    roce_cc: str = field(default="dcqcn", metadata=rule(choices=("dcqcn", "none"), doc="the baseline's rate control"))
+    dcqcn_timer_s: float = field(default=0.01, metadata=_pos("DCQCN's timers and CNP interval (5 base RTTs)"))
 
     @classmethod
     def from_dict(cls, d: Any, source: str = "transport") -> TransportSettings:

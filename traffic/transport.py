@@ -26,7 +26,19 @@ class Sender(Protocol):
 
     @property
     def srtt_s(self) -> float | None:
-        """Smoothed RTT (None: the transport keeps none, or no sample yet)."""
+        """Smoothed RTT (None: no sample yet)."""
+
+    @property
+    def window_bytes(self) -> float:
+        """The congestion window (bytes on the wire that may be unacknowledged)."""
+
+    @property
+    def rate_bps(self) -> float | None:
+        """The paced rate (bits/s) of a rate-controlled transport, else None."""
+
+    @property
+    def completion_s(self) -> list[float]:
+        """Completion time of every message acknowledged so far (seconds)."""
 
     def stop(self) -> None:
         """Take no new message after the current one."""

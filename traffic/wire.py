@@ -28,6 +28,8 @@ _crc32 = H.crc32
 _OFF_BODY, _OFF_UDP, _OFF_BTH, _UDP_PORT, _OP_WRITE = H.OFF_BODY, H.OFF_UDP, H.OFF_BTH, H.UDP_PORT, H.OP_WRITE
 _MIN_ULEN = 8 + H.BTH_SIZE + 4  # UDP header + BTH + ICRC
 _DATA_OPS = (H.OP_WRITE, H.OP_WRITE_IMM)
+_ECT0, _TRIM_DSCP = H.ECT0, H.TRIM_DSCP
+_TRIM_ULEN = H.TRIM_BYTES - _OFF_UDP  # UDP length a switch writes into a trimmed packet
 _BTH = H.BTH
 
 
@@ -83,11 +85,13 @@ class Wire:
             tpl = self._templates[peer] = self.plan.template(self.host, peer)
         return tpl.outer_dst_int(ev).to_bytes(16, "big")  # type: ignore[attr-defined]
 
-    def _prefix(self, peer: str, ev: int, n: int) -> bytes:
+    def _prefix(self, peer: str, ev: int, n: int, ect: int) -> bytes:
         """Ethernet .. UDP of a packet to ``peer`` on ``ev`` whose UDP payload is ``n`` bytes:
-        the template with the EV's outer destination, flow label, source port and the lengths."""
+        the template with the EV's outer destination, flow label, source port and the lengths; the
+        outer traffic class carries ECN ``ect`` (ECT(0) for data, 0 for control packets)."""
         buf = bytearray(self._template(peer, (ev >> 12) & 0xF))
-        _L3.pack_into(buf, H.OFF_OUTER, 0x60000000 | ((ev >> 16) & 0xFFFF))  # version 6, flow label = EV high
+        # version 6 | traffic class (DSCP 0, ECN) | flow label = EV high
+        _L3.pack_into(buf, H.OFF_OUTER, 0x60000000 | (ect << 20) | ((ev >> 16) & 0xFFFF))
         struct.pack_into("!H", buf, H.OFF_OUTER + 4, 48 + n)
         buf[H.OFF_OUTER + 24 : H.OFF_OUTER + 40] = self._outer_dst(peer, ev)
         struct.pack_into("!H", buf, H.OFF_INNER + 4, 8 + n)
@@ -96,7 +100,7 @@ class Wire:
         by_peer = self._prefixes.setdefault(peer, {})
         if len(by_peer) >= 65536:  # bounded: EVs x lengths in use are a few hundred
             by_peer.clear()
-        by_peer[(ev << 16) | n] = pfx
+        by_peer[(ev << 17) | (ect << 15) | n] = pfx
         return pfx
 
     def encode(self, p: Pkt, peer: str) -> tuple[int, list[bytes | memoryview]]:
@@ -105,7 +109,9 @@ class Wire:
         op = p.op
         ev = p.ev
         tail: bytes | memoryview = b""
+        ect = 0
         if op in _DATA_OPS:  # transport headers, then the payload
+            ect = _ECT0
             last = H.X_LAST if p.msg_offset + p.dma_len >= p.msg_len else 0
             fields = (op, 0, 0xFFFF, (p.flags << 24) | (p.qp & 0xFFFFFF), p.psn & 0xFFFFFF, p.msn & 0xFFFFFFFF,
                       p.msg_len, p.msg_crc, p.msg_offset, last, p.port_state, 0, p.va, p.rkey, p.dma_len)
@@ -114,17 +120,19 @@ class Wire:
             tail = p.payload
         elif op in (H.OP_SACK, H.OP_NACK, H.OP_ACK):
             head = _BTH.pack(op, 0, 0xFFFF, p.qp & 0xFFFFFF, 0) + H.SACK.pack(
-                p.cum_psn, p.base_psn, p.bitmap, p.echo_ev, p.echo_psn, p.sflags, p.port_state, 0)
+                p.cum_psn, p.base_psn, p.bitmap, p.trim_bitmap, p.echo_ev, p.echo_psn, p.sflags, p.port_state, 0)
         elif op == H.OP_PROBE:
             head = _BTH.pack(op, 0, 0xFFFF, p.qp & 0xFFFFFF, 0) + H.PROBE.pack(
                 p.probe_id, p.is_reply, p.port_state, 0, p.echo_ev or p.ev, p.t_send_ns)
+        elif op == H.OP_CNP:
+            head = _BTH.pack(op, 0, 0xFFFF, p.qp & 0xFFFFFF, 0) + H.CNP.pack()
         else:
             raise ValueError(f"cannot encode opcode {op:#x}")
         n = len(head) + len(tail) + 4  # UDP payload: BTH..payload + ICRC
         by_peer = self._prefixes.get(peer)
-        pfx = by_peer.get((ev << 16) | n) if by_peer is not None else None
+        pfx = by_peer.get((ev << 17) | (ect << 15) | n) if by_peer is not None else None
         if pfx is None:
-            pfx = self._prefix(peer, ev, n)
+            pfx = self._prefix(peer, ev, n, ect)
         return plane, [pfx, head, tail, _U32.pack(_crc32(tail, _crc32(head)))]
 
     # ---- decode -------------------------------------------------------------------------------
@@ -161,11 +169,13 @@ class Wire:
         if dport != _UDP_PORT:
             self._reject("not MRC's UDP port")
             return None
+        v = memoryview(f)
+        if (first >> 22) & 0x3F == _TRIM_DSCP:  # a switch cut it to its headers: no payload, no ICRC
+            return self._trimmed(f, src, first, sport, ulen, op, fq, psn)
         end = _OFF_UDP + ulen - 4  # the last 4 bytes are the ICRC
         if ulen < _MIN_ULEN or end + 4 > len(f):
             self._reject("bad UDP length")
             return None
-        v = memoryview(f)
         if _crc32(v[_OFF_BTH:end]) != _U32.unpack_from(f, end)[0]:
             self._reject("bad ICRC")
             return None
@@ -185,9 +195,11 @@ class Wire:
             if end - x < H.SACK.size:
                 self._reject("truncated SACK")
                 return None
-            cum, base, bm, eev, epsn, sfl, ports, _ = H.SACK.unpack_from(f, x)
-            return src, Pkt(op=op, qp=qp, ev=ev, cum_psn=cum, base_psn=base, bitmap=bm, echo_ev=eev, echo_psn=epsn,
-                            sflags=sfl, port_state=ports)
+            cum, base, bm, tbm, eev, epsn, sfl, ports, _ = H.SACK.unpack_from(f, x)
+            return src, Pkt(op=op, qp=qp, ev=ev, cum_psn=cum, base_psn=base, bitmap=bm, trim_bitmap=tbm, echo_ev=eev,
+                            echo_psn=epsn, sflags=sfl, port_state=ports)
+        if op == H.OP_CNP:
+            return src, Pkt(op=op, qp=qp, ev=ev)
         if op == H.OP_PROBE:
             if end - x < H.PROBE.size:
                 self._reject("truncated probe")
@@ -197,6 +209,18 @@ class Wire:
                             t_send_ns=tns)
         self._reject("unknown opcode")
         return None
+
+    def _trimmed(self, f, src: str, first: int, sport: int, ulen: int, op: int, fq: int, psn: int) -> tuple[str, Pkt] | None:
+        """A data packet a switch trimmed (docs/protocol.md, "Trimmed packets"): its headers up to
+        RETH, lengths rewritten, no payload and no ICRC. Only its identity is used: it becomes a
+        NACK, so a header damaged on the way costs at most one spurious retransmission."""
+        if op not in _DATA_OPS or ulen != _TRIM_ULEN or len(f) < H.TRIM_BYTES:
+            self._reject("malformed trimmed packet")
+            return None
+        msn, msg_len, crc, moff, _xf, ports, _, va, rkey, dma_len = _DATA_BODY.unpack_from(f, _OFF_BODY)
+        ev = ((first & 0xFFFF) << 16) | sport
+        return src, Pkt(op, fq & 0xFFFFFF, psn & 0xFFFFFF, ev, (fq >> 24) | H.F_TRIM, msn, msg_len, crc, moff, va,
+                        rkey, dma_len, b"", None, ports, ((first >> 20) & 0x3) == 0x3)
 
 
 def frame_bytes(bufs: list) -> bytes:

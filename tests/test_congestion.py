@@ -1,0 +1,339 @@
+"""Congestion, the transport's side (no root): NSCC's four cases and quick adapt; DCQCN's state
+machine; a trimmed packet becomes a NACK and a retransmission on another EV with its EV skipped,
+never retired, even when the NACK is lost; ECN echoes move traffic off the marked EV; the trimmed
+wire form decodes; the baseline answers on its own path and slows down on CNPs."""
+
+import random
+
+import pytest
+from channel import Channel
+from transport_sim import PLAN, delivered_intact, run
+
+from traffic import headers as H
+from traffic.cc import DELAY_EWMA, GAMMA, REF_BDP_BYTES, FixedWindow, Nscc
+from traffic.dcqcn import F_STAGES, RAI_FRACTION, Dcqcn, G
+from traffic.receiver import MrcReceiver
+from traffic.settings import TransportSettings
+from traffic.wire import Wire, frame_bytes
+
+MSS = 1024 + H.DATA_OVERHEAD
+BASE = 0.010  # base RTT, s
+LINE = 4 * 8e6  # 4 planes of 8 Mb/s
+
+
+def nscc(**kw) -> Nscc:
+    return Nscc(MSS, LINE, 16 * MSS, base_rtt_s=BASE, **kw)
+
+
+def one_period(cc: Nscc, rtt: float, ecn: bool, acks: int = 10, t0: float = 0.0) -> float:
+    """``acks`` acknowledgements of one MSS each within one base RTT, then one that closes the
+    period; returns the time after."""
+    now = t0
+    for _ in range(acks):
+        cc.on_ack(MSS, rtt, ecn, now)
+        now += BASE / (acks + 1)
+    now = t0 + BASE * 1.01
+    cc.on_ack(0, None, False, now)
+    return now
+
+
+# ---- NSCC -------------------------------------------------------------------------------------
+def test_nscc_parameters_scale_with_the_fabric_as_uet_htsim_does():
+    p = nscc().p
+    bdp = LINE / 8 * BASE
+    assert p.bdp_bytes == pytest.approx(bdp) and p.maxwnd == pytest.approx(1.5 * bdp)
+    assert p.target_s == pytest.approx(0.75 * BASE)
+    a, b = bdp / REF_BDP_BYTES, 0.75  # b: the target over the fabric's own base RTT
+    assert p.alpha == pytest.approx(4 * MSS * a * b / (0.75 * BASE))
+    assert p.fi == pytest.approx(5 * MSS * a) and p.eta == pytest.approx(0.15 * MSS * a)
+
+
+def test_nscc_proportional_increase_below_the_target_delay():
+    cc = nscc()
+    cc.on_ack(0, None, False, 0.0)  # opens the first period
+    w0 = cc.cwnd_bytes
+    one_period(cc, BASE, ecn=False)  # no queueing delay
+    p = cc.p
+    assert cc.cwnd_bytes == pytest.approx(w0 + p.alpha * 10 * MSS * p.target_s / w0 + p.eta)
+
+
+def test_nscc_fair_increase_at_or_above_the_target_delay():
+    cc = nscc()
+    cc.on_ack(0, None, False, 0.0)
+    w0 = cc.cwnd_bytes
+    one_period(cc, BASE + 2 * cc.p.target_s, ecn=False)  # well above the target
+    assert cc.cwnd_bytes == pytest.approx(w0 + cc.p.fi * 10 * MSS / w0 + cc.p.eta)
+
+
+def test_nscc_multiplicative_decrease_on_ecn_above_the_target_once_per_rtt():
+    cc = nscc()
+    target = cc.p.target_s
+    rtt = BASE + 1.5 * target
+    for k in range(600):  # the average delay settles at 1.5 x target (fair increases meanwhile)
+        cc.on_ack(MSS, rtt, False, k * 1e-5)
+    w0, avg = cc.cwnd_bytes, cc.avg_delay + DELAY_EWMA * (1.5 * target - cc.avg_delay)
+    cc.on_ack(MSS, rtt, True, 0.0061)
+    factor = 1 - GAMMA * (avg - target) / avg
+    assert 0.5 < factor < 0.8
+    assert cc.cwnd_bytes == pytest.approx(w0 * factor)
+    cc.on_ack(MSS, rtt, True, 0.0062)  # within the same base RTT: no second cut
+    assert cc.cwnd_bytes == pytest.approx(w0 * factor)
+    cc.on_ack(MSS, rtt, True, 0.0062 + BASE)
+    assert cc.cwnd_bytes < w0 * factor
+
+
+def test_nscc_holds_on_ecn_below_the_target_the_path_not_the_qp_is_hot():
+    cc = nscc()
+    cc.on_ack(0, None, False, 0.0)
+    w0 = cc.cwnd_bytes
+    one_period(cc, BASE + 0.1 * cc.p.target_s, ecn=True)
+    assert cc.cwnd_bytes == pytest.approx(w0 + cc.p.eta)  # no decrease, no increase but the period's eta
+
+
+def test_nscc_quick_adapt_on_nack():
+    cc = nscc()
+    cc.on_ack(0, None, False, 0.0)
+    t = one_period(cc, BASE, ecn=False, acks=2)  # 2 MSS achieved: far below maxwnd
+    assert 0 < cc.last_achieved < cc.p.maxwnd / 8
+    cc.on_nack(MSS, t)
+    assert cc.cwnd_bytes == pytest.approx(2 * MSS)  # down to what got through
+    big = nscc()
+    big.on_ack(0, None, False, 0.0)
+    t = one_period(big, BASE, ecn=False, acks=40)  # plenty achieved: take the nacked bytes off
+    w = big.cwnd_bytes
+    big.on_nack(MSS, t)
+    assert big.cwnd_bytes == pytest.approx(w - MSS)
+
+
+def test_nscc_never_exceeds_maxwnd_or_drops_under_one_mss():
+    cc = nscc()
+    cc.on_ack(0, None, False, 0.0)
+    t = 0.0
+    for _ in range(300):
+        t = one_period(cc, BASE, ecn=False, t0=t)
+    assert cc.cwnd_bytes == pytest.approx(cc.p.maxwnd)
+    for _ in range(400):
+        t += BASE * 1.01
+        cc.on_ack(MSS, BASE + 10 * cc.p.target_s, True, t)
+    assert MSS <= cc.cwnd_bytes <= MSS + cc.p.eta  # the floor, plus the period's eta
+
+
+def test_nscc_learns_the_base_rtt_from_the_smallest_sample():
+    cc = Nscc(MSS, LINE, 16 * MSS)
+    assert cc.p is None
+    cc.on_ack(MSS, 0.02, False, 0.0)
+    cc.on_ack(MSS, 0.012, False, 0.001)
+    assert cc.base_rtt_s == 0.012 and cc.p.bdp_bytes == pytest.approx(LINE / 8 * 0.012)
+
+
+def test_fixed_window_never_moves():
+    cc = FixedWindow(16, MSS)
+    cc.on_ack(MSS, 1.0, True, 0.0)
+    cc.on_nack(MSS, 0.1)
+    assert cc.cwnd_bytes == 16 * MSS
+
+
+# ---- DCQCN ------------------------------------------------------------------------------------
+def test_dcqcn_cut_alpha_and_recovery_stages():
+    d = Dcqcn(LINE, MSS, timer_s=0.05)
+    d.on_cnp(0.0)
+    assert d.rate_bps == pytest.approx(LINE / 2) and d.target_bps == LINE  # alpha was 1: halve
+    assert d.alpha == pytest.approx(1 - G + G)
+    d.on_cnp(0.001)
+    assert d.rate_bps == pytest.approx(LINE / 4) and d.target_bps == pytest.approx(LINE / 2)
+    r, t = d.rate_bps, d.target_bps
+    d.tick(0.001 + 0.05)  # one timer period: fast recovery halves the distance to the target
+    assert d.rate_bps == pytest.approx((r + t) / 2) and d.target_bps == t and d.t_stage == 1
+    for k in range(2, F_STAGES + 1):
+        d.tick(0.001 + 0.05 * k)
+    assert d.t_stage == F_STAGES
+    t_before = d.target_bps
+    d.tick(0.001 + 0.05 * (F_STAGES + 1))  # past F on the timer only: additive increase
+    assert d.target_bps == pytest.approx(min(LINE, t_before + LINE * RAI_FRACTION))
+
+
+def test_dcqcn_hyper_increase_needs_both_counters_and_alpha_decays_without_cnps():
+    d = Dcqcn(LINE, MSS, timer_s=0.05)
+    d.on_cnp(0.0)
+    d.on_cnp(0.01)
+    d.on_cnp(0.02)
+    a = d.alpha
+    now = 0.02
+    for _ in range(F_STAGES + 2):
+        now += 0.05
+        d.tick(now)
+        d.on_sent(d.byte_counter, now)
+    assert d.t_stage > F_STAGES and d.b_stage > F_STAGES
+    assert d.alpha < a  # no CNP for several periods
+    assert d.rate_bps <= LINE and d.rate_bps > LINE / 8
+
+
+def test_dcqcn_rate_never_under_its_floor():
+    d = Dcqcn(LINE, MSS, timer_s=0.05)
+    for k in range(100):
+        d.on_cnp(k * 0.001)
+    assert d.rate_bps == pytest.approx(LINE / 100)
+
+
+# ---- trimming and ECN in the transport ----------------------------------------------------------
+S = TransportSettings(payload_bytes=1024, window_packets=48, region_bytes=4 << 20, port_mbps=50.0)
+
+
+def _congest(action):
+    """A hook that, between 5 and 60 ms, applies ``action(chan, ev)`` to the sender's 6th active EV;
+    ``marks["sent"]`` is what each EV carried meanwhile."""
+    marks = {}
+
+    def hook(now, tx, rx, chan):
+        if "ev" not in marks and now > 0.005:
+            marks["ev"] = tx.evs.active()[5]
+            marks["before"] = {e: i.packets for e, i in tx.evs.evs.items()}
+            action(chan, marks["ev"], True)
+        if "ev" in marks and now > 0.06 and not marks.get("off"):
+            marks["off"] = True
+            marks["sent"] = {e: i.packets - marks["before"][e] for e, i in tx.evs.evs.items()}
+            action(chan, marks["ev"], False)
+    return marks, hook
+
+
+def _trim(chan, ev, on):
+    (chan.trim_ev.add if on else chan.trim_ev.discard)(ev)
+
+
+def test_a_trimmed_packet_is_nacked_and_resent_on_another_ev_its_ev_skipped_never_retired():
+    marks, hook = _congest(_trim)
+    o = run([random.Random(3).randbytes(2_000_000)], Channel(random.Random(5)), settings=S, hook=hook)
+    ev = marks["ev"]
+    assert o.sender.done and delivered_intact(o) and o.receiver.stats.trimmed > 0
+    nacks = [kw for k, kw in o.events if k == "nack" and kw["ev"] == ev]  # trims answered (NACK or bitmap)
+    assert nacks and o.sender.stats.nacks > 0
+    assert not [kw for k, kw in o.events if k == "ev_state" and kw["ev"] == ev and kw["new"] == "ASSUMED_BAD"]
+    assert [kw for k, kw in o.events if k == "ev_state" and kw["ev"] == ev and kw["new"] == "SKIP"]
+    assert o.sender.evs.evs[ev].retransmits == 0  # resent elsewhere, never on the trimmed EV
+    assert o.sender.stats.retransmits >= len(nacks) and o.sender.stats.timeouts == 0
+
+
+def test_a_lost_nack_is_made_good_by_the_trim_bitmap_of_later_sacks():
+    marks, hook = _congest(_trim)
+    chan = Channel(random.Random(5), drop_op={H.OP_NACK})  # no NACK ever arrives
+    o = run([random.Random(3).randbytes(1_000_000)], chan, settings=S, hook=hook)
+    ev = marks["ev"]
+    assert o.sender.done and delivered_intact(o) and o.receiver.stats.trimmed > 0
+    assert not [kw for k, kw in o.events if k == "ev_state" and kw["ev"] == ev and kw["new"] == "ASSUMED_BAD"]
+    assert o.sender.stats.timeouts == 0  # the SACKs' trim bitmap, not the timer, brought them back
+
+
+def test_without_the_trim_bitmap_a_lost_nack_would_look_like_an_untrimmed_loss(monkeypatch):
+    """The same run with SACKs that carry no trim bitmap: the trimmed packets are then gaps on
+    their EV, which is retired. (What the trim bitmap is there for.)"""
+    orig = MrcReceiver._sack
+
+    def no_bitmap(self, *a, **kw):
+        p = orig(self, *a, **kw)
+        p.trim_bitmap = 0
+        return p
+
+    monkeypatch.setattr(MrcReceiver, "_sack", no_bitmap)
+    marks, hook = _congest(_trim)
+    o = run([random.Random(3).randbytes(1_000_000)], Channel(random.Random(5), drop_op={H.OP_NACK}), settings=S,
+            hook=hook)
+    assert [kw for k, kw in o.events if k == "ev_state" and kw["ev"] == marks["ev"] and kw["new"] == "ASSUMED_BAD"]
+
+
+def _mark(chan, ev, on):
+    (chan.ce_ev.add if on else chan.ce_ev.discard)(ev)
+
+
+def test_ecn_echoes_move_traffic_off_the_marked_ev_for_a_while_without_retiring_it():
+    marks, hook = _congest(_mark)
+    o = run([random.Random(3).randbytes(2_000_000)], Channel(random.Random(5)), settings=S, hook=hook)
+    ev = marks["ev"]
+    assert o.sender.done and delivered_intact(o)
+    info, sent = o.sender.evs.evs, marks["sent"]
+    same_plane = [e for e in o.sender.evs.active() if info[e].plane == info[ev].plane and e != ev]
+    assert sent[ev] < 0.5 * min(sent[e] for e in same_plane), sent
+    assert not [kw for k, kw in o.events if k == "ev_state" and kw["ev"] == ev and kw["new"] == "ASSUMED_BAD"]
+    assert info[ev].state in ("GOOD", "SKIP")
+
+
+def test_without_the_ecn_hold_the_marked_ev_keeps_its_share():
+    marks, hook = _congest(_mark)
+    s = TransportSettings(payload_bytes=1024, window_packets=48, region_bytes=4 << 20, port_mbps=50.0,
+                          ecn_skip_rtts=0.0)
+    o = run([random.Random(3).randbytes(2_000_000)], Channel(random.Random(5)), settings=s, hook=hook)
+    info, sent, ev = o.sender.evs.evs, marks["sent"], marks["ev"]
+    same_plane = [e for e in o.sender.evs.active() if info[e].plane == info[ev].plane and e != ev]
+    assert sent[ev] > 0.5 * min(sent[e] for e in same_plane), sent
+
+
+# ---- the wire -----------------------------------------------------------------------------------
+def _switch_trim(frame: bytes) -> bytes:
+    """What p4src/mrclab.p4 does to a data packet it trims (docs/protocol.md, "Trimmed packets")."""
+    f = bytearray(frame[: H.TRIM_BYTES])
+    first = int.from_bytes(f[H.OFF_OUTER : H.OFF_OUTER + 4], "big")
+    tc = ((first >> 20) & 0xFF & H.ECN_MASK) | (H.TRIM_DSCP << 2)
+    f[H.OFF_OUTER : H.OFF_OUTER + 4] = ((first & ~(0xFF << 20)) | (tc << 20)).to_bytes(4, "big")
+    f[H.OFF_OUTER + 4 : H.OFF_OUTER + 6] = (H.TRIM_BYTES - H.OFF_INNER).to_bytes(2, "big")
+    f[H.OFF_INNER + 4 : H.OFF_INNER + 6] = (H.TRIM_BYTES - H.OFF_UDP).to_bytes(2, "big")
+    f[H.OFF_UDP + 4 : H.OFF_UDP + 6] = (H.TRIM_BYTES - H.OFF_UDP).to_bytes(2, "big")
+    f[H.OFF_BTH + 4] |= H.F_TRIM
+    return bytes(f)
+
+
+@pytest.mark.parametrize("op", [H.OP_WRITE, H.OP_WRITE_IMM])
+def test_a_trimmed_frame_decodes_and_becomes_a_nack_naming_its_psn_and_ev(op):
+    from traffic.packet import Pkt
+
+    s = TransportSettings(payload_bytes=1024, region_bytes=1 << 20)
+    ev = PLAN.paths("h0", "h2")[3].ev | (77 << 16)
+    p = Pkt(op, 1, 1234, ev, 0, 0, 4096, 99, 1024, 1024, 0x4D520001, 1024, bytes(1024), 5 if op == H.OP_WRITE_IMM else None)
+    frame = frame_bytes(Wire(PLAN, "h0").encode(p, "h2")[1])
+    assert (int.from_bytes(frame[H.OFF_OUTER : H.OFF_OUTER + 4], "big") >> 20) & 0x3 == H.ECT0  # data is ECT(0)
+    cut = _switch_trim(frame)
+    rx_wire = Wire(PLAN, "h2")
+    src, q = rx_wire.decode(cut)
+    assert src == "h0" and q.flags & H.F_TRIM and len(q.payload) == 0
+    assert (q.psn, q.ev, q.qp, q.msn, q.dma_len) == (1234, ev, 1, 0, 1024)
+    r = MrcReceiver(1, s, lambda: 0x7)
+    (nack,) = r.on_packet(q, 0.0)
+    assert nack.op == H.OP_NACK and nack.sflags & H.S_TRIM and nack.echo_psn == 1234 and nack.echo_ev == ev
+    assert (nack.trim_bitmap >> (1234 - nack.base_psn)) & 1
+    bad = bytearray(cut)
+    bad[H.OFF_UDP + 5] ^= 1  # a UDP length the switch would not write
+    assert rx_wire.decode(bytes(bad)) is None and rx_wire.rejected["malformed trimmed packet"] == 1
+
+
+def test_control_packets_are_not_ecn_capable():
+    from traffic.packet import Pkt
+
+    ev = PLAN.paths("h2", "h0")[0].ev
+    sack = frame_bytes(Wire(PLAN, "h2").encode(Pkt(op=H.OP_SACK, qp=1, ev=ev), "h0")[1])
+    assert (int.from_bytes(sack[H.OFF_OUTER : H.OFF_OUTER + 4], "big") >> 20) & 0xFF == 0
+
+
+# ---- the baseline -------------------------------------------------------------------------------
+def test_roce_answers_on_its_own_path_and_dcqcn_slows_it_on_ce():
+    from traffic.host import HostStack
+    from traffic.region import message_source
+    from traffic.roce import ecmp_ev
+
+    s = TransportSettings(payload_bytes=1024, window_packets=32, region_bytes=1 << 22, port_mbps=20.0,
+                          dcqcn_timer_s=0.005)
+    a, b = HostStack(PLAN, "h0", s, transport="roce", seed=3), HostStack(PLAN, "h2", s, transport="roce", seed=4)
+    tx = a.add_sender(1, "h2", message_source(1, 1 << 20, 1))
+    back_evs = set()
+    now = 0.0
+    while now < 0.5 and not tx.done:
+        for _, bufs in a.poll(now):
+            f = bytearray(frame_bytes(bufs))
+            if now > 0.05:  # a congested fabric: every data packet marked CE from 50 ms
+                f[H.OFF_OUTER + 1] |= H.ECN_CE << 4
+            for _, rb in b.on_frame(bytes(f), now):
+                back_evs.add(Wire(PLAN, "h0").decode(frame_bytes(rb))[1].ev)
+                a.on_frame(frame_bytes(rb), now)
+        for _, rb in b.poll(now):
+            back_evs.add(Wire(PLAN, "h0").decode(frame_bytes(rb))[1].ev)
+            a.on_frame(frame_bytes(rb), now)
+        now += 0.0005
+    assert back_evs == {ecmp_ev(PLAN, "h2", "h0", 1, 4)}  # one reverse path, not MRC's sprayed set
+    assert tx.dcqcn.cnps > 0 and tx.rate_bps < 20e6 / 2

@@ -1,0 +1,162 @@
+"""MRC's congestion control: a per-QP window in bytes. :class:`Nscc` (UET 1.0's network-signal
+congestion control, the default congestion-control profile of the OCP MRC API) or a
+:class:`FixedWindow` (``cc: fixed``, the transport before congestion control, kept for comparison).
+
+NSCC (reference: ultraethernet/uet-htsim ``htsim/sim/uec.cpp``; UET 1.0 specification, NSCC). Each
+acknowledgement brings the bytes it newly acknowledges, an RTT sample (queueing delay = RTT - base
+RTT) and whether the acknowledged packet carried ECN CE:
+
+===================  =======================  =================================================
+ECN echoed?          delay vs target          action
+===================  =======================  =================================================
+no                   delay >= target          fair increase: ``inc += fi x acked``
+no                   delay < target           proportional increase: ``inc += alpha x acked x (target - delay)``
+yes                  delay >= target          multiplicative decrease, at most once per base RTT:
+                                              ``cwnd *= max(1 - gamma (avg - target) / avg, 0.5)``
+yes                  delay < target           no change: the path is hot, not the QP ("just switch
+                                              path": the sender skips the EV instead)
+===================  =======================  =================================================
+
+Increases are applied once per adjustment period (one base RTT): ``cwnd += inc / cwnd + eta``. A
+NACK for a trimmed packet *quick-adapts*: when the bytes acknowledged in the last period are far
+below ``maxwnd`` (under an eighth: ours), the window drops to them (at most once per base RTT);
+else by the bytes NACKed.
+``avg`` is an EWMA of the queueing delay (weight 0.0125).
+
+Parameters scale with the fabric as in uet-htsim: reference network 100 Gb/s x 12 us (a BDP of
+150,000 bytes); ``a = BDP / reference BDP``, ``b = target / reference RTT``; ``alpha = 4 MSS a b /
+target``, ``fi = 5 MSS a``, ``eta = 0.15 MSS a``, ``gamma = 0.8``; ``maxwnd = 1.5 BDP``, min window
+1 MSS. An emulated fabric runs about 1000x slower than the reference one (its RTT is milliseconds),
+so time is measured in its own base RTTs: ``b`` takes the base RTT as the reference RTT (ours; with
+12 us, ``b`` would be ~1000 and the proportional increase 1000x too steep per RTT). Sizes keep
+uet-htsim's scaling: a BDP of a few dozen packets gives ``a`` of a few tenths.
+The target queueing delay is 0.75 x the base RTT (with trimming, as UET's default). The BDP is the
+QP's line rate (every plane's NIC port) x the base RTT; the base RTT is the smallest RTT sampled
+(an emulated fabric's RTT is not known before it runs). Where the line rate is not known (unshaped
+links), the BDP is taken to be the fixed window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+#: uet-htsim's reference network: 100 Gb/s x 12 us
+REF_BDP_BYTES = 100e9 / 8 * 12e-6
+DELAY_EWMA = 0.0125
+GAMMA = 0.8
+QUICK_ADAPT_FRACTION = 1 / 8  # "far below maxwnd" (ours)
+
+
+class FixedWindow:
+    """A window of ``packets`` full-size packets that never moves."""
+
+    name = "fixed"
+
+    def __init__(self, packets: int, mss: int) -> None:
+        self.cwnd_bytes = float(packets * mss)
+
+    def on_ack(self, acked_bytes: int, rtt_s: float | None, ecn: bool, now: float) -> None:
+        pass
+
+    def on_nack(self, nacked_bytes: int, now: float) -> None:
+        pass
+
+
+@dataclass
+class NsccParams:
+    mss: int
+    bdp_bytes: float
+    target_s: float
+    base_rtt_s: float
+
+    @property
+    def a(self) -> float:
+        return self.bdp_bytes / REF_BDP_BYTES
+
+    @property
+    def b(self) -> float:
+        return self.target_s / self.base_rtt_s  # time runs slower here: the fabric's own RTT is the reference
+
+    @property
+    def alpha(self) -> float:
+        return 4 * self.mss * self.a * self.b / self.target_s
+
+    @property
+    def fi(self) -> float:
+        return 5 * self.mss * self.a
+
+    @property
+    def eta(self) -> float:
+        return 0.15 * self.mss * self.a
+
+    @property
+    def maxwnd(self) -> float:
+        return 1.5 * self.bdp_bytes
+
+
+class Nscc:
+    """NSCC for one QP (see the module docstring). ``line_rate_bps``: the QP's line rate (bits/s,
+    0 when unknown); ``initial_bytes``: the window before the first RTT sample and the BDP where
+    the line rate is unknown; ``base_rtt_s``: a known base RTT (0: the smallest sample)."""
+
+    name = "nscc"
+
+    def __init__(self, mss: int, line_rate_bps: float, initial_bytes: float, base_rtt_s: float = 0.0) -> None:
+        self.mss, self.line_rate_bps, self.initial = mss, line_rate_bps, initial_bytes
+        self.base_rtt_s = base_rtt_s or None
+        self.cwnd_bytes = float(initial_bytes)
+        self.avg_delay = 0.0
+        self.inc = 0.0
+        self.period_end: float | None = None
+        self.achieved = 0  # bytes acknowledged in the current period
+        self.last_achieved = 0  # ... and in the last one
+        self.last_decrease = -1.0
+        self.p: NsccParams | None = None if base_rtt_s <= 0 else self._params(base_rtt_s)
+
+    def _params(self, base_rtt_s: float) -> NsccParams:
+        bdp = self.line_rate_bps / 8 * base_rtt_s if self.line_rate_bps > 0 else self.initial
+        return NsccParams(self.mss, max(bdp, self.mss), 0.75 * base_rtt_s, base_rtt_s)
+
+    def on_ack(self, acked_bytes: int, rtt_s: float | None, ecn: bool, now: float) -> None:
+        if rtt_s is not None and rtt_s > 0 and (self.base_rtt_s is None or rtt_s < self.base_rtt_s):
+            self.base_rtt_s = rtt_s  # the path with the shortest queue so far
+            self.p = self._params(rtt_s)
+        p = self.p
+        if p is None:
+            return
+        self.achieved += acked_bytes
+        if rtt_s is not None:
+            delay = max(0.0, rtt_s - p.base_rtt_s)
+            self.avg_delay += DELAY_EWMA * (delay - self.avg_delay)
+            target = p.target_s
+            if ecn and delay >= target:
+                if now - self.last_decrease >= p.base_rtt_s and self.avg_delay > 0:
+                    factor = max(1 - GAMMA * (self.avg_delay - target) / self.avg_delay, 0.5)
+                    self.cwnd_bytes = max(p.mss, self.cwnd_bytes * min(1.0, factor))
+                    self.last_decrease = now
+                    self.inc = 0.0
+            elif not ecn and delay >= target:
+                self.inc += p.fi * acked_bytes
+            elif not ecn:
+                self.inc += p.alpha * acked_bytes * (target - delay)
+        if self.period_end is None:
+            self.period_end = now + p.base_rtt_s
+        elif now >= self.period_end:
+            self.cwnd_bytes = min(p.maxwnd, self.cwnd_bytes + self.inc / self.cwnd_bytes + p.eta)
+            self.cwnd_bytes = max(p.mss, self.cwnd_bytes)
+            self.inc = 0.0
+            self.last_achieved, self.achieved = self.achieved, 0
+            self.period_end = now + p.base_rtt_s
+
+    def on_nack(self, nacked_bytes: int, now: float) -> None:
+        """Quick adapt on a NACK for a trimmed packet (see the module docstring)."""
+        p = self.p
+        if p is None:
+            return
+        if 0 < self.last_achieved < QUICK_ADAPT_FRACTION * p.maxwnd:
+            if now - self.last_decrease >= p.base_rtt_s:  # once per base RTT: one period's measure
+                self.cwnd_bytes = max(p.mss, min(self.cwnd_bytes, float(self.last_achieved)))
+                self.last_decrease = now
+        else:
+            self.cwnd_bytes = max(p.mss, self.cwnd_bytes - nacked_bytes)
+        self.inc = 0.0
