@@ -25,6 +25,7 @@ from collections.abc import Callable, Iterator
 
 from controller import seg6
 from controller.faults import FaultInjector
+from controller.queues import DEFAULT_FRAME_BYTES, PortQueue, QueueSettings, queue_plan
 from controller.routeplan import RoutePlan, route_plan
 from topologies.addressing import AddressPlan
 from topologies.emulation import Emulation
@@ -32,11 +33,26 @@ from topologies.errors import RunFailed
 from topologies.nodes import Bmv2Switch, default_dataplane
 from topologies.spec import ClosSpec
 
-#: Faults each data plane can inject (the kernel here has no netem/RED, so gray loss is bmv2-only).
+#: What each data plane can do: faults, and ``congestion`` (switch queues that ECN-mark and trim).
+#: The kernel here has no netem/RED, so gray loss and congestion are bmv2-only; bmv2's congestion
+#: needs its Thrift runtime (:func:`missing_features`).
 FEATURES = {
-    "bmv2": {"link", "switch", "blackhole", "gray_loss"},
+    "bmv2": {"link", "switch", "blackhole", "gray_loss", "congestion"},
     "linux": {"link", "switch", "blackhole"},
 }
+
+
+def missing_features(dataplane: str) -> dict[str, str]:
+    """Features of ``dataplane`` this machine lacks, with the reason."""
+    from controller.thrift import thrift_missing
+
+    if dataplane == "bmv2" and (why := thrift_missing()):
+        return {"congestion": why}
+    return {}
+
+
+def available(dataplane: str) -> set[str]:
+    return FEATURES[dataplane] - set(missing_features(dataplane))
 
 
 class FabricError(RunFailed):
@@ -115,13 +131,22 @@ class Fabric:
     switches' loss draws (a scenario passes its seed, so a run repeats)."""
 
     def __init__(self, spec: ClosSpec, dataplane: str | None = None, *, debug: bool = False,
-                 progress: Callable[[str], None] | None = None, watchdog: bool = True, loss_salt: int = 0) -> None:
+                 progress: Callable[[str], None] | None = None, watchdog: bool = True, loss_salt: int = 0,
+                 queues: QueueSettings = QueueSettings(), frame_bytes: int = DEFAULT_FRAME_BYTES) -> None:
         self.spec = spec
         self.plan = AddressPlan(spec)
         self.routes: RoutePlan = route_plan(self.plan)
         self.dataplane = dataplane or default_dataplane()
         self.progress = progress or (lambda _m: None)
-        self.emu = Emulation(spec, self.dataplane, debug=debug, progress=self.progress)
+        self.congestion = "congestion" in available(self.dataplane)
+        #: every switch port's rate, depth and thresholds (controller/queues.py), where switches queue
+        self.queues: dict[tuple[str, int], PortQueue] = queue_plan(self.plan, queues, frame_bytes) \
+            if self.congestion else {}
+        from controller.thrift import THRIFT_PORT
+
+        self.emu = Emulation(spec, self.dataplane, debug=debug, progress=self.progress,
+                             thrift_port=THRIFT_PORT if self.congestion else None)
+        self.thrift: dict = {}  # switch -> SwitchThrift (bmv2 with queues)
         self.p4: dict = {}  # switch -> P4Switch (bmv2)
         self.timings: dict[str, float] = {}
         self.loss_salt = loss_salt
@@ -181,7 +206,8 @@ class Fabric:
 
         info = P4Info(prog.p4info)
         for sw in self.emu.switches():
-            self.p4[sw.name] = P4Switch(sw.name, sw.device_id, sw.grpc_addr, info, prog.bmv2_json)
+            self.p4[sw.name] = P4Switch(sw.name, sw.device_id, sw.grpc_addr, info, prog.bmv2_json,
+                                        self.port_queues(sw.name))
         self.progress(f"pushing the pipeline to {len(self.p4)} switches")
         t = time.monotonic()
         with ThreadPoolExecutor(max_workers=8) as pool:
@@ -192,7 +218,30 @@ class Fabric:
         for e in self.routes.switches:
             self.p4[e.switch].apply(e)
         self.timings["routes_s"] = time.monotonic() - t
+        if self.congestion:
+            t = time.monotonic()
+            self.progress(f"setting {len(self.queues)} ports' egress queues over Thrift")
+            for sw in self.p4:
+                self._set_queues(sw)
+            self.timings["queues_s"] = time.monotonic() - t
 
+    def port_queues(self, switch: str) -> dict[int, PortQueue]:
+        """Port -> queue plan of ``switch`` (empty where switches do not queue)."""
+        return {port: q for (sw, port), q in self.queues.items() if sw == switch}
+
+    def _set_queues(self, switch: str) -> None:
+        """Both priority queues of every port of ``switch`` at the port's rate and depth (BMv2
+        rate-limits each priority queue on its own, so trimmed packets can add to the low
+        queue's rate: headers only, while the low queue is past its trim threshold)."""
+        from controller.thrift import SwitchThrift
+
+        old = self.thrift.pop(switch, None)
+        if old is not None:
+            old.close()
+        th = self.thrift[switch] = SwitchThrift(switch, self.emu.netns(switch))
+        for port, q in self.port_queues(switch).items():
+            for prio in (0, 1):
+                th.set_queue(port, prio, q.rate_pps, q.depth)
     def stop(self) -> None:
         """Tear everything down (idempotent)."""
         self._stop.set()
@@ -202,6 +251,9 @@ class Fabric:
         for s in self.p4.values():
             s.close()
         self.p4.clear()
+        for th in self.thrift.values():
+            th.close()
+        self.thrift.clear()
         self.emu.stop()
 
     def verify(self) -> None:
@@ -235,6 +287,8 @@ class Fabric:
             sw.push_pipeline()
             sw.apply(self.routes[name])
             sw.verify(self.routes[name])
+            if self.congestion:
+                self._set_queues(name)
             self.reprogrammed.append((time.monotonic(), name))
             self.progress(f"{name}: pipeline and {self.routes[name].n_entries} entries installed again")
 
@@ -291,6 +345,23 @@ class Fabric:
             with self._lock:
                 return {s: self.p4[s].forwarded_packets() for s in names}
         return {s: seg6.sid_packets(self.emu.netns(s), self.routes[s], self.routes.block) for s in names}
+
+    def port_samples(self) -> list[dict]:
+        """Per switch port now: low-priority packets queued and, since start, packets ECN-marked,
+        trimmed and dropped at a full queue (bmv2 with queues; empty elsewhere). Dead switches are
+        left out."""
+        out = []
+        with self._lock:
+            for sw, th in self.thrift.items():
+                if not self.faults.applied.alive[sw]:
+                    continue
+                qocc = th.register("qocc")
+                cnt = self.p4[sw].port_counters()
+                for port, q in self.port_queues(sw).items():
+                    out.append({"switch": sw, "port": port, "peer": q.peer, "queue": qocc[port] if port < len(qocc) else 0,
+                                "marked": cnt["marked"].get(port, 0), "trimmed": cnt["trimmed"].get(port, 0),
+                                "queue_full": cnt["queue_full"].get(port, 0)})
+        return out
 
     def netns(self, node: str) -> str:
         return self.emu.netns(node)

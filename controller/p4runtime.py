@@ -11,7 +11,7 @@ Table and action names are those of ``p4src/mrclab.p4``; IDs come from the P4Inf
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -20,12 +20,13 @@ from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
 from p4runtime_sh.p4runtime import P4RuntimeClient, P4RuntimeException, P4RuntimeWriteException
 
+from controller.queues import PortQueue
 from controller.routeplan import SwitchEntries
 from topologies.errors import RunFailed
 
 BATCH = 500  # updates per WriteRequest
 ELECTION_ID = (0, 1)
-DROP_REASONS = ("not_ipv6", "no_route", "hop_limit", "blackhole", "gray_loss")  # p4src/mrclab.p4 DROP_*
+DROP_REASONS = ("not_ipv6", "no_route", "hop_limit", "blackhole", "gray_loss", "queue_full")  # p4src/mrclab.p4 DROP_*
 
 
 class _WithoutP4RuntimeShell(logging.Filter):
@@ -99,18 +100,22 @@ class DesiredEntry:
     params: tuple[tuple[str, int], ...]
 
 
-def desired_entries(entries: SwitchEntries) -> list[DesiredEntry]:
-    """The route plan of one switch in P4 terms (``my_sid`` + ``routing``)."""
+def desired_entries(entries: SwitchEntries, queues: Mapping[int, PortQueue] | None = None) -> list[DesiredEntry]:
+    """The route plan of one switch in P4 terms (``my_sid`` + ``routing``); each route's
+    ``forward`` carries its egress port's thresholds from ``queues`` (port -> PortQueue; none: all 0,
+    no marking, trimming or limit)."""
     sid48 = int(entries.sid.network_address) >> 80  # block | uSID: the first 48 bits of the address
     out = [DesiredEntry(EntryKey("my_sid", ((sid48, None),)), "usid_shift", ())]
     for r in entries.routes:
         if r.prefix.prefixlen > 48:
             raise P4RuntimeError(f"{entries.switch}: route {r.prefix} is longer than /48; uSID routing keys on block + uSID")
+        q = queues.get(r.port) if queues else None
         out.append(
             DesiredEntry(
                 EntryKey("routing", ((int(r.prefix.network_address) >> 80, r.prefix.prefixlen),)),
                 "forward",
-                (("port", r.port), ("src_mac", _mac(r.src_mac)), ("dst_mac", _mac(r.dst_mac))),
+                (("port", r.port), ("src_mac", _mac(r.src_mac)), ("dst_mac", _mac(r.dst_mac)),
+                 ("ecn_k", q.ecn_k if q else 0), ("trim_t", q.trim_t if q else 0), ("q_limit", q.q_limit if q else 0)),
             )
         )
     return out
@@ -122,9 +127,11 @@ class P4Switch:
     Raises :class:`P4RuntimeError` when the switch cannot be reached or refuses a request.
     """
 
-    def __init__(self, name: str, device_id: int, grpc_addr: str, p4info: P4Info, bmv2_json: Path) -> None:
+    def __init__(self, name: str, device_id: int, grpc_addr: str, p4info: P4Info, bmv2_json: Path,
+                 queues: Mapping[int, PortQueue] | None = None) -> None:
         self.name, self.device_id, self.grpc_addr = name, device_id, grpc_addr
         self.p4info, self.bmv2_json = p4info, bmv2_json
+        self.queues = queues
         self.client: P4RuntimeClient | None = None
         self.blackholed = False  # what this session set; a pushed pipeline starts healthy
 
@@ -245,7 +252,7 @@ class P4Switch:
 
     def apply(self, entries: SwitchEntries) -> int:
         """Make the switch's tables equal the plan (a diff, not a wipe). Returns updates written."""
-        want = {d.key: d for d in desired_entries(entries)}
+        want = {d.key: d for d in desired_entries(entries, self.queues)}
         have = self.read_entries(["my_sid", "routing"])
         U = p4runtime_pb2.Update
         updates = []
@@ -261,7 +268,7 @@ class P4Switch:
 
     def verify(self, entries: SwitchEntries) -> None:
         """Raise :class:`P4RuntimeError` naming the differences unless read-back equals the plan."""
-        want = {d.key: d for d in desired_entries(entries)}
+        want = {d.key: d for d in desired_entries(entries, self.queues)}
         have = self.read_entries(["my_sid", "routing"])
         if want != have:
             missing = [str(k) for k in want.keys() - have.keys()]
@@ -320,6 +327,11 @@ class P4Switch:
 
     def forwarded_packets(self) -> int:
         return sum(self.read_counter("port_tx").values())
+
+    def port_counters(self) -> dict[str, dict[int, int]]:
+        """Per egress port: packets ECN-marked (``marked``), trimmed and dropped at a full queue."""
+        return {"marked": self.read_counter("ecn_marked"), "trimmed": self.read_counter("trimmed"),
+                "queue_full": self.read_counter("queue_full")}
 
     def drops(self) -> dict[tuple[int, str], int]:
         """(ingress port, reason) -> packets dropped."""

@@ -45,8 +45,9 @@ def configs(scn: Scenario, spec_path: Path, folder: Path) -> dict[str, C.Endpoin
                 continue
             for _ in range(fl.qps):
                 qp_no[host] = qp_no.get(host, 0) + 1
+                pin = plan.path(fl.src, fl.dst, fl.pin[0], fl.pin[1]).ev if fl.pin else None
                 qps.append(C.QpConfig(qp=qp_no[host], peer=fl.dst, message_bytes=fl.message_bytes, op=fl.op,
-                                      start_s=fl.start_s, duration_s=scn.duration_s - fl.start_s))
+                                      start_s=fl.start_s, duration_s=scn.duration_s - fl.start_s, pin_ev=pin))
         out[host] = C.EndpointConfig(
             topo=str(spec_path), host=host, seed=scn.seed * 1000 + int(host[1:]), transport=scn.transport,
             settings=scn.settings, denylist=tuple(deny.get(host, [])), qps=tuple(qps),
@@ -159,6 +160,10 @@ def collect(scn: Scenario, folder: Path, t0_wall: float) -> RunData:
                     name = f"{q.src}->{host}#{q.qp}"
                     d.samples.setdefault(name, []).append((t, q.delivered_bytes))
                     d.qp_src[name] = q.src
+                for q in rec.tx:
+                    name = f"{host}->{q.peer}#{q.qp}"
+                    d.windows.setdefault(name, []).append((t, q.window_bytes, q.rate_bps))
+                    d.ev_packets.setdefault(name, []).append((t, q.ev_packets))
                 rtts += [q.srtt_us for q in rec.tx if q.srtt_us]
             elif isinstance(rec, C.Event):
                 d.events.append({**C.event_fields(rec), "t": round(t, 4), "host": host})
@@ -166,7 +171,8 @@ def collect(scn: Scenario, folder: Path, t0_wall: float) -> RunData:
                 for q in rec.tx:
                     tot = d.totals.setdefault(f"{host}->{q.peer}#{q.qp}", {})
                     tot.update({k: getattr(q.stats, k) for k in ("data_packets", "retransmits", "bytes_acked",
-                                                                 "messages_sent", "messages_acked")})
+                                                                 "messages_sent", "messages_acked", "nacks")})
+                    d.completion_s[f"{host}->{q.peer}#{q.qp}"] = list(q.completion_s)
                 for q in rec.rx:
                     tot = d.totals.setdefault(f"{q.src}->{host}#{q.qp}", {})
                     tot.update({"messages_delivered": q.messages_delivered, "messages_corrupt": q.messages_corrupt,

@@ -17,6 +17,14 @@ Definitions:
 * ``messages_intact``: every message that completed arrived byte-identical (``equals: all``).
 * ``evs_retired(after, within_s)``: EVs that went ASSUMED_BAD in [after, after + within_s].
 * ``retire_time_rtts(after)``: time from ``after`` to the first EV retired, in smoothed RTTs.
+* ``goodput_ratio(window, baseline=[a, b])``: against the mean of that window instead.
+* ``mct_s(percentile)``: message completion time (first packet sent to last acknowledged) at that
+  percentile over every message of the run (of ``host``'s QPs if given): in large synchronous jobs
+  the slowest message sets the pace.
+* ``ev_share(host, plane, t1, window)``: share of ``host``'s data packets in ``window`` sent on EVs
+  of that path (plane and T1).
+* ``port_total(counter)``: switch ports' ``marked`` | ``trimmed`` | ``queue_full`` packets over the
+  run (of one ``switch`` if given).
 """
 
 from __future__ import annotations
@@ -40,6 +48,29 @@ class RunData:
     rtt_us: float | None = None
     first_fault_s: float | None = None
     traffic_start_s: float = 0.0
+    #: qp -> [(t_s, window bytes, rate bits/s or None)]
+    windows: dict[str, list[tuple[float, float | None, float | None]]] = field(default_factory=dict)
+    #: qp -> [(t_s, {ev: data packets sent so far})]
+    ev_packets: dict[str, list[tuple[float, dict[int, int]]]] = field(default_factory=dict)
+    #: qp -> completion time of each message (s)
+    completion_s: dict[str, list[float]] = field(default_factory=dict)
+    #: switch port samples: {t, switch, port, peer, queue, marked, trimmed, queue_full}
+    ports: list[dict] = field(default_factory=list)
+
+    def mct_percentiles(self, host: str | None = None) -> dict[str, float]:
+        """p50 / p99 / p99.9 message completion time (s), of ``host``'s QPs if given ({} if none)."""
+        xs = sorted(x for qp, v in self.completion_s.items() if host is None or qp.startswith(f"{host}->") for x in v)
+        return {f"p{p:g}": percentile(xs, p) for p in (50, 99, 99.9)} if xs else {}
+
+    def port_totals(self, switch: str | None = None) -> dict[str, int]:
+        """Packets marked, trimmed and dropped at a full queue over the run, all ports ({} if none)."""
+        last: dict[tuple[str, int], dict] = {}
+        for r in self.ports:
+            if switch is None or r["switch"] == switch:
+                last[(r["switch"], r["port"])] = r
+        if not last:
+            return {}
+        return {k: sum(r[k] for r in last.values()) for k in ("marked", "trimmed", "queue_full")}
 
     def bins(self) -> list[float]:
         n = int(math.ceil(self.duration_s / BIN_S))
@@ -77,6 +108,28 @@ def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else 0.0
 
 
+def percentile(sorted_xs: list[float], p: float) -> float:
+    """The ``p``-th percentile (nearest rank) of an ascending list."""
+    k = max(0, min(len(sorted_xs) - 1, math.ceil(p / 100 * len(sorted_xs)) - 1))
+    return sorted_xs[k]
+
+
+def ev_share(d: RunData, host: str, plane: int, t1: int | None, lo: float, hi: float) -> float:
+    """Share of ``host``'s data packets in [lo, hi] sent on EVs of (plane, T1)."""
+    on = total = 0
+    for qp, pts in d.ev_packets.items():
+        if not qp.startswith(f"{host}->"):
+            continue
+        before = next((c for t, c in reversed(pts) if t <= lo), {})
+        after = next((c for t, c in reversed(pts) if t <= hi), {})
+        for ev, n in after.items():
+            k = n - before.get(ev, 0)
+            total += k
+            if (ev >> 12) & 0xF == plane and (t1 is None or ev & 0xFFF == t1):
+                on += k
+    return on / total if total else 0.0
+
+
 def window_mean(series: list[float], lo: float, hi: float) -> float:
     i, j = int(round(lo / BIN_S)), int(round(hi / BIN_S))
     return _mean(series[i:j])
@@ -111,8 +164,15 @@ def evaluate(d: RunData, metric: str, args: dict) -> tuple[float, bool | None, s
     """(value, passed or None when unbounded, bound text) of one expectation."""
     host = args.get("host")
     if metric == "goodput_ratio":
-        base = baseline_mbps(d, host)
-        v = window_mean(d.goodput_mbps(host), *args["window"]) / base if base > 0 else 0.0
+        g = d.goodput_mbps(host)
+        base = window_mean(g, *args["baseline"]) if "baseline" in args else baseline_mbps(d, host)
+        v = window_mean(g, *args["window"]) / base if base > 0 else 0.0
+    elif metric == "mct_s":
+        v = d.mct_percentiles(host).get(f"p{args['percentile']:g}", math.inf)
+    elif metric == "ev_share":
+        v = ev_share(d, host, args["plane"], args.get("t1"), *args["window"])
+    elif metric == "port_total":
+        v = float(d.port_totals(args.get("switch")).get(args["counter"], 0))
     elif metric == "goodput_mbps":
         v = window_mean(d.goodput_mbps(host), *args["window"])
     elif metric == "recovery_time_s":

@@ -102,3 +102,67 @@ def overlay_plot(runs: list[tuple[str, RunData, list[dict]]], path: Path, title:
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def window_plot(d: RunData, faults: list[dict], path: Path, title: str) -> Path:
+    """Each sending QP's congestion window (KiB, NSCC or fixed) and, for DCQCN, its rate (Mb/s,
+    right axis) against time."""
+    fig, ax = plt.subplots(figsize=(9, 3.8), dpi=100)
+    ax2 = None
+    for qp, pts in sorted(d.windows.items()):
+        t = [p[0] for p in pts]
+        if any(p[2] is not None for p in pts):
+            ax2 = ax2 or ax.twinx()
+            ax2.plot(t, [(p[2] or 0) / 1e6 for p in pts], lw=1.0, ls="--", label=f"{qp} rate")
+        ax.plot(t, [(p[1] or 0) / 1024 for p in pts], lw=1.0, label=qp)
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("window (KiB)")
+    ax.set_xlim(0, d.duration_s)
+    ax.set_ylim(bottom=0)
+    ax.grid(alpha=0.3)
+    if ax2 is not None:
+        ax2.set_ylabel("DCQCN rate (Mb/s)")
+        ax2.set_ylim(bottom=0)
+    _fault_marks(ax, faults)
+    if d.windows and len(d.windows) <= 12:
+        ax.legend(loc="upper right", fontsize=7)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def queue_plot(d: RunData, faults: list[dict], path: Path, title: str, max_ports: int = 8) -> Path:
+    """The busiest switch ports: queue (packets) over time above; ECN marks, trims and full-queue
+    drops per second below (sums over every port)."""
+    by_port: dict[str, list[dict]] = {}
+    for r in d.ports:
+        by_port.setdefault(f"{r['switch']}:{r['port']} (to {r['peer']})", []).append(r)
+    busiest = sorted(by_port, key=lambda k: -max(r["queue"] for r in by_port[k]))[:max_ports]
+    fig, (ax, bx) = plt.subplots(2, 1, figsize=(9, 6), dpi=100, sharex=True)
+    for k in busiest:
+        rows = by_port[k]
+        ax.plot([r["t"] for r in rows], [r["queue"] for r in rows], lw=1.0, label=k)
+    ax.set_ylabel("queue (packets)")
+    ax.grid(alpha=0.3)
+    ax.set_ylim(bottom=0)
+    if busiest:
+        ax.legend(loc="upper right", fontsize=7)
+    ts = sorted({r["t"] for r in d.ports})
+    for counter, color in (("marked", "#fb8c00"), ("trimmed", "#8e24aa"), ("queue_full", "#e53935")):
+        totals = [sum(r[counter] for r in d.ports if r["t"] == t) for t in ts]
+        rates = [max(0.0, (b - a) / (t1 - t0)) for (t0, a), (t1, b) in zip(zip(ts, totals), zip(ts[1:], totals[1:]))]
+        bx.plot(ts[1:], rates, lw=1.2, color=color, label=counter.replace("_", " "))
+    bx.set_ylabel("packets / s, all ports")
+    bx.set_xlabel("time (s)")
+    bx.set_xlim(0, d.duration_s)
+    bx.set_ylim(bottom=0)
+    bx.grid(alpha=0.3)
+    bx.legend(loc="upper right", fontsize=7)
+    _fault_marks(ax, faults)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

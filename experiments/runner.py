@@ -9,6 +9,9 @@ Results folder (``results/<scenario>-<YYYYmmdd-HHMMSS>`` unless ``--out``):
 * ``events.csv``      every fault, EV state change, retransmit and loss with its time
 * ``goodput.png``     goodput against time, faults marked
 * ``ev_state.png``    EV state over time (paper figs. 12-14)
+* ``window.png``      each QP's congestion window (NSCC) or rate (DCQCN) over time
+* ``queues.png``, ``switches.csv``  where switches queue: each port's queue, ECN marks, trims and
+  full-queue drops over time (sampled every 0.5 s)
 * ``endpoints/``      each endpoint's config and raw telemetry (JSON lines)
 
 Exit status: 0 when every expectation holds, 1 when one fails, 2 for a bad scenario, 3 when this
@@ -19,10 +22,12 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import json
 import math
 import subprocess
 import sys
+import threading
 import time
 from datetime import datetime
 from pathlib import Path
@@ -36,10 +41,11 @@ from controller.fabric import FEATURES, Fabric
 from experiments import endpoints
 from experiments.faults import FAULTS, play
 from experiments.metrics import BIN_S, RunData, baseline_mbps, evaluate
-from experiments.plots import ev_state_plot, goodput_plot
+from experiments.plots import ev_state_plot, goodput_plot, queue_plot, window_plot
 from experiments.scenario import Scenario, load_scenario
 from topologies.errors import BadInput, NotAvailable
 from topologies.nodes import default_dataplane, need_root, toolchain_missing
+from traffic.headers import DATA_OVERHEAD
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -92,16 +98,27 @@ def run(scn: Scenario, out: Path | None = None, *, live: bool = True) -> dict:
     fault_log: list[dict] = []
     procs: dict[str, subprocess.Popen] = {}
     t0_wall = 0.0
+    # the transports learn the NIC port rate from the fabric (NSCC's BDP, DCQCN's line rate)
+    scn = dataclasses.replace(scn, settings=dataclasses.replace(scn.settings, port_mbps=spec.link.bandwidth_mbps)) \
+        if scn.settings.port_mbps == 0 else scn
+    sampler = None
     try:
         with Fabric(spec, dp, progress=lambda m: console.print(f"[dim]·[/dim] {m}"), watchdog=dp == "bmv2",
-                    loss_salt=scn.seed) as fab:
+                    loss_salt=scn.seed, queues=scn.queues,
+                    frame_bytes=scn.settings.payload_bytes + DATA_OVERHEAD) as fab:
             cfgs = endpoints.configs(scn, spec_path, out / "endpoints")
             console.print(f"[dim]·[/dim] starting {len(cfgs)} endpoints ({', '.join(cfgs)})")
             t0_wall = time.time() + 3.0  # every endpoint starts sending at this wall-clock time
             procs = endpoints.start(fab, cfgs, out / "endpoints", t0_wall)
             t0 = time.monotonic() + (t0_wall - time.time())
             endpoints.wait_started(procs, out / "endpoints", t0_wall)
-            _play(fab, scn, procs, out, t0, fault_log, live)
+            if fab.queues:
+                sampler = PortSampler(fab, t0)
+            try:
+                _play(fab, scn, procs, out, t0, fault_log, live)
+            finally:
+                if sampler is not None:
+                    sampler.stop()
             endpoints.stop(procs)
     finally:
         endpoints.stop(procs)
@@ -110,7 +127,34 @@ def run(scn: Scenario, out: Path | None = None, *, live: bool = True) -> dict:
     data.events = sorted(fault_log + data.events, key=lambda e: e["t"])
     data.first_fault_s = min((f["t"] for f in fault_log), default=None)
     data.traffic_start_s = min((f.start_s for f in scn.flows), default=0.0)
+    data.ports = sampler.samples if sampler is not None else []
     return _finish(scn, dp, data, fault_log, out)
+
+
+class PortSampler:
+    """Samples every switch port's queue and counters every ``period_s`` in a thread of its own,
+    so the fault timeline keeps its time (a sample of 16 bmv2 switches takes tens of ms)."""
+
+    def __init__(self, fab: Fabric, t0: float, period_s: float = 0.5) -> None:
+        self.fab, self.t0, self.period_s = fab, t0, period_s
+        self.samples: list[dict] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="mrclab-ports", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period_s):
+            try:
+                rows = self.fab.port_samples()
+            except Exception as e:  # a switch restarting: the next sample will do
+                console.print(f"[dim]· port sample skipped ({type(e).__name__})[/dim]")
+                continue
+            t = round(time.monotonic() - self.t0, 3)
+            self.samples += [{"t": t, **r} for r in rows]
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=10)
 
 
 def _play(fab: Fabric, scn: Scenario, procs, out: Path, t0: float, fault_log: list[dict], live: bool) -> None:
@@ -150,6 +194,14 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
     title = f"{scn.name}: {scn.transport} on {dp}"
     goodput_plot(data, faults, out / "goodput.png", title)
     ev_state_plot(data, faults, out / "ev_state.png", title + ", EV state")
+    window_plot(data, faults, out / "window.png", title + ", congestion window / rate per QP")
+    if data.ports:
+        queue_plot(data, faults, out / "queues.png", title + ", switch ports")
+        with open(out / "switches.csv", "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=["t", "switch", "port", "peer", "queue", "marked", "trimmed",
+                                               "queue_full"])
+            w.writeheader()
+            w.writerows(data.ports)
     series = data.goodput_mbps()
     per_qp = data.qp_goodput_mbps()
     with open(out / "timeseries.csv", "w", newline="") as fh:
@@ -173,6 +225,7 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
         "duration_s": scn.duration_s, "baseline_mbps": baseline_mbps(data), "rtt_us": data.rtt_us,
         "faults": fault_log, "expectations": verdicts, "totals": data.totals,
         "ev_state_changes": sum(1 for e in data.events if e.get("kind") == "ev_state"),
+        "message_completion_s": data.mct_percentiles(), "switch_ports": data.port_totals(),
         "passed": all(v["passed"] is not False for v in verdicts),
     }
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
@@ -194,9 +247,15 @@ def _summary(m: dict, out: Path) -> None:
     tot = m["totals"]
     sent = sum(x.get("data_packets", 0) for x in tot.values())
     rtx = sum(x.get("retransmits", 0) for x in tot.values())
+    mct = m["message_completion_s"]
+    sw = m["switch_ports"]
     Console(highlight=False).print(
-        f"data packets {sent}, retransmits {rtx}, EV state changes {m['ev_state_changes']}; "
-        f"results in {out}/ (plot: {out / 'goodput.png'})")
+        f"data packets {sent}, retransmits {rtx}, EV state changes {m['ev_state_changes']}"
+        + (f"; message completion p50/p99/p99.9 {mct['p50']:.3f}/{mct['p99']:.3f}/{mct['p99.9']:.3f} s"
+           if mct else "")
+        + (f"; switch ports: {sw['marked']} marked, {sw['trimmed']} trimmed, {sw['queue_full']} dropped full"
+           if sw else "")
+        + f"; results in {out}/ (plot: {out / 'goodput.png'})")
 
 
 def main(args) -> int:

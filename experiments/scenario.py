@@ -30,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from controller.queues import QueueSettings
 from experiments.faults import FAULTS, Fault, parse_fault
 from topologies.errors import BadInput
 from topologies.schema import Problems, Rule, build, check_mapping, suggest
@@ -43,7 +44,10 @@ QUICKSTART = "quickstart"
 
 #: metric -> (required keys, optional keys). See experiments/metrics.py for their definitions.
 METRICS: dict[str, tuple[set[str], set[str]]] = {
-    "goodput_ratio": ({"window"}, {"min", "max", "host"}),
+    "goodput_ratio": ({"window"}, {"min", "max", "host", "baseline"}),
+    "mct_s": ({"percentile"}, {"min", "max", "host"}),
+    "ev_share": ({"host", "plane", "window"}, {"t1", "min", "max"}),
+    "port_total": ({"counter"}, {"min", "max", "switch"}),
     "recovery_time_s": ({"after"}, {"fraction", "max", "host"}),
     "retransmit_fraction": (set(), {"max", "min"}),
     "messages_intact": (set(), {"equals"}),
@@ -62,6 +66,7 @@ TOP = {
     "transport": Rule(kind=(dict, type(None))), "workload": Rule(kind=list, required=True),
     "faults": Rule(kind=(list, type(None))), "expect": Rule(kind=(list, type(None))),
     "expect_roce": Rule(kind=(list, type(None))),
+    "queues": Rule(kind=dict),
 }
 
 
@@ -71,12 +76,17 @@ class ScenarioError(BadInput):
 
 @dataclass(frozen=True)
 class Flow:
+    """``qps`` QPs from ``src`` to ``dst`` writing ``message_bytes`` messages from ``start_s`` on;
+    ``pin``: (plane, T1) of the one path the flow is held to (paper fig. 14: a flow forced onto
+    another flow's EV), else it sprays."""
+
     src: str
     dst: str
     qps: int = 1
     message_bytes: int = 65536
     op: str = "write"  # write | write_imm
     start_s: float = 0.0
+    pin: tuple[int, int | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -100,6 +110,7 @@ class Scenario:
     duration_s: float
     transport: str
     settings: TransportSettings
+    queues: QueueSettings
     flows: tuple[Flow, ...]
     faults: tuple[Fault, ...]
     expect: tuple[Expectation, ...]
@@ -112,8 +123,9 @@ class Scenario:
 
     @property
     def needs(self) -> set[str]:
-        """Data-plane features the timeline needs (controller.fabric.FEATURES)."""
-        return {FAULTS[f.event].feature for f in self.faults}
+        """Data-plane features the scenario needs (controller.fabric.FEATURES): its faults', and
+        ``congestion`` when it sets switch queues."""
+        return {FAULTS[f.event].feature for f in self.faults} | ({"congestion"} if "queues" in self.raw else set())
 
     def hosts(self) -> list[str]:
         """Hosts that run an endpoint: every source and destination."""
@@ -173,8 +185,9 @@ def _rescale(raw: dict, duration_s: float, src: str) -> None:
     for key in ("expect", "expect_roce"):
         for e in raw.get(key, []) or []:
             if isinstance(e, dict):
-                if isinstance(e.get("window"), list):
-                    e["window"] = [round(x * k, 3) for x in e["window"]]
+                for w in ("window", "baseline"):
+                    if isinstance(e.get(w), list):
+                        e[w] = [round(x * k, 3) for x in e[w]]
                 if isinstance(e.get("after"), (int, float)):
                     e["after"] = round(e["after"] * k, 3)
 
@@ -207,6 +220,7 @@ def parse_scenario(raw: dict, src: str) -> Scenario:
     if kind not in TRANSPORTS:
         problems.add(f"transport.kind {kind!r}; allowed: {', '.join(TRANSPORTS)}")
     settings = build(TransportSettings, tr, "", problems, prefix="transport.")
+    queues = build(QueueSettings, top.get("queues", {}), "", problems, prefix="queues.")
     if spec is None:
         problems.raise_if_any(ScenarioError)
     assert spec is not None
@@ -223,7 +237,7 @@ def parse_scenario(raw: dict, src: str) -> Scenario:
     return Scenario(
         name=str(raw.get("name", Path(src).stem)), source=src, spec=spec, spec_bmv2=spec_bmv2,
         dataplane=top.get("dataplane", "auto"), seed=int(top.get("seed", 1)), duration_s=dur, transport=kind,
-        settings=settings or TransportSettings(), flows=tuple(flows), faults=tuple(faults), expect=tuple(expect),
+        settings=settings or TransportSettings(), queues=queues or QueueSettings(), flows=tuple(flows), faults=tuple(faults), expect=tuple(expect),
         paper=str(raw.get("paper", "")), description=str(raw.get("description", "")), raw=raw,
     )
 
@@ -232,6 +246,7 @@ _WORKLOAD = {
     "src": Rule(kind=str, required=True), "dst": Rule(kind=str, required=True),
     "qps": Rule(kind=int, lo=1, hi=64), "message_bytes": Rule(kind=int, lo=1, hi=1 << 30, allowed="1 to 2^30"),
     "bidirectional": Rule(kind=bool), "op": Rule(choices=OPS), "start_s": Rule(kind=float, lo=0),
+    "pin": Rule(kind=dict, allowed="{plane: P, t1: N}: the one path of the flow"),
 }
 
 
@@ -253,9 +268,18 @@ def _workload(wl: Any, spec: ClosSpec, dur: float, problems: Problems) -> list[F
         start = v.get("start_s", 0.0)
         if start >= dur:
             problems.add(f"{where}.start_s = {start!r}; allowed: 0 to duration_s ({dur:g})")
+        pin = None
+        if "pin" in v:
+            pv = v["pin"]
+            plane, t1 = pv.get("plane"), pv.get("t1")
+            if set(pv) - {"plane", "t1"} or not isinstance(plane, int) or not 0 <= plane < spec.planes or \
+                    (t1 is not None and not (isinstance(t1, int) and 0 <= t1 < spec.t1_per_plane)):
+                problems.add(f"{where}.pin = {pv!r}; allowed: {{plane: 0..{spec.planes - 1}, "
+                             f"t1: 0..{spec.t1_per_plane - 1}}}")
+            pin = (plane, t1)
         if len(problems) > n:
             continue
-        f = Flow(v["src"], v["dst"], v.get("qps", 1), v.get("message_bytes", 65536), v.get("op", "write"), start)
+        f = Flow(v["src"], v["dst"], v.get("qps", 1), v.get("message_bytes", 65536), v.get("op", "write"), start, pin)
         flows.append(f)
         if v.get("bidirectional", False):
             flows.append(Flow(f.dst, f.src, f.qps, f.message_bytes, f.op, f.start_s))
@@ -291,6 +315,19 @@ def _expectations(items: Any, key: str, dur: float, spec: ClosSpec, problems: Pr
             problems.add(f"{where}.after = {args['after']!r}; allowed: a time within 0..duration_s ({dur:g})")
         if "host" in args and args["host"] not in hosts:
             problems.add(f"{where}.host = {args['host']!r}: unknown host; hosts are {', '.join(hosts)}")
+        if "baseline" in args:
+            w = args["baseline"]
+            if not (isinstance(w, list) and len(w) == 2 and all(isinstance(x, (int, float)) for x in w)
+                    and 0 <= w[0] < w[1] <= dur):
+                problems.add(f"{where}.baseline = {w!r}; allowed: [start, end] within 0..duration_s ({dur:g})")
+        if "percentile" in args and args["percentile"] not in (50, 90, 99, 99.9):
+            problems.add(f"{where}.percentile = {args['percentile']!r}; allowed: 50, 90, 99, 99.9")
+        if "counter" in args and args["counter"] not in ("marked", "trimmed", "queue_full"):
+            problems.add(f"{where}.counter = {args['counter']!r}; allowed: marked, trimmed, queue_full")
+        if "switch" in args and args["switch"] not in spec.switches():
+            problems.add(f"{where}.switch = {args['switch']!r}: unknown switch")
+        if "plane" in args and not (isinstance(args["plane"], int) and 0 <= args["plane"] < spec.planes):
+            problems.add(f"{where}.plane = {args['plane']!r}; allowed: 0..{spec.planes - 1}")
         for k in ("min", "max", "fraction", "within_s"):
             if k in args and (not isinstance(args[k], (int, float)) or isinstance(args[k], bool)):
                 problems.add(f"{where}.{k} = {args[k]!r}; allowed: a number")

@@ -18,8 +18,22 @@
  *             with probability threshold / 65536 (gray; 65536: all). The draw is a per-port LCG
  *             (Numerical Recipes constants) XORed with a salt from the entry, so a run is
  *             repeatable for a given seed and packet order.
+ *   queues    BMv2's own egress queues are the bottleneck (the controller sets their rates and
+ *             depths over Thrift; two strict-priority queues per port, 1 above 0). Ingress cannot
+ *             see a queue, so a register `qocc` counts each port's low-priority packets: +1 in
+ *             ingress when one is queued, -1 in egress when it leaves (the NDP-on-BMv2 way; BMv2
+ *             locks the registers an action touches, so each update is atomic). Per port, from
+ *             the `forward` entry of its route: a data packet (BTH opcode 0xC6/0xC7) that would
+ *             join a low-priority queue holding trim_t or more is trimmed: cut to its headers
+ *             (Ethernet .. RETH, TRIM_BYTES), lengths rewritten so it still routes and parses,
+ *             DSCP TRIM_DSCP, the BTH's TRIM flag set, sent in the high-priority queue. Any
+ *             packet meeting q_limit or more is dropped (QUEUE_FULL). 0 turns either off.
+ *   ECN       in egress, an ECN-capable packet (ECT(0)/ECT(1) in the outer header) that joined its
+ *             queue at ecn_k packets or more gets CE. The controller leaves ecn_k 0 on ports down
+ *             to hosts: a mark means "this path is hotter", not "the receiver is busy".
  *   counters  port_tx (packets, bytes) by egress port, in egress: only packets that leave;
- *             drops by (ingress port << 3 | reason), counted by the action that drops.
+ *             drops by (ingress port << 3 | reason), counted by the action that drops;
+ *             ecn_marked, trimmed and queue_full by egress port.
  *
  * Cost: BMv2 builds with logging macros (p4lang's packages, the default build) format every table
  * lookup's key and every hit's entry even when nothing is logged, so each table a packet meets is
@@ -40,8 +54,24 @@ const bit<32> DROP_NO_ROUTE  = 1;
 const bit<32> DROP_HOP_LIMIT = 2;
 const bit<32> DROP_BLACKHOLE = 3;
 const bit<32> DROP_GRAY      = 4;
+const bit<32> DROP_QUEUE_FULL = 5;
+
+const bit<16> ROCE_UDP_PORT  = 4791;
+const bit<8>  OP_WRITE       = 0xC6;
+const bit<8>  OP_WRITE_IMM   = 0xC7;
+const bit<8>  F_TRIM         = 0x02;   /* BTH byte 4, MRC's flags (traffic/headers.py) */
+const bit<6>  TRIM_DSCP      = 0x2A;   /* traffic/headers.py TRIM_DSCP */
+/* A trimmed packet: Ethernet 14 + IPv6 40 + IPv6 40 + UDP 8 + BTH 12 + MRCX 20 + RETH 16 */
+const bit<32> TRIM_BYTES     = 150;
+const bit<16> TRIM_OUTER_LEN = 96;     /* outer IPv6 payload length: TRIM_BYTES - 14 - 40 */
+const bit<16> TRIM_INNER_LEN = 56;     /* inner IPv6 payload length = UDP length: TRIM_BYTES - 94 */
+const bit<3>  PRIO_LOW       = 0;
+const bit<3>  PRIO_HIGH      = 1;
 
 const bit<32> MAX_PORTS = 512;
+
+/* Low-priority packets queued per egress port: shared by ingress (+1) and egress (-1). */
+register<bit<32>>(MAX_PORTS) qocc;
 
 header ethernet_t {
     bit<48> dst_addr;
@@ -82,17 +112,35 @@ header udp_t {
     bit<16> checksum;
 }
 
+/* InfiniBand Base Transport Header (IBTA vol. 1, 9.2); MRC's flags in its reserved byte */
+header bth_t {
+    bit<8>  opcode;
+    bit<8>  se_m_pad_tver;
+    bit<16> pkey;
+    bit<8>  mrc_flags;
+    bit<24> dqpn;
+    bit<8>  ackreq;
+    bit<24> psn;
+}
+
 struct headers_t {
     ethernet_t   ethernet;
     outer_ipv6_t ipv6;
     ipv6_t     inner_ipv6;
     udp_t      udp;
+    bth_t      bth;
 }
 
 struct metadata_t {
     bit<1>  check_ports;     /* fault_ctl: some port has a port_fault entry */
+    bit<1>  dropped;         /* an earlier step dropped the packet */
+    bit<1>  counted;         /* the packet holds a place in its port's qocc count */
     bit<32> gray_draw;       /* this packet's draw, 0..65535 */
     bit<32> gray_threshold;  /* drop when draw < threshold */
+    bit<32> occ;             /* the egress port's low-priority packets when this one arrived */
+    bit<32> ecn_k;           /* from forward: mark at or above (0: never) */
+    bit<32> trim_t;          /* from forward: trim data at or above (0: never) */
+    bit<32> q_limit;         /* from forward: drop at or above (0: never) */
 }
 
 parser MrcParser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
@@ -121,6 +169,13 @@ parser MrcParser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
     }
     state parse_udp {
         pkt.extract(hdr.udp);
+        transition select(hdr.udp.dst_port) {
+            ROCE_UDP_PORT: parse_bth;
+            default: accept;
+        }
+    }
+    state parse_bth {
+        pkt.extract(hdr.bth);
         transition accept;
     }
 }
@@ -131,10 +186,13 @@ control MrcVerifyChecksum(inout headers_t hdr, inout metadata_t meta) {
 
 control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_metadata_t std) {
     counter(MAX_PORTS * 8, CounterType.packets) drops;
+    counter(MAX_PORTS, CounterType.packets) trimmed;
+    counter(MAX_PORTS, CounterType.packets) queue_full;
     register<bit<32>>(MAX_PORTS) gray_state;
 
     action drop_with(bit<32> reason) {
         mark_to_drop(std);
+        meta.dropped = 1;
         drops.count(((bit<32>) std.ingress_port << 3) | reason);
     }
 
@@ -151,11 +209,17 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         size = 64;
     }
 
-    action forward(bit<9> port, bit<48> src_mac, bit<48> dst_mac) {
+    /* The route names the egress port and that port's queue thresholds (packets). */
+    action forward(bit<9> port, bit<48> src_mac, bit<48> dst_mac, bit<16> ecn_k, bit<16> trim_t,
+                   bit<16> q_limit) {
         std.egress_spec = port;
         hdr.ethernet.src_addr = src_mac;
         hdr.ethernet.dst_addr = dst_mac;
         hdr.ipv6.hop_limit = hdr.ipv6.hop_limit - 1;
+        meta.ecn_k = (bit<32>) ecn_k;
+        meta.trim_t = (bit<32>) trim_t;
+        meta.q_limit = (bit<32>) q_limit;
+        qocc.read(meta.occ, (bit<32>) port);
     }
 
     action no_route() {
@@ -196,6 +260,31 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         meta.gray_threshold = threshold;
     }
 
+    /* Joins the low-priority queue: one more packet in its port's count. */
+    action enqueue_low() {
+        bit<32> n;
+        qocc.read(n, (bit<32>) std.egress_spec);
+        qocc.write((bit<32>) std.egress_spec, n + 1);
+        meta.counted = 1;
+        std.priority = PRIO_LOW;
+    }
+
+    action trim() {
+        truncate(TRIM_BYTES);
+        hdr.ipv6.payload_len = TRIM_OUTER_LEN;
+        hdr.inner_ipv6.payload_len = TRIM_INNER_LEN;
+        hdr.udp.length = TRIM_INNER_LEN;
+        hdr.ipv6.traffic_class = TRIM_DSCP ++ hdr.ipv6.traffic_class[1:0];
+        hdr.bth.mrc_flags = hdr.bth.mrc_flags | F_TRIM;
+        std.priority = PRIO_HIGH;
+        trimmed.count((bit<32>) std.egress_spec);
+    }
+
+    action drop_queue_full() {
+        queue_full.count((bit<32>) std.egress_spec);
+        drop_with(DROP_QUEUE_FULL);
+    }
+
     table port_fault {
         key = { std.egress_spec : exact @name("port"); }
         actions = { gray_loss; NoAction; }
@@ -224,6 +313,16 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
                                     }
                                 }
                             }
+                            if (meta.dropped == 0) {
+                                if (meta.trim_t != 0 && meta.occ >= meta.trim_t && hdr.bth.isValid() &&
+                                        (hdr.bth.opcode == OP_WRITE || hdr.bth.opcode == OP_WRITE_IMM)) {
+                                    trim();
+                                } else if (meta.q_limit != 0 && meta.occ >= meta.q_limit) {
+                                    drop_queue_full();
+                                } else {
+                                    enqueue_low();
+                                }
+                            }
                         }
                     }
                 }
@@ -234,8 +333,27 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
 
 control MrcEgress(inout headers_t hdr, inout metadata_t meta, inout standard_metadata_t std) {
     counter(MAX_PORTS, CounterType.packets_and_bytes) port_tx;
+    counter(MAX_PORTS, CounterType.packets) ecn_marked;
+
+    /* Left the low-priority queue: one packet less in its port's count. */
+    action dequeue_low() {
+        bit<32> n;
+        qocc.read(n, (bit<32>) std.egress_port);
+        qocc.write((bit<32>) std.egress_port, n - 1);
+    }
+
+    action mark_ce() {
+        hdr.ipv6.traffic_class[1:0] = 3;
+        ecn_marked.count((bit<32>) std.egress_port);
+    }
 
     apply {
+        if (meta.counted == 1) {
+            dequeue_low();
+        }
+        if (meta.ecn_k != 0 && hdr.ipv6.traffic_class[1:0] != 0 && (bit<32>) std.enq_qdepth >= meta.ecn_k) {
+            mark_ce();
+        }
         port_tx.count((bit<32>) std.egress_port);
     }
 }
@@ -250,6 +368,7 @@ control MrcDeparser(packet_out pkt, in headers_t hdr) {
         pkt.emit(hdr.ipv6);
         pkt.emit(hdr.inner_ipv6);
         pkt.emit(hdr.udp);
+        pkt.emit(hdr.bth);
     }
 }
 

@@ -34,7 +34,7 @@ def test_read_back_equals_route_plan(fabric):
 
     for e in fabric.routes.switches:
         have = fabric.p4[e.switch].read_entries(["my_sid", "routing"])
-        assert have == {d.key: d for d in desired_entries(e)}
+        assert have == {d.key: d for d in desired_entries(e, fabric.p4[e.switch].queues)}
     assert fabric.p4["t0-0-0"].apply(fabric.routes["t0-0-0"]) == 0  # re-applying writes nothing
 
 

@@ -67,6 +67,7 @@ class Emulation:
         *,
         debug: bool = False,
         progress: Callable[[str], None] | None = None,
+        thrift_port: int | None = None,
     ) -> None:
         if dataplane not in DATAPLANES:
             raise EmulationError(f"data plane {dataplane!r}; allowed: {', '.join(DATAPLANES)}")
@@ -77,6 +78,7 @@ class Emulation:
         self.plan = AddressPlan(spec)
         self.dataplane = dataplane
         self.debug = debug
+        self.thrift_port = thrift_port if dataplane == "bmv2" else None
         self.progress = progress or (lambda _msg: None)
         self.net: Mininet | None = None
         self.state: RunState | None = None
@@ -116,7 +118,7 @@ class Emulation:
         for sw in spec.switches():
             if self.dataplane == "bmv2":
                 node = net.addSwitch(sw, cls=Bmv2Switch, device_id=bmv2_device(spec, sw), run_dir=self.state.run_dir,
-                                     debug=self.debug)
+                                     debug=self.debug, thrift_port=self.thrift_port)
             else:
                 node = net.addSwitch(sw, cls=LinuxSrv6Switch)
             self._track(node)
@@ -183,19 +185,25 @@ class Emulation:
     def _shape(self) -> None:
         """``tbf`` on both ends of every link (Mininet's TCLink needs netem for the queue limit,
         which this kernel lacks): host links at ``bandwidth_mbps``, T0-T1 links at
-        ``t0_t1_bandwidth_mbps`` (or the same). Burst: 4 ms of line rate, at least 3000 bytes."""
+        ``t0_t1_bandwidth_mbps`` (or the same). Burst: 4 ms of line rate, at least 3000 bytes.
+        Where BMv2's own egress queues are the switches' bottleneck (Thrift), only the hosts' NIC
+        ports are shaped: a qdisc behind a BMv2 port would hide the queue from the P4 program."""
         link = self.spec.link
         limit = link.queue_packets * 1500
         per_ns: dict[str, list[str]] = {}
+        switch_queues = self.thrift_port is not None
         for a, b in self.spec.links():
             mbps = link.bandwidth_mbps if a.startswith("h") else (link.t0_t1_bandwidth_mbps or link.bandwidth_mbps)
             if mbps <= 0:
                 continue
             burst = max(3000, int(mbps * 1e6 / 8 / 250))
             for ns, intf in self.link_intfs(a, b):
+                if switch_queues and not intf.startswith("h"):
+                    continue
                 per_ns.setdefault(ns, []).append(f"qdisc replace dev {intf} root tbf rate {mbps}mbit burst {burst} limit {limit}")
+        where = "host NIC ports (tbf); switch ports are BMv2's own queues" if switch_queues else "tbf"
         self.progress(f"shaping links: hosts {link.bandwidth_mbps or 'unshaped'} Mb/s, T0-T1 "
-                      f"{link.t0_t1_bandwidth_mbps or link.bandwidth_mbps or 'unshaped'} Mb/s (tbf, "
+                      f"{link.t0_t1_bandwidth_mbps or link.bandwidth_mbps or 'unshaped'} Mb/s ({where}, "
                       f"{link.queue_packets} packets of queue)")
         for ns, lines in per_ns.items():
             r = subprocess.run(["tc", "-n", ns, "-batch", "-"], input="\n".join(lines) + "\n",

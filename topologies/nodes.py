@@ -7,7 +7,8 @@
 * :class:`LinuxSrv6Switch`: forwarding on, DAD off; the controller writes its seg6 routes.
 * :class:`Bmv2Switch`: ``simple_switch_grpc`` inside the namespace, ports ``{port}@{sw}-eth{port}``,
   P4Runtime on a unix socket in the run directory (no TCP port clashes between 16 switches), no
-  per-packet logging unless ``debug``.
+  per-packet logging unless ``debug``; with its Thrift runtime on a port of its own namespace and
+  two strict-priority egress queues per port when the build has Thrift.
 
 Also what decides which data plane this machine can run (:func:`toolchain_missing`).
 """
@@ -104,12 +105,14 @@ class LinuxSrv6Switch(_NsNode, Switch):
 class Bmv2Switch(_NsNode, Switch):
     """``simple_switch_grpc`` in the node's namespace, started with no P4 program (``--no-p4``)."""
 
-    def __init__(self, name: str, device_id: int = 0, run_dir: str = "/tmp", debug: bool = False, **params) -> None:
+    def __init__(self, name: str, device_id: int = 0, run_dir: str = "/tmp", debug: bool = False,
+                 thrift_port: int | None = None, **params) -> None:
         params["inNamespace"] = True
         super().__init__(name, **params)
         self.device_id = device_id
         self.run_dir = Path(run_dir)
         self.debug = debug
+        self.thrift_port = thrift_port
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -129,7 +132,11 @@ class Bmv2Switch(_NsNode, Switch):
             # thrown away, which costs more than half of a packet's CPU. Warnings and errors still
             # reach <run_dir>/<switch>.out.
             cmd += ["--log-console", "--log-level", "warn"]
+        if self.thrift_port is not None:  # BMv2's Thrift runtime: queue rates and depths (controller/thrift.py)
+            cmd += ["--thrift-port", str(self.thrift_port)]
         cmd += ["--", "--grpc-server-addr", self.grpc_addr]
+        if self.thrift_port is not None:  # a target option: priority 1 (trimmed packets) before 0
+            cmd += ["--priority-queues", "2"]
         return cmd
 
     def start(self, controllers=None) -> None:  # noqa: D102 - Mininet hook

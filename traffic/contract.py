@@ -50,6 +50,7 @@ class QpConfig:
     start_s: float = field(default=0.0, metadata=rule(kind=float, lo=0))
     duration_s: float | None = field(default=None, metadata=rule(kind=(float, type(None)), lo=0))
     count: int | None = field(default=None, metadata=rule(kind=(int, type(None)), lo=0))
+    pin_ev: int | None = field(default=None, metadata=rule(kind=(int, type(None)), lo=0, hi=(1 << 32) - 1))
 
 
 @dataclass(frozen=True)
@@ -234,6 +235,7 @@ class TxQp:
     window_bytes: float | None = None
     rate_bps: float | None = None
     completion_s: tuple[float, ...] = ()
+    ev_packets: dict[int, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -304,7 +306,8 @@ def encode(rec: Record) -> str:
 def _tx(d: dict) -> TxQp:
     return TxQp(d["peer"], int(d["qp"]), SenderStats(**d["stats"]), d.get("srtt_us"),
                 {int(k): EvState(v) for k, v in (d.get("evs") or {}).items()}, d.get("window_bytes"),
-                d.get("rate_bps"), tuple(d.get("completion_s") or ()))
+                d.get("rate_bps"), tuple(d.get("completion_s") or ()),
+                {int(k): int(v) for k, v in (d.get("ev_packets") or {}).items()})
 
 
 def _rx(d: dict) -> RxQp:

@@ -80,7 +80,7 @@ class Endpoint:
         for q in cfg.qps:
             spec.host_index(q.peer)
             msgs = message_source(cfg.seed * 7919 + q.qp, q.message_bytes, q.count)
-            s = self.stack.add_sender(q.qp, q.peer, msgs, imm=q.op == "write_imm")
+            s = self.stack.add_sender(q.qp, q.peer, msgs, imm=q.op == "write_imm", pin_ev=q.pin_ev)
             self.flows.append((s, q.start_s, q.duration_s))
             self.peer_of[id(s)] = q.peer
         self.socks: dict[int, socket.socket] = {}
@@ -228,7 +228,7 @@ class Endpoint:
         for (peer, qp), s in self.stack.senders.items():
             srtt = s.srtt_s
             out.append(C.TxQp(peer, qp, s.stats, srtt * 1e6 if srtt else None, s.ev_states(), s.window_bytes,
-                              s.rate_bps, tuple(s.completion_s) if final else ()))
+                              s.rate_bps, tuple(s.completion_s) if final else (), s.ev_packets()))
         return tuple(out)
 
     def _rx(self) -> tuple[C.RxQp, ...]:

@@ -98,6 +98,14 @@ class EvSet:
         s._rebuild()
         return s
 
+    @classmethod
+    def pinned(cls, plan: AddressPlan, ev: int, on_change=None) -> EvSet:
+        """A set of one EV and no backups: a flow held to one path (paper fig. 14's second flow)."""
+        s = cls(evs={ev: EvInfo(ev, ev_plane(ev), active=True)}, planes=plan.spec.planes, evs_per_plane=1,
+                on_change=on_change or (lambda *a: None))
+        s._rebuild()
+        return s
+
     # ---- rotation -----------------------------------------------------------------------------
     def _rebuild(self) -> None:
         per_plane = [[e.ev for e in self.evs.values() if e.active and e.plane == p and p not in self.planes_down]

@@ -81,11 +81,12 @@ class HostStack:
         return lambda e: sink(dataclasses.replace(e, peer=peer))
 
     # ---- set-up -------------------------------------------------------------------------------
-    def add_sender(self, qp: int, peer: str, messages, *, imm: bool = False) -> Sender:
+    def add_sender(self, qp: int, peer: str, messages, *, imm: bool = False, pin_ev: int | None = None) -> Sender:
+        """A sender of QP ``qp`` to ``peer``; ``pin_ev`` holds an MRC QP to that one EV."""
         ev_log = self._events_for(peer)
         if self.transport == "mrc":
             s: Sender = make_sender(qp, self.plan, self.host, peer, self.settings, self.rng, messages,
-                                    imm=imm, denylist=self.denylist, events=ev_log)
+                                    imm=imm, denylist=self.denylist, events=ev_log, pin_ev=pin_ev)
         else:
             s = RoceSender(qp, ecmp_ev(self.plan, self.host, peer, qp, self.seed), messages, self.settings,
                            imm=imm, events=ev_log)

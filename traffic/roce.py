@@ -67,6 +67,7 @@ class RoceSender:
         mss = settings.payload_bytes + H.DATA_OVERHEAD
         line = settings.port_mbps * 1e6
         self.dcqcn = Dcqcn(line, mss, settings.dcqcn_timer_s) if settings.roce_cc == "dcqcn" and line > 0 else None
+        self._timer_from_rtt = settings.dcqcn_timer_s == 0  # 5 base RTTs, once an RTT is known
         self.pacer = Pacer(2 * mss)
 
     @property
@@ -93,6 +94,9 @@ class RoceSender:
 
     def ev_states(self) -> dict[int, EvState]:
         return {self.ev: EvState.GOOD}  # one path, never judged
+
+    def ev_packets(self) -> dict[int, int]:
+        return {self.ev: self.stats.data_packets + self.stats.retransmits}
 
     def _materialise(self) -> bool:
         if self.exhausted:
@@ -164,6 +168,8 @@ class RoceSender:
     def on_packet(self, p: Pkt, now: float) -> None:
         if p.op == H.OP_CNP:
             if self.dcqcn is not None:
+                if self._timer_from_rtt:
+                    self.dcqcn.timer_s = 5 * (self.rtt.min_rtt or self.s.min_rto_s)
                 self.dcqcn.on_cnp(now)
         elif p.op == H.OP_ACK:
             self._advance(self._full(p.cum_psn), now)
@@ -200,6 +206,11 @@ class RoceSender:
         self.timer = now if self.una < self.nxt else None
 
 
+#: Shortest gap between two CNPs of one QP where the DCQCN timer follows the RTT (the receiver
+#: knows no RTT): a ceiling on CNPs, not a clock of DCQCN's.
+CNP_MIN_GAP_S = 0.001
+
+
 class RoceReceiver(MrcReceiver):
     """In-order receiver: only the expected PSN is placed; a gap is NACKed once (sequence error); a
     CE-marked packet is answered by a CNP, at most one per ``dcqcn_timer_s``."""
@@ -215,7 +226,7 @@ class RoceReceiver(MrcReceiver):
             self.stats.drop("unexpected opcode")
             return []
         cnp = []
-        if p.ecn_ce and self.s.roce_cc == "dcqcn" and now - self.last_cnp >= self.s.dcqcn_timer_s:
+        if p.ecn_ce and self.s.roce_cc == "dcqcn" and now - self.last_cnp >= (self.s.dcqcn_timer_s or CNP_MIN_GAP_S):
             self.last_cnp = now
             self.cnps += 1
             cnp = [Pkt(op=H.OP_CNP, qp=self.qp, ev=self.reverse_ev(), port_state=self.local_ports)]

@@ -22,7 +22,7 @@ RTT_PEAK_HALF_LIFE_S = 0.25
 class RttEstimator:
     """RTT samples (seconds) in, RTO (seconds) out. Feed only first transmissions (Karn)."""
 
-    __slots__ = ("min_rto_s", "max_rto_s", "initial_rto_s", "srtt", "rttvar", "peak", "_peak_at")
+    __slots__ = ("_peak_at", "initial_rto_s", "max_rto_s", "min_rto_s", "min_rtt", "peak", "rttvar", "srtt")
 
     def __init__(self, settings: TransportSettings) -> None:
         self.min_rto_s, self.max_rto_s = settings.min_rto_s, settings.max_rto_s
@@ -31,12 +31,15 @@ class RttEstimator:
         self.rttvar = 0.0
         self.peak = 0.0  # the largest recent sample, halving every RTT_PEAK_HALF_LIFE_S
         self._peak_at: float | None = None
+        self.min_rtt: float | None = None  # the smallest sample: the base RTT as seen from here
 
     def sample(self, r: float, now: float) -> None:
         """One RTT sample ``r`` taken at time ``now`` (both seconds)."""
         if self._peak_at is not None:
             self.peak *= 0.5 ** ((now - self._peak_at) / RTT_PEAK_HALF_LIFE_S)
         self.peak, self._peak_at = max(r, self.peak), now
+        if self.min_rtt is None or r < self.min_rtt:
+            self.min_rtt = r
         if self.srtt is None:
             self.srtt, self.rttvar = r, r / 2
         else:

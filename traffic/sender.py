@@ -111,6 +111,9 @@ class MrcSender:
     def ev_states(self) -> dict[int, EvState]:
         return {e.ev: e.state for e in self.evs.evs.values()}
 
+    def ev_packets(self) -> dict[int, int]:
+        return {e.ev: e.packets for e in self.evs.evs.values()}
+
     @property
     def window_bytes(self) -> float:
         return self.cc.cwnd_bytes
@@ -377,10 +380,17 @@ class MrcSender:
 
 def make_sender(qp: int, plan: AddressPlan, src: str, dst: str, settings: TransportSettings, rng: random.Random,
                 messages: Iterator[tuple[int, bytes]], *, imm: bool = False, denylist: frozenset[int] = frozenset(),
-                events: EventSink | None = None) -> MrcSender:
-    """An MRC sender for ``src -> dst`` with a freshly drawn EV set (seeded by ``rng``)."""
+                events: EventSink | None = None, pin_ev: int | None = None) -> MrcSender:
+    """An MRC sender for ``src -> dst`` with a freshly drawn EV set (seeded by ``rng``), or held
+    to the one EV ``pin_ev``."""
     sink = events or _ignore
-    evs = EvSet.draw(plan, src, dst, rng, settings.evs_per_plane, settings.backup_per_plane, denylist,
-                     on_change=lambda ev, old, new, why: sink(EvStateChanged(qp=qp, ev=ev, old=old, new=new,
-                                                                             reason=why)))
+
+    def on_change(ev, old, new, why):
+        sink(EvStateChanged(qp=qp, ev=ev, old=old, new=new, reason=why))
+
+    if pin_ev is not None:
+        evs = EvSet.pinned(plan, pin_ev, on_change)
+    else:
+        evs = EvSet.draw(plan, src, dst, rng, settings.evs_per_plane, settings.backup_per_plane, denylist,
+                         on_change=on_change)
     return MrcSender(qp, evs, messages, settings, imm=imm, events=events)

@@ -54,9 +54,9 @@ class TransportSettings:
     threshold (a queue at K packets drains in about K packet times, well under an RTT at the
     thresholds mrclab sets), short enough that a path which cooled down is back within a few RTTs.
     ``roce_cc``: the baseline's rate control, ``dcqcn`` or ``none`` (window only); ``dcqcn_timer_s``
-    (10 ms, about 5 base RTTs of a shaped linux fabric; bmv2 scenarios set it from their RTT) is
-    DCQCN's rate-increase and alpha timer and the receiver's CNP interval: the paper's 55 us and
-    50 us are about 5 RTTs of its fabric, and an emulated fabric is about 1000x slower.
+    is DCQCN's rate-increase and alpha timer and the receiver's CNP interval: the paper's 55 us and
+    50 us are about 5 RTTs of its fabric, and an emulated fabric is about 1000x slower, so 0 (the
+    default) makes it 5 x the smallest RTT the sender has seen (and CNPs at most one per ms).
     """
 
     window_packets: int = field(default=16, metadata=_pos("unacknowledged data packets per QP"))
@@ -79,7 +79,7 @@ class TransportSettings:
     base_rtt_s: float = field(default=0.0, metadata=rule(lo=0, doc="a known base RTT (0: the smallest sample)"))
     ecn_skip_rtts: float = field(default=4.0, metadata=rule(lo=0, doc="how long an ECN-marked EV is skipped, in RTTs"))
     roce_cc: str = field(default="dcqcn", metadata=rule(choices=("dcqcn", "none"), doc="the baseline's rate control"))
-    dcqcn_timer_s: float = field(default=0.01, metadata=_pos("DCQCN's timers and CNP interval (5 base RTTs)"))
+    dcqcn_timer_s: float = field(default=0.0, metadata=rule(lo=0, doc="DCQCN's timers and CNP interval (0: 5 base RTTs)"))
 
     @classmethod
     def from_dict(cls, d: Any, source: str = "transport") -> TransportSettings:

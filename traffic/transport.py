@@ -55,6 +55,9 @@ class Sender(Protocol):
     def ev_states(self) -> dict[int, EvState]:
         """The state of every EV the QP holds."""
 
+    def ev_packets(self) -> dict[int, int]:
+        """Data packets sent on each EV so far."""
+
 
 class Receiver(Protocol):
     """The receiving side of one QP."""

@@ -1,0 +1,87 @@
+"""The queue plan: every switch port's egress rate, depth, ECN threshold and trim threshold, a pure
+function of the fabric spec and the scenario's ``queues:`` settings. Both data planes take their
+queues from it: bmv2 (rates and depths over Thrift, thresholds in the ``forward`` entries over
+P4Runtime) and the linux plane's eBPF program.
+
+Rates. A link's rate is the spec's: host links ``bandwidth_mbps``, T0-T1 links
+``t0_t1_bandwidth_mbps`` (0: the same). BMv2 rate-limits a queue in packets per second, not bits,
+so a port's rate in pps is its rate in bits/s over the bits of a full data frame:
+``pps = Mb/s x 10^6 / (8 x frame_bytes)``, a frame being the payload plus MRC's 154 bytes of
+headers and ICRC (1,178 bytes for the default 1 KiB payload). Smaller
+frames (SACKs, probes, trimmed headers) take a whole packet slot of that rate: the approximation
+costs the reverse direction a little and the data direction nothing.
+
+Thresholds (packets of the low-priority queue): ``q_limit`` is the spec's ``queue_packets``;
+packets at or above it are dropped. ``trim_t`` (default ``q_limit / 2``, 0: no trimming): data
+packets at or above it are trimmed. ``ecn_k`` (default ``max(2, q_limit / 8)``, 0: no marking):
+ECN-capable packets that join a queue at or above it are marked CE, on fabric-facing ports only
+(T0 up to T1, T1 down to T0): a mark means "this path is hotter", and the last hop down to a host
+is no path choice. ``ecn_last_hop: true`` marks there too (DCQCN, the RoCE baseline's control,
+needs the congested hop to mark). BMv2's own queue holds ``q_limit + QUEUE_SLACK`` packets so the
+program's count, not BMv2's silent tail drop, decides.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from topologies.addressing import AddressPlan
+from topologies.schema import rule
+
+#: Packets a BMv2 queue holds beyond the program's limit (its own drops are silent).
+QUEUE_SLACK = 8
+#: A full data frame of the default 1 KiB payload: 1024 + 154 bytes (traffic/headers.py DATA_OVERHEAD).
+DEFAULT_FRAME_BYTES = 1178
+
+
+@dataclass(frozen=True)
+class QueueSettings:
+    """A scenario's ``queues:`` block (see the module docstring). -1: the default."""
+
+    ecn_k: int = field(default=-1, metadata=rule(kind=int, lo=-1, hi=65535, doc="ECN threshold, packets"))
+    trim_t: int = field(default=-1, metadata=rule(kind=int, lo=-1, hi=65535, doc="trim threshold, packets"))
+    ecn_last_hop: bool = field(default=False, metadata=rule(kind=bool, doc="mark on ports down to hosts too"))
+
+
+@dataclass(frozen=True)
+class PortQueue:
+    """One switch port: ``peer`` it faces; ``rate_pps`` (0: unlimited), ``depth`` (BMv2's queue),
+    ``ecn_k``, ``trim_t``, ``q_limit`` (packets, 0: off)."""
+
+    switch: str
+    port: int
+    peer: str
+    rate_mbps: float
+    rate_pps: int
+    depth: int
+    ecn_k: int
+    trim_t: int
+    q_limit: int
+
+    @property
+    def host_facing(self) -> bool:
+        return self.peer.startswith("h")
+
+
+def mbps_to_pps(mbps: float, frame_bytes: int = DEFAULT_FRAME_BYTES) -> int:
+    """A link rate in packets per second of ``frame_bytes`` frames (see the module docstring)."""
+    return 0 if mbps <= 0 else max(1, round(mbps * 1e6 / (8 * frame_bytes)))
+
+
+def queue_plan(plan: AddressPlan, qs: QueueSettings = QueueSettings(),
+               frame_bytes: int = DEFAULT_FRAME_BYTES) -> dict[tuple[str, int], PortQueue]:
+    """(switch, port) -> its :class:`PortQueue`, for every port of every switch; rates in pps
+    of ``frame_bytes`` frames."""
+    link = plan.spec.link
+    limit = link.queue_packets
+    trim_t = limit // 2 if qs.trim_t < 0 else qs.trim_t
+    ecn_k = max(2, limit // 8) if qs.ecn_k < 0 else qs.ecn_k
+    out = {}
+    for sw in plan.spec.switches():
+        for port, peer in plan.ports(sw).items():
+            down_to_host = peer.startswith("h")
+            mbps = link.bandwidth_mbps if down_to_host else (link.t0_t1_bandwidth_mbps or link.bandwidth_mbps)
+            k = ecn_k if (not down_to_host or qs.ecn_last_hop) else 0
+            out[(sw, port)] = PortQueue(sw, port, peer, mbps, mbps_to_pps(mbps, frame_bytes),
+                                        limit + QUEUE_SLACK, k, trim_t, limit)
+    return out

@@ -1,0 +1,93 @@
+"""BMv2's Thrift runtime: what P4Runtime cannot do. Egress queue rates and depths per (port,
+priority) (``set_egress_priority_queue_rate`` / ``_depth``, BMv2's ``simple_switch.thrift``) and
+reading a whole register array (``bm_register_read_all``), for the per-port queue count.
+
+Each switch serves Thrift on :data:`THRIFT_PORT` inside its own network namespace, so a client's
+socket is opened from inside that namespace (pyroute2's ``pushns``, which moves only the calling
+thread) and used from here. The client classes are those BMv2 generates and installs with its
+Thrift runtime (Python packages ``bm_runtime`` and ``sswitch_runtime``; setup.sh makes them
+visible to mrclab's virtualenv); :func:`thrift_missing` says why they cannot be used.
+"""
+
+from __future__ import annotations
+
+import functools
+import shutil
+import socket
+import subprocess
+
+from topologies.errors import RunFailed
+
+#: The Thrift port of every switch (one per namespace, so they never clash).
+THRIFT_PORT = 9090
+#: Name of the register array of low-priority packets per port (p4src/mrclab.p4).
+QOCC_REGISTER = "qocc"
+
+
+class ThriftError(RunFailed):
+    """A switch's Thrift runtime could not be reached or refused a call."""
+
+
+@functools.cache
+def thrift_missing() -> str | None:
+    """None when BMv2 serves Thrift and its Python client is importable, else why not."""
+    if shutil.which("simple_switch_grpc") is None:
+        return "simple_switch_grpc is not on PATH"
+    r = subprocess.run(["simple_switch_grpc", "--help"], capture_output=True, text=True)
+    if "--thrift-port" not in r.stdout + r.stderr:
+        return "this simple_switch_grpc was built --without-thrift (rebuild BMv2 with its Thrift runtime)"
+    try:
+        import sswitch_runtime.SimpleSwitch  # noqa: F401
+        import thrift  # noqa: F401
+        from bm_runtime.standard import Standard  # noqa: F401
+    except ImportError as e:
+        return f"BMv2's Thrift client is not importable ({e}; run setup.sh again, or install python3-thrift)"
+    return None
+
+
+class SwitchThrift:
+    """A Thrift session with the BMv2 switch in namespace ``netns``."""
+
+    def __init__(self, name: str, netns: str, port: int = THRIFT_PORT) -> None:
+        from bm_runtime.standard import Standard
+        from pyroute2 import netns as pr_netns
+        from sswitch_runtime import SimpleSwitch
+        from thrift.protocol import TBinaryProtocol, TMultiplexedProtocol
+        from thrift.transport import TSocket, TTransport
+
+        self.name = name
+        pr_netns.pushns(netns)
+        try:
+            sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+        except OSError as e:
+            raise ThriftError(f"{name}: no Thrift runtime on port {port} in {netns} ({e})") from None
+        finally:
+            pr_netns.popns()
+        sock.settimeout(10)
+        tsock = TSocket.TSocket()
+        tsock.handle = sock  # already connected, inside the switch's namespace
+        self.transport = TTransport.TBufferedTransport(tsock)
+        proto = TBinaryProtocol.TBinaryProtocol(self.transport)
+        self.sswitch = SimpleSwitch.Client(TMultiplexedProtocol.TMultiplexedProtocol(proto, "simple_switch"))
+        self.standard = Standard.Client(TMultiplexedProtocol.TMultiplexedProtocol(proto, "standard"))
+
+    def set_queue(self, port: int, priority: int, rate_pps: int, depth: int) -> None:
+        """Egress queue (``port``, ``priority``): ``rate_pps`` (0: unlimited) and ``depth`` packets."""
+        try:
+            self.sswitch.set_egress_priority_queue_depth(port, priority, depth)
+            self.sswitch.set_egress_priority_queue_rate(port, priority, rate_pps)
+        except Exception as e:  # thrift raises its own exception types
+            raise ThriftError(f"{self.name}: queue ({port}, {priority}) refused: {e}") from None
+
+    def register(self, name: str) -> list[int]:
+        """Every cell of register array ``name``."""
+        try:
+            return list(self.standard.bm_register_read_all(0, name))
+        except Exception as e:
+            raise ThriftError(f"{self.name}: register {name} unreadable: {e}") from None
+
+    def close(self) -> None:
+        try:
+            self.transport.close()
+        except Exception:
+            pass
