@@ -13,10 +13,10 @@ if [ "$(id -u)" -ne 0 ]; then
 fi
 
 export DEBIAN_FRONTEND=noninteractive
-echo "== apt packages: mininet iproute2 ethtool tcpdump python3-venv (and ruby, shellcheck for the tests)"
+echo "== apt packages: mininet iproute2 ethtool tcpdump python3-venv python3-thrift (and ruby, shellcheck for the tests)"
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends \
-  mininet iproute2 ethtool tcpdump procps python3 python3-venv python3-pip ruby shellcheck >/dev/null
+  mininet iproute2 ethtool tcpdump procps python3 python3-venv python3-pip python3-thrift ruby shellcheck >/dev/null
 
 PY=/usr/bin/python3
 if [ ! -x .venv/bin/python ]; then
@@ -27,6 +27,19 @@ echo "== pip install -e .[test]"
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e '.[test]'
 
+if command -v simple_switch_grpc >/dev/null; then
+  # BMv2 installs its Thrift client (sswitch_runtime, bm_runtime) beside its prefix's Python; the
+  # controller sets queue rates with it, so the virtualenv is shown where it is
+  prefix=$(dirname "$(dirname "$(command -v simple_switch_grpc)")")
+  runtime=$(find "$prefix"/lib/python3* -maxdepth 3 -type d -name sswitch_runtime 2>/dev/null | head -n 1)
+  if [ -n "$runtime" ]; then
+    site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
+    dirname "$runtime" > "$site/mrclab-bmv2-thrift.pth"
+    echo "== BMv2's Thrift client: $(dirname "$runtime")"
+  else
+    echo "== BMv2 has no Thrift client here (built --without-thrift?): congestion scenarios need it"
+  fi
+fi
 if command -v p4c >/dev/null && command -v simple_switch_grpc >/dev/null; then
   echo "== P4 toolchain found: the bmv2 data plane is available"
 else

@@ -17,7 +17,8 @@ packets at or above it are trimmed. ``ecn_k`` (default ``max(2, q_limit / 8)``, 
 ECN-capable packets that join a queue at or above it are marked CE, on fabric-facing ports only
 (T0 up to T1, T1 down to T0): a mark means "this path is hotter", and the last hop down to a host
 is no path choice. ``ecn_last_hop: true`` marks there too (DCQCN, the RoCE baseline's control,
-needs the congested hop to mark). BMv2's own queue holds ``q_limit + QUEUE_SLACK`` packets so the
+needs the congested hop to mark). Left open, both follow the transport (:meth:`QueueSettings.
+for_transport`): an MRC run meets MRC's switches, a RoCE run a RoCE fabric's. BMv2's own queue holds ``q_limit + QUEUE_SLACK`` packets so the
 program's count, not BMv2's silent tail drop, decides.
 """
 
@@ -40,7 +41,16 @@ class QueueSettings:
 
     ecn_k: int = field(default=-1, metadata=rule(kind=int, lo=-1, hi=65535, doc="ECN threshold, packets"))
     trim_t: int = field(default=-1, metadata=rule(kind=int, lo=-1, hi=65535, doc="trim threshold, packets"))
-    ecn_last_hop: bool = field(default=False, metadata=rule(kind=bool, doc="mark on ports down to hosts too"))
+    ecn_last_hop: bool | None = field(default=None, metadata=rule(kind=(bool, type(None)),
+                                                                  doc="mark on ports down to hosts too"))
+
+    def for_transport(self, transport: str) -> QueueSettings:
+        """The switches a ``transport`` run meets, where the scenario leaves it open: MRC's
+        (trimming on, no marks on the last hop) or a RoCE fabric's (no trimming: RoCE NICs know
+        none; marks on the last hop too: DCQCN reacts to the congested hop)."""
+        roce = transport == "roce"
+        return QueueSettings(self.ecn_k, 0 if roce and self.trim_t < 0 else self.trim_t,
+                             roce if self.ecn_last_hop is None else self.ecn_last_hop)
 
 
 @dataclass(frozen=True)
@@ -81,7 +91,7 @@ def queue_plan(plan: AddressPlan, qs: QueueSettings = QueueSettings(),
         for port, peer in plan.ports(sw).items():
             down_to_host = peer.startswith("h")
             mbps = link.bandwidth_mbps if down_to_host else (link.t0_t1_bandwidth_mbps or link.bandwidth_mbps)
-            k = ecn_k if (not down_to_host or qs.ecn_last_hop) else 0
+            k = ecn_k if (not down_to_host or qs.ecn_last_hop is True) else 0
             out[(sw, port)] = PortQueue(sw, port, peer, mbps, mbps_to_pps(mbps, frame_bytes),
                                         limit + QUEUE_SLACK, k, trim_t, limit)
     return out

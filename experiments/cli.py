@@ -5,7 +5,7 @@
     mrclab size   --ports N --planes P
     mrclab shell  SWITCH
     mrclab clean  [--force]
-    mrclab bench  fabric|endpoint
+    mrclab bench  fabric|endpoint|congestion
     mrclab run    [SCENARIO] [--out DIR] [--duration S]
     mrclab report RESULTS...
 
@@ -228,6 +228,8 @@ def cmd_bench(args) -> int:
     need_root(f"mrclab bench {args.what}")
     if args.what == "fabric":
         from bench.fabric import main as bench
+    elif args.what == "congestion":
+        from bench.congestion import main as bench
     else:
         from bench.endpoint import main as bench
     return bench(args)
@@ -286,8 +288,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("switch")
     s.set_defaults(fn=cmd_shell)
 
-    s = sub.add_parser("bench", help="benchmarks: fabric bring-up and forwarding, endpoint rates")
-    s.add_argument("what", choices=["fabric", "endpoint"])
+    s = sub.add_parser("bench", help="benchmarks: fabric bring-up and forwarding, endpoint rates, congestion control")
+    s.add_argument("what", choices=["fabric", "endpoint", "congestion"])
     s.add_argument("--dataplane", action="append", choices=["bmv2", "linux"],
                    help="data plane(s) to measure (default: every available one)")
     s.set_defaults(fn=cmd_bench)

@@ -18,6 +18,8 @@ Definitions:
 * ``evs_retired(after, within_s)``: EVs that went ASSUMED_BAD in [after, after + within_s].
 * ``retire_time_rtts(after)``: time from ``after`` to the first EV retired, in smoothed RTTs.
 * ``goodput_ratio(window, baseline=[a, b])``: against the mean of that window instead.
+* ``goodput_ports(window)``: mean goodput in ``window`` in units of one NIC port's rate (the
+  fabric's host link rate), so a bound holds on every data plane whatever its link rates.
 * ``mct_s(percentile)``: message completion time (first packet sent to last acknowledged) at that
   percentile over every message of the run (of ``host``'s QPs if given): in large synchronous jobs
   the slowest message sets the pace.
@@ -56,6 +58,7 @@ class RunData:
     completion_s: dict[str, list[float]] = field(default_factory=dict)
     #: switch port samples: {t, switch, port, peer, queue, marked, trimmed, queue_full}
     ports: list[dict] = field(default_factory=list)
+    port_mbps: float = 0.0  # one NIC port's rate (the fabric's host links), 0: unshaped
 
     def mct_percentiles(self, host: str | None = None) -> dict[str, float]:
         """p50 / p99 / p99.9 message completion time (s), of ``host``'s QPs if given ({} if none)."""
@@ -167,6 +170,8 @@ def evaluate(d: RunData, metric: str, args: dict) -> tuple[float, bool | None, s
         g = d.goodput_mbps(host)
         base = window_mean(g, *args["baseline"]) if "baseline" in args else baseline_mbps(d, host)
         v = window_mean(g, *args["window"]) / base if base > 0 else 0.0
+    elif metric == "goodput_ports":
+        v = window_mean(d.goodput_mbps(host), *args["window"]) / d.port_mbps if d.port_mbps else math.inf
     elif metric == "mct_s":
         v = d.mct_percentiles(host).get(f"p{args['percentile']:g}", math.inf)
     elif metric == "ev_share":

@@ -37,14 +37,14 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from controller.fabric import FEATURES, Fabric
+from controller.fabric import FEATURES, Fabric, available, missing_features
 from experiments import endpoints
 from experiments.faults import FAULTS, play
 from experiments.metrics import BIN_S, RunData, baseline_mbps, evaluate
 from experiments.plots import ev_state_plot, goodput_plot, queue_plot, window_plot
 from experiments.scenario import Scenario, load_scenario
 from topologies.errors import BadInput, NotAvailable
-from topologies.nodes import default_dataplane, need_root, toolchain_missing
+from topologies.nodes import need_root, toolchain_missing
 from traffic.headers import DATA_OVERHEAD
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
@@ -55,23 +55,29 @@ class RunRefused(NotAvailable):
 
 
 def choose_dataplane(scn: Scenario) -> str:
-    """The data plane to use; raises :class:`RunRefused` naming the missing feature or tool."""
-    dp = scn.dataplane
-    if dp == "auto":
-        dp = default_dataplane()
-        missing = scn.needs - FEATURES[dp]
-        if missing and dp == "linux":
-            raise RunRefused(f"{scn.source}: needs {', '.join(sorted(missing))}, which only the bmv2 data plane "
-                             f"has, and bmv2 is unavailable here ({toolchain_missing()})")
-        return dp
-    if dp == "bmv2" and (why := toolchain_missing()):
-        raise RunRefused(f"{scn.source}: dataplane bmv2 requested but {why}")
-    missing = scn.needs - FEATURES[dp]
-    if missing:
-        raise RunRefused(f"{scn.source}: the {dp} data plane cannot do {', '.join(sorted(missing))} "
-                         f"(faults that need it: {', '.join(f.event for f in scn.faults if f.event in _events_needing(missing))}); "
-                         f"run it with dataplane: bmv2")
-    return dp
+    """The data plane to use: the scenario's, or with ``auto`` the first of bmv2 (where the toolchain
+    is) and linux that has every feature it needs. Raises :class:`RunRefused` naming what is missing
+    on each candidate and why."""
+    wanted = [scn.dataplane] if scn.dataplane != "auto" else \
+        (["bmv2", "linux"] if toolchain_missing() is None else ["linux"])
+    why_not = []
+    for dp in wanted:
+        if dp == "bmv2" and (why := toolchain_missing()):
+            why_not.append(f"bmv2: {why}")
+            continue
+        missing = scn.needs - available(dp)
+        if not missing:
+            return dp
+        reasons = missing_features(dp)
+        said = ", ".join(f"{m} ({reasons[m]})" if m in reasons else m for m in sorted(missing))
+        events = sorted({f.event for f in scn.faults if f.event in _events_needing(missing)})
+        hint = "; run it with dataplane: bmv2" if dp == "linux" and scn.dataplane != "auto" and \
+            missing <= FEATURES["bmv2"] else ""
+        why_not.append(f"the {dp} data plane cannot do {said}" + (f" (needed by {', '.join(events)})" if events else "")
+                       + hint)
+    if scn.dataplane == "auto" and toolchain_missing() is not None:
+        why_not.append(f"bmv2 is unavailable here ({toolchain_missing()})")
+    raise RunRefused(f"{scn.source}: " + "; ".join(why_not))
 
 
 def _events_needing(features: set[str]) -> set[str]:
@@ -80,6 +86,11 @@ def _events_needing(features: set[str]) -> set[str]:
 
 def run(scn: Scenario, out: Path | None = None, *, live: bool = True) -> dict:
     """Run ``scn`` and write its results folder; returns the metrics dict (also ``metrics.json``)."""
+    return run_with_data(scn, out, live=live)[0]
+
+
+def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True) -> tuple[dict, RunData]:
+    """:func:`run`, also returning the run's normalised data (for benchmarks and sweeps)."""
     dp = choose_dataplane(scn)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(out) if out else Path("results") / f"{scn.name}-{scn.transport}-{dp}-{stamp}"
@@ -104,7 +115,7 @@ def run(scn: Scenario, out: Path | None = None, *, live: bool = True) -> dict:
     sampler = None
     try:
         with Fabric(spec, dp, progress=lambda m: console.print(f"[dim]·[/dim] {m}"), watchdog=dp == "bmv2",
-                    loss_salt=scn.seed, queues=scn.queues,
+                    loss_salt=scn.seed, queues=scn.queues.for_transport(scn.transport),
                     frame_bytes=scn.settings.payload_bytes + DATA_OVERHEAD) as fab:
             cfgs = endpoints.configs(scn, spec_path, out / "endpoints")
             console.print(f"[dim]·[/dim] starting {len(cfgs)} endpoints ({', '.join(cfgs)})")
@@ -128,7 +139,8 @@ def run(scn: Scenario, out: Path | None = None, *, live: bool = True) -> dict:
     data.first_fault_s = min((f["t"] for f in fault_log), default=None)
     data.traffic_start_s = min((f.start_s for f in scn.flows), default=0.0)
     data.ports = sampler.samples if sampler is not None else []
-    return _finish(scn, dp, data, fault_log, out)
+    data.port_mbps = spec.link.bandwidth_mbps
+    return _finish(scn, dp, data, fault_log, out), data
 
 
 class PortSampler:

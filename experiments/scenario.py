@@ -46,6 +46,7 @@ QUICKSTART = "quickstart"
 METRICS: dict[str, tuple[set[str], set[str]]] = {
     "goodput_ratio": ({"window"}, {"min", "max", "host", "baseline"}),
     "mct_s": ({"percentile"}, {"min", "max", "host"}),
+    "goodput_ports": ({"window"}, {"min", "max", "host"}),
     "ev_share": ({"host", "plane", "window"}, {"t1", "min", "max"}),
     "port_total": ({"counter"}, {"min", "max", "switch"}),
     "recovery_time_s": ({"after"}, {"fraction", "max", "host"}),
