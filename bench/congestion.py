@@ -2,8 +2,8 @@
 
 The fabric: one plane, two T0 groups of 9 hosts, one T1 (3 switches).
 N senders of group 1 (h9, h10, ...) each write to h0 over one QP; the bottleneck is h0's T0 down
-port, the T0-T1 links being 8x faster. For N = 2, 4, 8 and each window control (``cc: nscc`` and
-``cc: fixed``, 16 packets) one run of :data:`DURATION_S`: all flows but the last start at once, the
+port, the T0-T1 links being 8x faster. For N = 2, 4, 8 and each window control (NSCC, and
+``nscc: off``: the fixed window of 16 packets) one run of :data:`DURATION_S`: all flows but the last start at once, the
 last joins at :data:`JOIN_S`. Printed per run, over the last :data:`STEADY_FRACTION` of the run:
 
 * Jain's fairness index of the flows' goodput, (sum x)^2 / (n sum x^2) (Jain, Chiu, Hawe 1984;
@@ -55,7 +55,7 @@ def scenario(n: int, cc: str, dp: str) -> dict:
         "fabric": {"topo": "lab", "planes": 1, "t0_per_plane": 2, "t1_per_plane": 1, "hosts_per_t0": 9,
                    "link": {"bandwidth_mbps": mbps, "t0_t1_bandwidth_mbps": 8 * mbps, "queue_packets": 32}},
         "queues": {}, "dataplane": dp, "seed": 11, "duration_s": DURATION_S,
-        "transport": {"kind": "mrc", "cc": cc, "evs_per_plane": 1, "backup_per_plane": 1},
+        "transport": {"kind": "mrc", "nscc": cc == "nscc", "evs_per_plane": 1, "backup_per_plane": 1},
         "workload": [{"src": f"h{9 + i}", "dst": "h0", "message_bytes": 65536,
                       "start_s": JOIN_S if i == n - 1 else 0.0} for i in range(n)],
     }

@@ -16,7 +16,9 @@ Definitions:
 * ``retransmit_fraction``: retransmitted data packets / data packets sent.
 * ``messages_intact``: every message that completed arrived byte-identical (``equals: all``).
 * ``evs_retired(after, within_s)``: EVs that went ASSUMED_BAD in [after, after + within_s].
-* ``retire_time_rtts(after)``: time from ``after`` to the first EV retired, in smoothed RTTs.
+* ``evs_retired`` with neither ``after`` nor ``within_s``: over the whole run.
+* ``retire_time_rtts(after)``, ``false_retirements``, ``revival_s(after)``, ``capacity_ratio(window)``:
+  judged against what the faults left of the fabric (experiments/verdicts.py).
 * ``goodput_ratio(window, baseline=[a, b])``: against the mean of that window instead.
 * ``goodput_ports(window)``: mean goodput in ``window`` in units of one NIC port's rate (the
   fabric's host link rate), so a bound holds on every data plane whatever its link rates.
@@ -59,6 +61,8 @@ class RunData:
     #: switch port samples: {t, switch, port, peer, queue, marked, trimmed, queue_full}
     ports: list[dict] = field(default_factory=list)
     port_mbps: float = 0.0  # one NIC port's rate (the fabric's host links), 0: unshaped
+    flows: list[tuple[str, str]] = field(default_factory=list)  # (src, dst) of every flow
+    timeline: object = None  # experiments.fabricstate.FabricTimeline: the faults as played
 
     def mct_percentiles(self, host: str | None = None) -> dict[str, float]:
         """p50 / p99 / p99.9 message completion time (s), of ``host``'s QPs if given ({} if none)."""
@@ -138,13 +142,17 @@ def window_mean(series: list[float], lo: float, hi: float) -> float:
     return _mean(series[i:j])
 
 
-def baseline_mbps(d: RunData, host: str | None = None, warmup_s: float = 1.0) -> float:
-    g = d.goodput_mbps(host)
+def baseline_window(d: RunData, warmup_s: float = 1.0) -> tuple[float, float]:
+    """From ``warmup_s`` after traffic starts to the first fault (or the end)."""
     lo = d.traffic_start_s + warmup_s
     hi = d.first_fault_s if d.first_fault_s is not None else d.duration_s
     if hi - lo < 2 * BIN_S:
         lo = max(0.0, hi - 1.0)
-    return window_mean(g, lo, hi)
+    return lo, hi
+
+
+def baseline_mbps(d: RunData, host: str | None = None, warmup_s: float = 1.0) -> float:
+    return window_mean(d.goodput_mbps(host), *baseline_window(d, warmup_s))
 
 
 def recovery_time_s(d: RunData, after: float, fraction: float = 0.9, host: str | None = None) -> float:
@@ -193,15 +201,17 @@ def evaluate(d: RunData, metric: str, args: dict) -> tuple[float, bool | None, s
         ok = bad == 0 and done > 0
         return v, ok, f"all intact ({done} delivered, {bad} corrupt)"
     elif metric == "evs_retired":
+        after = args.get("after", d.first_fault_s or 0.0) if "after" in args or "within_s" in args else 0.0
+        within = args.get("within_s", d.duration_s)
+        v = float(len({(e.get("host"), e.get("qp"), e.get("ev")) for e in retired(d, after, within)}))
+    elif metric in ("retire_time_rtts", "false_retirements", "revival_s", "capacity_ratio"):
+        from experiments import verdicts
+
         after = args.get("after", d.first_fault_s or 0.0)
-        v = float(len({(e.get("host"), e.get("qp"), e.get("ev")) for e in retired(d, after, args.get("within_s", 1.0))}))
-    elif metric == "retire_time_rtts":
-        after = args.get("after", d.first_fault_s or 0.0)
-        r = retired(d, after, d.duration_s)
-        if not r or not d.rtt_us:
-            v = math.inf
-        else:
-            v = (min(e["t"] for e in r) - after) * 1e6 / d.rtt_us
+        v = {"retire_time_rtts": lambda: verdicts.retire_time_rtts(d, after),
+             "false_retirements": lambda: verdicts.false_retirements(d),
+             "revival_s": lambda: verdicts.revival_s(d, after),
+             "capacity_ratio": lambda: verdicts.capacity_ratio(d, *args.get("window", (0, 0)), host)}[metric]()
     else:  # validated by the scenario loader
         raise KeyError(metric)
     lo, hi = args.get("min"), args.get("max")

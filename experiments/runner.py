@@ -39,10 +39,12 @@ from rich.table import Table
 
 from controller.fabric import FEATURES, Fabric, available, missing_features
 from experiments import endpoints
+from experiments.fabricstate import FabricTimeline
 from experiments.faults import FAULTS, play
 from experiments.metrics import BIN_S, RunData, baseline_mbps, evaluate
 from experiments.plots import ev_state_plot, goodput_plot, queue_plot, window_plot
-from experiments.scenario import Scenario, load_scenario
+from experiments.scenario import Scenario, load_scenario, parse_set
+from topologies.addressing import AddressPlan
 from topologies.errors import BadInput, NotAvailable
 from topologies.nodes import need_root, toolchain_missing
 from traffic.headers import DATA_OVERHEAD
@@ -140,6 +142,8 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True) 
     data.traffic_start_s = min((f.start_s for f in scn.flows), default=0.0)
     data.ports = sampler.samples if sampler is not None else []
     data.port_mbps = spec.link.bandwidth_mbps
+    data.flows = [(f.src, f.dst) for f in scn.flows]
+    data.timeline = FabricTimeline.from_played(AddressPlan(spec), [(x["t"], f) for x, f in zip(fault_log, scn.faults)])
     return _finish(scn, dp, data, fault_log, out), data
 
 
@@ -272,7 +276,8 @@ def _summary(m: dict, out: Path) -> None:
 
 def main(args) -> int:
     """``mrclab run``: errors propagate to the command line's one error boundary."""
-    scn = load_scenario(args.scenario, duration_s=args.duration, dataplane=args.dataplane, transport=args.transport)
+    scn = load_scenario(args.scenario, duration_s=args.duration, dataplane=args.dataplane, transport=args.transport,
+                        settings=parse_set(args.set))
     need_root("mrclab run")
     m = run(scn, Path(args.out) if args.out else None, live=sys.stderr.isatty())
     return 0 if m["passed"] else 1

@@ -54,6 +54,9 @@ METRICS: dict[str, tuple[set[str], set[str]]] = {
     "messages_intact": (set(), {"equals"}),
     "evs_retired": (set(), {"after", "within_s", "min", "max"}),
     "retire_time_rtts": (set(), {"after", "max"}),
+    "false_retirements": (set(), {"max"}),
+    "revival_s": ({"after"}, {"max"}),
+    "capacity_ratio": ({"window"}, {"min", "max", "host"}),
     "goodput_mbps": ({"window"}, {"min", "max", "host"}),
 }
 
@@ -148,8 +151,10 @@ def resolve(name_or_path: str | None) -> Path:
 
 
 def load_scenario(path: str | Path | None, *, duration_s: float | None = None,
-                  dataplane: str | None = None, transport: str | None = None) -> Scenario:
-    """Read and validate a scenario. Overrides (command line) are applied before validation."""
+                  dataplane: str | None = None, transport: str | None = None,
+                  settings: dict[str, Any] | None = None) -> Scenario:
+    """Read and validate a scenario. Overrides (command line) are applied before validation;
+    ``settings`` set fields of its ``transport:`` block (``--set ev_health=off``)."""
     p = resolve(str(path) if path is not None else None)
     try:
         raw = yaml.safe_load(p.read_text()) or {}
@@ -164,7 +169,25 @@ def load_scenario(path: str | Path | None, *, duration_s: float | None = None,
         raw["dataplane"] = dataplane
     if transport is not None:
         raw.setdefault("transport", {})["kind"] = transport
+    if settings:
+        raw["transport"] = {**(raw.get("transport") or {}), **settings}
     return parse_scenario(raw, str(p))
+
+
+def parse_set(items: list[str] | None) -> dict[str, Any]:
+    """``["ev_health=off", "window_packets=8"]`` -> their values as YAML reads them (off: False).
+    Raises :class:`ScenarioError` for an item without ``=``."""
+    out: dict[str, Any] = {}
+    for item in items or []:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise ScenarioError(f"--set {item!r}; allowed: NAME=VALUE, e.g. ev_health=off "
+                                f"(mechanisms: {', '.join(TransportSettings.MECHANISMS)})")
+        try:
+            out[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError:
+            out[key.strip()] = value
+    return out
 
 
 def _rescale(raw: dict, duration_s: float, src: str) -> None:

@@ -33,7 +33,11 @@ uet-htsim's scaling: a BDP of a few dozen packets gives ``a`` of a few tenths.
 The target queueing delay is 0.75 x the base RTT (with trimming, as UET's default). The BDP is the
 QP's line rate (every plane's NIC port) x the base RTT; the base RTT is the smallest RTT sampled
 (an emulated fabric's RTT is not known before it runs). Where the line rate is not known (unshaped
-links), the BDP is taken to be the fixed window.
+links), the BDP is taken to be the fixed window. The BDP is never less than ``min_bdp_bytes`` (the
+sender passes two full packets per plane, ours): an emulated link serialises a packet in
+milliseconds while its switches forward an empty queue's packet at once, so the smallest RTT
+leaves the serialisation out and rate x RTT would be a fraction of a packet per plane, too little
+to keep every plane's port busy.
 """
 
 from __future__ import annotations
@@ -101,8 +105,10 @@ class Nscc:
 
     name = "nscc"
 
-    def __init__(self, mss: int, line_rate_bps: float, initial_bytes: float, base_rtt_s: float = 0.0) -> None:
+    def __init__(self, mss: int, line_rate_bps: float, initial_bytes: float, base_rtt_s: float = 0.0,
+                 min_bdp_bytes: float = 0.0) -> None:
         self.mss, self.line_rate_bps, self.initial = mss, line_rate_bps, initial_bytes
+        self.min_bdp = max(float(mss), min_bdp_bytes)
         self.base_rtt_s = base_rtt_s or None
         self.cwnd_bytes = float(initial_bytes)
         self.avg_delay = 0.0
@@ -115,7 +121,7 @@ class Nscc:
 
     def _params(self, base_rtt_s: float) -> NsccParams:
         bdp = self.line_rate_bps / 8 * base_rtt_s if self.line_rate_bps > 0 else self.initial
-        return NsccParams(self.mss, max(bdp, self.mss), 0.75 * base_rtt_s, base_rtt_s)
+        return NsccParams(self.mss, max(bdp, self.min_bdp), 0.75 * base_rtt_s, base_rtt_s)
 
     def on_ack(self, acked_bytes: int, rtt_s: float | None, ecn: bool, now: float) -> None:
         if rtt_s is not None and rtt_s > 0 and (self.base_rtt_s is None or rtt_s < self.base_rtt_s):

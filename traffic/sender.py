@@ -79,10 +79,13 @@ class MrcSender:
         self.probes: ProbeScheduler[int] = ProbeScheduler(settings.probe_interval_s, settings.probe_timeout_s)
         self.ports = PortState()
         self.mss = settings.payload_bytes + H.DATA_OVERHEAD  # a full data packet on the wire
-        initial = settings.window_packets * self.mss
-        if settings.cc == "nscc":
+        if settings.nscc:
             line = settings.port_mbps * 1e6 * evs.planes
-            self.cc: FixedWindow | Nscc = Nscc(self.mss, line, initial, settings.base_rtt_s)
+            # start at the BDP floor (two packets per plane): a window's first burst meets empty
+            # queues and an RTO that has only seen empty-queue RTTs
+            floor = 2 * evs.planes * self.mss
+            initial = min(settings.window_packets * self.mss, floor) if line > 0 else settings.window_packets * self.mss
+            self.cc: FixedWindow | Nscc = Nscc(self.mss, line, initial, settings.base_rtt_s, min_bdp_bytes=floor)
         else:
             self.cc = FixedWindow(settings.window_packets, self.mss)
         self._op, self._rkey = (H.OP_WRITE_IMM if imm else H.OP_WRITE), rkey_for(qp)
@@ -220,7 +223,8 @@ class MrcSender:
             self.timer_q.popleft()
             self.stats.timeouts += 1
             self.events(TimedOut(qp=self.qp, psn=psn, ev=rec.ev))
-            self.evs.retire(rec.ev, "retransmission timeout")
+            if self.s.ev_health:
+                self.evs.retire(rec.ev, "retransmission timeout")
             self._lose(psn, rec, "timeout")
 
     def _lose(self, psn: int, rec: _Rec, why: str) -> None:
@@ -281,9 +285,9 @@ class MrcSender:
             bm >>= 1
             i += 1
         ecn = bool(p.sflags & H.S_ECN)
-        if ecn:
+        if ecn and self.s.ecn_lb:
             self.evs.skip(ev, "ECN mark", now + self.s.ecn_skip_rtts * (self.rtt.srtt or 0.0))
-        if p.trim_bitmap:
+        if p.trim_bitmap and self.s.nack:
             self._trimmed_in(base, p.trim_bitmap, now)
         self.cc.on_ack(self.stats.bytes_acked - acked0, rtt, ecn, now)
         # FIFO inference: every PSN sent on an EV before one that arrived on it, and still not
@@ -313,13 +317,16 @@ class MrcSender:
             rec = self.recs.get(psn)
             if rec is not None and not rec.acked and rec.ev == ev and rec.t_sent >= 0 and psn >= known_from:
                 self.events(GapFound(qp=self.qp, psn=psn, ev=ev, behind=arrived))
-                self.evs.retire(ev, f"untrimmed loss of PSN {psn} behind PSN {arrived}")
+                if self.s.ev_health:
+                    self.evs.retire(ev, f"untrimmed loss of PSN {psn} behind PSN {arrived}")
                 self._lose(psn, rec, "gap on EV")
 
     def _on_nack(self, p: Pkt, now: float) -> None:
         psn = psn_at_or_below(p.echo_psn, self.next_psn)
         self._peer_ports(p.port_state, psn)
         self.stats.nacks += 1
+        if not self.s.nack:
+            return
         self._retransmit_trimmed(psn, p.echo_ev, now)
         if p.trim_bitmap:
             self._trimmed_in(psn_at_or_below(p.base_psn, self.next_psn), p.trim_bitmap, now)
@@ -360,6 +367,8 @@ class MrcSender:
             self._apply_ports()
 
     def _apply_ports(self) -> None:
+        if not self.s.port_state:
+            return
         up = self.ports.usable()
         for plane in range(self.evs.planes):
             down = not (up >> plane) & 1
@@ -369,6 +378,8 @@ class MrcSender:
 
     # ---- probes -----------------------------------------------------------------------------
     def _probes(self, now: float) -> list[Pkt]:
+        if not self.s.probes:
+            return []
         for ev in self.probes.expired(now):
             self.evs.probe_result(ev, False, self.s.probe_successes)
         down = self.evs.planes_down

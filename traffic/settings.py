@@ -45,8 +45,8 @@ class TransportSettings:
     Receiver: a SACK every ``ack_every`` (2) packets or after ``ack_delay_s`` (1 ms). Memory region
     ``region_bytes`` (8 MiB) per QP. PSNs more than ``max_psn_window`` (65,536) ahead are dropped.
 
-    Congestion (traffic/cc.py, traffic/dcqcn.py): ``cc`` is MRC's window control, ``nscc`` (UET 1.0
-    NSCC, the OCP MRC API's default profile) or ``fixed`` (``window_packets``); NSCC's BDP is the
+    Congestion (traffic/cc.py, traffic/dcqcn.py): MRC's window is NSCC's (UET 1.0 NSCC, the OCP MRC
+    API's default profile), or the fixed ``window_packets`` with ``nscc: off``; NSCC's BDP is the
     QP's line rate, ``port_mbps`` x the planes (the runner sets it from the fabric's host links;
     0: unknown, the fixed window stands for the BDP), x the base RTT (``base_rtt_s``, 0: the
     smallest RTT sample). An EV whose packets come back ECN-marked is skipped for ``ecn_skip_rtts``
@@ -57,6 +57,15 @@ class TransportSettings:
     is DCQCN's rate-increase and alpha timer and the receiver's CNP interval: the paper's 55 us and
     50 us are about 5 RTTs of its fabric, and an emulated fabric is about 1000x slower, so 0 (the
     default) makes it 5 x the smallest RTT the sender has seen (and CNPs at most one per ms).
+
+    Ablations: each of MRC's mechanisms (:attr:`MECHANISMS`) is on by default and can be switched
+    off by name, to see what it buys: ``ev_health`` (an untrimmed loss or a timeout retires the EV;
+    off: the packet is resent, the EV kept), ``probes`` (retired EVs are probed and revived; off:
+    retired for good), ``port_state`` (a plane whose NIC port is down at either end leaves the
+    rotation; off: the sender keeps spraying into it), ``nack`` (a trimmed packet is resent at once
+    on another EV; off: NACKs and trim bitmaps are ignored, so a trim is found like a loss),
+    ``ecn_lb`` (ECN-marked EVs are skipped; off: marks only feed NSCC), ``nscc`` (off: the fixed
+    window).
     """
 
     window_packets: int = field(default=16, metadata=_pos("unacknowledged data packets per QP"))
@@ -74,12 +83,21 @@ class TransportSettings:
     ack_delay_s: float = field(default=0.001, metadata=_pos("longest a SACK waits"))
     region_bytes: int = field(default=8 << 20, metadata=_pos("memory region per QP"))
     max_psn_window: int = field(default=1 << 16, metadata=_pos("PSNs ahead of cum_psn a receiver accepts"))
-    cc: str = field(default="nscc", metadata=rule(choices=("nscc", "fixed"), doc="MRC's window control"))
     port_mbps: float = field(default=0.0, metadata=rule(lo=0, doc="NIC port rate per plane, Mb/s (0: unknown)"))
     base_rtt_s: float = field(default=0.0, metadata=rule(lo=0, doc="a known base RTT (0: the smallest sample)"))
     ecn_skip_rtts: float = field(default=4.0, metadata=rule(lo=0, doc="how long an ECN-marked EV is skipped, in RTTs"))
     roce_cc: str = field(default="dcqcn", metadata=rule(choices=("dcqcn", "none"), doc="the baseline's rate control"))
     dcqcn_timer_s: float = field(default=0.0, metadata=rule(lo=0, doc="DCQCN's timers and CNP interval (0: 5 base RTTs)"))
+    # ---- MRC's mechanisms, each of which can be switched off (docs/protocol.md, "Ablations") ----
+    ev_health: bool = field(default=True, metadata=rule(kind=bool, doc="retire an EV on an untrimmed loss or timeout"))
+    probes: bool = field(default=True, metadata=rule(kind=bool, doc="probe retired EVs and revive them"))
+    port_state: bool = field(default=True, metadata=rule(kind=bool, doc="stop using a plane whose port is down"))
+    nack: bool = field(default=True, metadata=rule(kind=bool, doc="resend a trimmed packet at once on another EV"))
+    ecn_lb: bool = field(default=True, metadata=rule(kind=bool, doc="skip EVs whose packets come back ECN-marked"))
+    nscc: bool = field(default=True, metadata=rule(kind=bool, doc="NSCC's window (off: the fixed window_packets)"))
+
+    #: the switchable mechanisms, by name
+    MECHANISMS = ("ev_health", "probes", "port_state", "nack", "ecn_lb", "nscc")
 
     @classmethod
     def from_dict(cls, d: Any, source: str = "transport") -> TransportSettings:

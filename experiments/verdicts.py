@@ -1,0 +1,93 @@
+"""Verdicts that judge a run against what its faults left of the fabric (experiments/fabricstate.py):
+an EV retired while its path was whole, an EV through a repaired element still retired, the time an
+EV through a failed element took to be retired, goodput against the capacity the faults left.
+
+Each function takes the run's :class:`~experiments.metrics.RunData` (its events and its
+``timeline``) and returns one number; experiments/metrics.py names them as metrics.
+"""
+
+from __future__ import annotations
+
+import math
+
+from experiments.metrics import RunData, baseline_window, window_mean
+
+#: A retirement answers a loss that may have happened up to this long before it (a retransmission
+#: timeout is at most max_rto_s, 1 s, and is usually a few RTTs): a path failed in [t - grace, t]
+#: explains a retirement at t.
+RETIRE_GRACE_S = 1.0
+#: A repair and a failure are matched to an expectation's ``after`` within this much.
+MATCH_S = 0.5
+
+
+def _ev_changes(d: RunData) -> dict[tuple, list[tuple[float, str]]]:
+    """(host, peer, qp, ev) -> [(t, new state)] in time order."""
+    out: dict[tuple, list[tuple[float, str]]] = {}
+    for e in d.events:
+        if e.get("kind") == "ev_state":
+            out.setdefault((e["host"], e["peer"], e["qp"], e["ev"]), []).append((e["t"], str(e["new"])))
+    return out
+
+
+def _path(d: RunData, host: str, peer: str, ev: int):
+    return d.timeline.plan.path_for_ev(host, peer, ev)
+
+
+def false_retirements(d: RunData) -> float:
+    """EVs retired (ASSUMED_BAD) while their path crossed no failed element in the last
+    :data:`RETIRE_GRACE_S`: healthy paths taken for broken ones."""
+    n = 0
+    for (host, peer, _qp, ev), changes in _ev_changes(d).items():
+        for t, new in changes:
+            if new == "ASSUMED_BAD" and not d.timeline.path_failed(_path(d, host, peer, ev), t - RETIRE_GRACE_S, t):
+                n += 1
+    return float(n)
+
+
+def revival_s(d: RunData, after: float) -> float:
+    """Seconds from the repair at ``after`` until every EV retired through a repaired element is
+    GOOD again (the slowest); inf when one never is; 0 when no such EV was retired."""
+    repaired = set(d.timeline.repaired_at(after, MATCH_S))
+    worst = 0.0
+    for (host, peer, _qp, ev), changes in _ev_changes(d).items():
+        state = next((s for t, s in reversed(changes) if t <= after), "GOOD")
+        if state != "ASSUMED_BAD":
+            continue
+        if not repaired & set(d.timeline.path_elements(_path(d, host, peer, ev))):
+            continue
+        back = next((t for t, s in changes if t > after and s == "GOOD"), None)
+        worst = max(worst, math.inf if back is None else back - after)
+    return worst
+
+
+def retire_time_rtts(d: RunData, after: float) -> float:
+    """For every EV retired whose path crosses an element that failed at ``after``: the time from
+    the failure to its retirement, in smoothed RTTs; the slowest (inf if none was retired). Every
+    active EV carries a packet within a rotation of the failure, so this is the time from its first
+    lost packet to its retirement, plus at most one rotation."""
+    failed = set(d.timeline.failed_at(after, MATCH_S))
+    times = []
+    for (host, peer, _qp, ev), changes in _ev_changes(d).items():
+        if not failed & set(d.timeline.path_elements(_path(d, host, peer, ev))):
+            continue
+        t = next((t for t, s in changes if t >= after and s == "ASSUMED_BAD"), None)
+        if t is not None:
+            times.append(t - after)
+    if not times or not d.rtt_us:
+        return math.inf
+    return max(times) * 1e6 / d.rtt_us
+
+
+def capacity_ratio(d: RunData, lo: float, hi: float, host: str | None = None) -> float:
+    """Goodput in [lo, hi] as a share of the capacity the faults left there, relative to the same
+    share before the first fault: 1.0 means the transport used all that was left as well as it used
+    the whole fabric (paper: goodput steps down by 1/P per NIC port, not at all for a T1 of two)."""
+    flows = [f for f in d.flows if host is None or f[0] == host]
+    g = d.goodput_mbps(host)
+    b0, b1 = baseline_window(d)
+    cap_base = d.timeline.capacity(flows, b0, b1)
+    cap = d.timeline.capacity(flows, lo, hi)
+    base = window_mean(g, b0, b1)
+    if not cap or not base or not cap_base:
+        return 0.0
+    return (window_mean(g, lo, hi) / cap) / (base / cap_base)
