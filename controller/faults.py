@@ -11,10 +11,11 @@ How each data plane realises a hold (:class:`Desired`):
 
 * ``linux``: a link is up when no hold covers it: not held down and neither end a switch held down
   (a dead Linux switch is all its ports down). Both ends' interfaces follow.
-* ``bmv2``: a switch held down is its process killed. A link between switches held down drops every
-  packet both switches send on it (BMv2 loses a port whose interface goes down, so a cut never downs
-  a switch's interface); a host link held down is the host's interface down (the switch sees its
-  carrier go). A direction's drop probability is 1 while its link is held down, else its gray loss.
+* ``bmv2``: a switch held down is its process killed, and the host ports cabled to it see their
+  carrier go (a dead switch's ports go dark; the host's end of the link is set down). A link between
+  switches held down drops every packet both switches send on it (BMv2 loses a port whose interface
+  goes down, so a cut never downs a switch's interface); a host link held down is the host's
+  interface down (the switch sees its carrier go). A direction's drop probability is 1 while its link is held down, else its gray loss.
 
 :class:`FaultInjector` keeps the holds and the last state it applied, and after every change asks
 its :class:`FaultBackend` for the elements that differ; a switch that comes back to life gets every
@@ -73,8 +74,8 @@ def desired(state: FaultState, plan: AddressPlan, dataplane: str) -> Desired:
             up = not held and a not in state.switches_down and b not in state.switches_down
             iface[(a, b)] = iface[(b, a)] = up
             continue
-        if is_host(a):
-            iface[(a, b)] = not held  # the host's end; the switch keeps its interface
+        if is_host(a):  # the host's end; the switch keeps its interface
+            iface[(a, b)] = not held and b not in state.switches_down
         for sw, peer in ((a, b), (b, a)):
             if not is_host(sw):
                 drop[(sw, peer)] = 1.0 if held and not is_host(peer) else state.loss.get((sw, peer), 0.0)
@@ -162,8 +163,11 @@ class FaultInjector:
                 b.set_alive(s, alive)
                 if alive and b.fresh_on_restart:
                     fresh.add(s)
-        for key, up in new.iface_up.items():
-            if up != old.iface_up[key]:
+        # a host's end of a link changes last, after its switch is whole again (routes settled): its
+        # NIC sees carrier only once the switch can forward what it sends
+        changed = [(key, up) for key, up in new.iface_up.items() if up != old.iface_up[key]]
+        for key, up in changed:
+            if not is_host(key[0]):
                 b.set_iface(*key, up)
         dead = {s for s, alive in new.alive.items() if not alive} if b.fresh_on_restart else set()
         for key, rate in new.drop.items():
@@ -175,6 +179,9 @@ class FaultInjector:
             if s not in dead and on != before:
                 b.set_blackhole(s, on)
         b.settle(new)
+        for key, up in changed:
+            if is_host(key[0]):
+                b.set_iface(*key, up)
         # a dead switch that loses its faults on restart has none applied meanwhile
         self.applied = Desired(new.iface_up,
                                {k: (old.drop[k] if k[0] in dead else v) for k, v in new.drop.items()},

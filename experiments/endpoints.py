@@ -16,7 +16,7 @@ from pathlib import Path
 
 import psutil
 
-from experiments.faults import ev_path
+from experiments.faults import endpoint_seed, ev_path
 from experiments.metrics import RunData
 from experiments.scenario import Scenario
 from topologies.addressing import AddressPlan
@@ -49,7 +49,7 @@ def configs(scn: Scenario, spec_path: Path, folder: Path) -> dict[str, C.Endpoin
                 qps.append(C.QpConfig(qp=qp_no[host], peer=fl.dst, message_bytes=fl.message_bytes, op=fl.op,
                                       start_s=fl.start_s, duration_s=scn.duration_s - fl.start_s, pin_ev=pin))
         out[host] = C.EndpointConfig(
-            topo=str(spec_path), host=host, seed=scn.seed * 1000 + int(host[1:]), transport=scn.transport,
+            topo=str(spec_path), host=host, seed=endpoint_seed(scn.seed, host), transport=scn.transport,
             settings=scn.settings, denylist=tuple(deny.get(host, [])), qps=tuple(qps),
             telemetry_path=str(folder / f"{host}.telemetry.jsonl"), telemetry_interval_s=0.1)
     return out

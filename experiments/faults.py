@@ -21,6 +21,14 @@ deny                src, dst, plane [t1]            the path's EVs are DENIED fo
 ==================  ==============================  ===========================================
 
 Faults compose (controller/faults.py): each one holds its element until its own undo.
+
+A fault can be aimed at a flow's RoCE path (the one path the baseline's ECMP hash gives its QP) by
+naming it ``roce:SRC->DST[#QP]:PART`` in place of a switch, a link, a plane or a T1 number: PART
+is ``t1``, ``src-t0`` or ``dst-t0`` (a switch; ``t1`` also the T1 number of an ``ev_loss``), ``up``
+(the source T0's link to the T1), ``down`` (the T1's link to the destination T0), ``src-port`` or
+``dst-port`` (a host link), or ``plane``. QPs are
+numbered per sending host from 1, in workload order. The path is the same whichever transport runs,
+so an MRC run meets the same fault the RoCE run is measured against.
 """
 
 from __future__ import annotations
@@ -32,6 +40,7 @@ from typing import Any
 from topologies.addressing import AddressPlan, Path
 from topologies.schema import Problems, Rule, check_value, suggest
 from topologies.spec import ClosSpec
+from traffic.roce import ecmp_ev
 
 
 @dataclass(frozen=True)
@@ -146,6 +155,53 @@ def _field_rule(name: str, spec: ClosSpec) -> Rule:
     return rules[name]
 
 
+def endpoint_seed(scenario_seed: int, host: str) -> int:
+    """The seed of ``host``'s endpoint in a scenario seeded ``scenario_seed`` (it seeds its EV draws
+    and its RoCE QPs' ECMP hash)."""
+    return scenario_seed * 1000 + int(host[1:])
+
+
+def roce_path(plan: AddressPlan, scenario_seed: int, src: str, dst: str, qp: int) -> Path:
+    """The path the baseline's QP ``qp`` from ``src`` to ``dst`` takes (traffic/roce.py's hash)."""
+    return plan.path_for_ev(src, dst, ecmp_ev(plan, src, dst, qp, endpoint_seed(scenario_seed, src)))
+
+
+ROCE_PARTS = ("t1", "src-t0", "dst-t0", "up", "down", "src-port", "dst-port", "plane")
+
+
+def resolve_roce(value: Any, key: str, plan: AddressPlan, scenario_seed: int, label: str,
+                 problems: Problems) -> Any:
+    """``value`` with a ``roce:SRC->DST[#QP]:PART`` reference (see the module docstring) replaced
+    by the switch, link (``'a:b'``) or plane it names; other values as they are."""
+    if not (isinstance(value, str) and value.startswith("roce:")):
+        return value
+    body = value[len("roce:"):]
+    flow, _, part = body.rpartition(":")
+    pair, _, qp = flow.partition("#")
+    src, _, dst = pair.partition("->")
+    hosts = plan.spec.hosts()
+    if part not in ROCE_PARTS or src not in hosts or dst not in hosts or src == dst or (qp and not qp.isdigit()):
+        problems.add(f"{label} = {value!r}; allowed: roce:SRC->DST[#QP]:PART, PART one of {', '.join(ROCE_PARTS)}")
+        return None
+    p = roce_path(plan, scenario_seed, src, dst, int(qp or 1))
+    cross = p.t1 is not None
+    wants = {"switch": ("t1", "src-t0", "dst-t0"), "link": ("up", "down", "src-port", "dst-port"), "plane": ("plane",),
+             "t1": ("t1",)}
+    if part not in wants.get(key, ()) or (part in ("t1", "up", "down") and not cross):
+        problems.add(f"{label} = {value!r}: {part} does not name a {key} of that path "
+                     f"({'same T0 group: no T1' if not cross else 'wrong kind'})")
+        return None
+    if part == "plane":
+        return p.plane
+    if key == "t1":
+        return p.t1
+    if key == "switch":
+        return {"t1": p.hops[1] if cross else None, "src-t0": p.hops[0], "dst-t0": p.hops[-1]}[part]
+    link = {"src-port": p.links[0], "dst-port": p.links[-1], "up": p.links[1] if cross else None,
+            "down": p.links[2] if cross else None}[part]
+    return f"{link[0]}:{link[1]}"
+
+
 def parse_link(value: Any, spec: ClosSpec) -> tuple[str, str] | None:
     """A link ``'a:b'`` in either order as (lower, upper), or None."""
     links = set(spec.links())
@@ -165,9 +221,10 @@ def _link(value: Any, spec: ClosSpec, label: str, problems: Problems) -> tuple[s
     return link
 
 
-def parse_fault(f: Any, i: int, spec: ClosSpec, duration_s: float, problems: Problems) -> list[Fault]:
+def parse_fault(f: Any, i: int, spec: ClosSpec, duration_s: float, problems: Problems,
+                scenario_seed: int = 1) -> list[Fault]:
     """The faults of one ``faults:`` entry (a flap expands into downs and ups), [] when it is bad;
-    every problem goes to ``problems``."""
+    every problem goes to ``problems``. ``roce:`` references resolve with ``scenario_seed``."""
     where = f"faults[{i}]"
     if not isinstance(f, dict) or f.get("event") not in FAULTS:
         ev = f.get("event") if isinstance(f, dict) else f
@@ -186,8 +243,13 @@ def parse_fault(f: Any, i: int, spec: ClosSpec, duration_s: float, problems: Pro
     if not isinstance(at, (int, float)) or isinstance(at, bool) or not 0 <= at < duration_s:
         problems.add(f"{where}.at = {at!r}; allowed: a time in seconds from 0 to below duration_s ({duration_s:g})")
     args: dict[str, Any] = {}
+    plan = AddressPlan(spec)
     for k, v in given.items():
         label = f"{where}.{k}"
+        if k == "links" and isinstance(v, list):
+            v = [resolve_roce(x, "link", plan, scenario_seed, f"{label}[{j}]", problems) for j, x in enumerate(v)]
+        else:
+            v = resolve_roce(v, k, plan, scenario_seed, label, problems)
         if k == "link":
             args[k] = _link(v, spec, label, problems)
         elif k == "links":

@@ -71,6 +71,7 @@ TOP = {
     "faults": Rule(kind=(list, type(None))), "expect": Rule(kind=(list, type(None))),
     "expect_roce": Rule(kind=(list, type(None))),
     "queues": Rule(kind=dict),
+    "demonstrates": Rule(kind=list, allowed=f"a list of mechanisms ({', '.join(TransportSettings.MECHANISMS)})"),
 }
 
 
@@ -120,6 +121,7 @@ class Scenario:
     expect: tuple[Expectation, ...]
     paper: str = ""
     description: str = ""
+    demonstrates: tuple[str, ...] = ()
     raw: dict = field(default_factory=dict, hash=False, compare=False)
 
     def spec_for(self, dataplane: str) -> ClosSpec:
@@ -251,18 +253,23 @@ def parse_scenario(raw: dict, src: str) -> Scenario:
     flows = _workload(raw.get("workload"), spec, dur, problems)
     faults: list[Fault] = []
     for i, f in enumerate(top.get("faults") or []):
-        faults.extend(parse_fault(f, i, spec, dur, problems))
+        faults.extend(parse_fault(f, i, spec, dur, problems, scenario_seed=top.get("seed", 1)))
     faults.sort(key=lambda f: f.at)
     # ``expect`` bounds the MRC run; ``expect_roce`` (optional) the same scenario on the baseline,
     # whose expectations differ (the paper's point). Both are validated whichever runs.
     parsed = {k: _expectations(raw.get(k) or [], k, dur, spec, problems) for k in ("expect", "expect_roce")}
+    demo = top.get("demonstrates", [])
+    bad = [m for m in demo if m not in TransportSettings.MECHANISMS]
+    if bad:
+        problems.add(f"demonstrates: {', '.join(map(str, bad))}; allowed: {', '.join(TransportSettings.MECHANISMS)}")
     problems.raise_if_any(ScenarioError)
     expect = parsed["expect_roce"] if kind == "roce" and "expect_roce" in raw else parsed["expect"]
     return Scenario(
         name=str(raw.get("name", Path(src).stem)), source=src, spec=spec, spec_bmv2=spec_bmv2,
         dataplane=top.get("dataplane", "auto"), seed=int(top.get("seed", 1)), duration_s=dur, transport=kind,
         settings=settings or TransportSettings(), queues=queues or QueueSettings(), flows=tuple(flows), faults=tuple(faults), expect=tuple(expect),
-        paper=str(raw.get("paper", "")), description=str(raw.get("description", "")), raw=raw,
+        paper=str(raw.get("paper", "")), description=str(raw.get("description", "")), demonstrates=tuple(demo),
+        raw=raw,
     )
 
 

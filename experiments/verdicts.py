@@ -62,17 +62,24 @@ def revival_s(d: RunData, after: float) -> float:
 
 def retire_time_rtts(d: RunData, after: float) -> float:
     """For every EV retired whose path crosses an element that failed at ``after``: the time from
-    the failure to its retirement, in smoothed RTTs; the slowest (inf if none was retired). Every
-    active EV carries a packet within a rotation of the failure, so this is the time from its first
-    lost packet to its retirement, plus at most one rotation."""
+    the first packet lost on it (sent, that is: the loss events say how long before they were
+    found each packet had left) to its retirement, in smoothed RTTs; the slowest (inf if none was
+    retired)."""
     failed = set(d.timeline.failed_at(after, MATCH_S))
+    lost: dict[tuple, list[float]] = {}
+    for e in d.events:
+        if e.get("kind") == "loss":
+            lost.setdefault((e["host"], e["peer"], e["qp"], e["ev"]), []).append((e["t"], e["t"] - e.get("age_s", 0)))
     times = []
-    for (host, peer, _qp, ev), changes in _ev_changes(d).items():
+    for key, changes in _ev_changes(d).items():
+        host, peer, _qp, ev = key
         if not failed & set(d.timeline.path_elements(_path(d, host, peer, ev))):
             continue
         t = next((t for t, s in changes if t >= after and s == "ASSUMED_BAD"), None)
-        if t is not None:
-            times.append(t - after)
+        if t is None:
+            continue
+        sent = [s for found, s in lost.get(key, []) if s >= after - MATCH_S and found <= t + 1e-3]
+        times.append(t - (min(sent) if sent else after))
     if not times or not d.rtt_us:
         return math.inf
     return max(times) * 1e6 / d.rtt_us

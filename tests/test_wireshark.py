@@ -26,6 +26,7 @@ import pytest
 import yaml
 from scapy.layers.l2 import Ether
 from scapy.utils import rdpcap, wrpcap
+from test_congestion import _switch_trim  # what a trimming switch does to a data packet
 
 from topologies.addressing import AddressPlan
 from topologies.spec import load_spec
@@ -63,7 +64,7 @@ def dissect(pcap: Path) -> dict[int, dict[str, list[str]]]:
     cmd = [TSHARK, *TSHARK_ARGS, "-r", str(pcap), "-T", "json"]
     for f in FIELDS:
         cmd += ["-e", f]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+    r = subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr[-2000:]
     assert "Lua" not in r.stderr or "error" not in r.stderr.lower(), r.stderr[-2000:]
     out = {}
@@ -120,9 +121,9 @@ def expected_fields(p: Pkt) -> dict[str, int | None]:
     return e
 
 
-def check_capture(pcap: Path) -> tuple[set[str], int]:
+def check_capture(pcap: Path) -> tuple[set[str], int, dict]:
     """Dissects ``pcap`` and compares every MRC frame with the project's decoder; returns (the
-    opcode names seen, the number of MRC frames)."""
+    opcode names seen, the number of MRC frames, the dissection)."""
     frames = [bytes(p) for p in rdpcap(str(pcap))]
     ws = dissect(pcap)
     assert len(ws) == len(frames)
@@ -135,9 +136,12 @@ def check_capture(pcap: Path) -> tuple[set[str], int]:
     names, n_mrc = set(), 0
     for i, frame in enumerate(frames, start=1):
         p, layers = decode(frame), ws[i]
-        is_mrc_udp = len(frame) >= H.OFF_BODY and struct.unpack_from("!H", frame, H.OFF_UDP + 2)[0] == H.UDP_PORT
+        is_mrc_udp = (len(frame) >= H.OFF_BODY and frame[12:14] == b"\x86\xdd" and frame[H.OFF_OUTER + 6] == 41
+                      and frame[H.OFF_INNER + 6] == 17
+                      and struct.unpack_from("!H", frame, H.OFF_UDP + 2)[0] == H.UDP_PORT)
         if p is None:
-            assert not is_mrc_udp, f"frame {i}: the project's decoder rejected it: {[w.rejected for w in WIRES.values()]}"
+            why = [w.rejected for w in WIRES.values()]
+            assert not is_mrc_udp, f"frame {i}: the project's decoder rejected it: {why}"
             continue
         n_mrc += 1
         info = layers["_ws.col.Info"][0]
@@ -148,12 +152,12 @@ def check_capture(pcap: Path) -> tuple[set[str], int]:
             assert _int(layers, field) == want, f"frame {i} ({info}): {field} = {layers.get(field)}, decoder: {want}"
         if p.op in (H.OP_WRITE, H.OP_WRITE_IMM) and not p.flags & H.F_TRIM:
             assert bytes.fromhex(layers.get("mrc.payload", [""])[0].replace(":", "")) == bytes(p.payload)
-    return names, n_mrc
+    return names, n_mrc, ws
 
 
-def check_scapy_sample(pcap: Path, every: int = 25) -> int:
-    """A sample of frames through the scapy layers of traffic/headers.py against tshark."""
-    ws = dissect(pcap)
+def check_scapy_sample(pcap: Path, ws: dict, every: int = 25) -> int:
+    """A sample of frames (every ``every``-th) through the scapy layers of traffic/headers.py
+    against tshark's dissection ``ws``; returns how many were compared."""
     checked = 0
     for i, pkt in enumerate(rdpcap(str(pcap)), start=1):
         if i % every and i != 1 or H.BTHdr not in pkt:
@@ -175,20 +179,6 @@ def check_scapy_sample(pcap: Path, every: int = 25) -> int:
 
 
 # ---- frames built in-process -------------------------------------------------------------------------
-def _switch_trim(frame: bytes) -> bytes:
-    """What a trimming switch does to a data packet (as tests/test_congestion.py's _switch_trim):
-    cut after the RETH, DSCP 0x2A, lengths rewritten, BTH TRIM flag set."""
-    f = bytearray(frame[: H.TRIM_BYTES])
-    first = int.from_bytes(f[H.OFF_OUTER : H.OFF_OUTER + 4], "big")
-    tc = ((first >> 20) & 0xFF & H.ECN_MASK) | (H.TRIM_DSCP << 2)
-    f[H.OFF_OUTER : H.OFF_OUTER + 4] = ((first & ~(0xFF << 20)) | (tc << 20)).to_bytes(4, "big")
-    f[H.OFF_OUTER + 4 : H.OFF_OUTER + 6] = (H.TRIM_BYTES - H.OFF_INNER).to_bytes(2, "big")
-    f[H.OFF_INNER + 4 : H.OFF_INNER + 6] = (H.TRIM_BYTES - H.OFF_UDP).to_bytes(2, "big")
-    f[H.OFF_UDP + 4 : H.OFF_UDP + 6] = (H.TRIM_BYTES - H.OFF_UDP).to_bytes(2, "big")
-    f[H.OFF_BTH + 4] |= H.F_TRIM
-    return bytes(f)
-
-
 def _mark_ce(frame: bytes) -> bytes:
     """The frame with ECN CE in its outer traffic class, as a marking switch leaves it."""
     f = bytearray(frame)
@@ -214,10 +204,12 @@ def built_frames() -> list[bytes]:
     def enc(w, p, peer):
         return frame_bytes(w.encode(p, peer)[1])
 
-    write = enc(fwd, Pkt(H.OP_WRITE, 1, 1234, ev, 0, 7, 4096, 0x1234ABCD, 1024, 1 << 20, 0x4D520001, 1024, payload), "h2")
+    write = enc(fwd, Pkt(H.OP_WRITE, 1, 1234, ev, 0, 7, 4096, 0x1234ABCD, 1024, 1 << 20, 0x4D520001, 1024, payload),
+                "h2")
     write_imm = enc(fwd, Pkt(H.OP_WRITE_IMM, 2, 0xFFFFFE, ev, H.F_RETX, 8, 3000, 0xCAFEF00D, 2048, (1 << 33) + 2048,
                               0x4D520002, 952, payload[:952], 0xDEADBEEF, 0x0B), "h2")
-    last = enc(fwd, Pkt(H.OP_WRITE, 1, 1235, ev, 0, 7, 4096, 0x1234ABCD, 3072, 1 << 20, 0x4D520001, 1024, payload), "h2")
+    last = enc(fwd, Pkt(H.OP_WRITE, 1, 1235, ev, 0, 7, 4096, 0x1234ABCD, 3072, 1 << 20, 0x4D520001, 1024, payload),
+               "h2")  # the LAST packet of its message
     zero_len = enc(fwd, Pkt(H.OP_WRITE_IMM, 3, 17, ev, 0, 9, 0, 0, 0, 0, 0x4D520003, 0, b"", 0x5), "h2")
     frames = [
         write, write_imm, last, zero_len, _mark_ce(write),
@@ -242,12 +234,11 @@ def test_dissector_agrees_with_the_decoder_on_frames_of_every_kind(tmp_path):
     frames = built_frames()
     pcap = tmp_path / "built.pcap"
     wrpcap(str(pcap), [Ether(f) for f in frames])
-    names, n_mrc = check_capture(pcap)
+    names, n_mrc, ws = check_capture(pcap)
     assert n_mrc == len(frames)  # the decoder takes every one of them, the dissector agrees
     assert names == {"MRC Write", "MRC Write-with-Immediate", "SACK", "NACK", "ACK", "Probe request",
                      "Probe reply", "CNP"}
-    assert check_scapy_sample(pcap, every=1) == len(frames)
-    ws = dissect(pcap)
+    assert check_scapy_sample(pcap, ws, every=1) == len(frames)
     # the trimmed frames: DSCP 0x2A and the BTH TRIM flag, no ICRC, no immediate (cut after RETH)
     for n in (6, 7):
         assert "[TRIMMED]" in ws[n]["_ws.col.Info"][0] and "mrc.icrc" not in ws[n] and "mrc.imm" not in ws[n]
@@ -256,7 +247,8 @@ def test_dissector_agrees_with_the_decoder_on_frames_of_every_kind(tmp_path):
     assert _int(ws[8], "mrc.sack.ecn") == 1
     # the ICRC as the project computes it, and the EV's parts
     assert _int(ws[1], "mrc.icrc") == int.from_bytes(frames[0][-4:], "big")
-    assert (_int(ws[1], "mrc.ev.entropy"), _int(ws[1], "mrc.ev.plane")) == (0xBEEF, (PLAN.paths("h0", "h2")[3].ev >> 12) & 0xF)
+    plane = (PLAN.paths("h0", "h2")[3].ev >> 12) & 0xF
+    assert (_int(ws[1], "mrc.ev.entropy"), _int(ws[1], "mrc.ev.plane")) == (0xBEEF, plane)
 
 
 @needs_tshark
@@ -289,7 +281,7 @@ def test_without_the_preference_the_zero_udp_checksum_is_wiresharks_error(tmp_pa
     wrpcap(str(pcap), [Ether(built_frames()[7])])
     r = subprocess.run([TSHARK, "-n", "-X", f"lua_script:{LUA}", "-r", str(pcap), "-T", "fields",
                         "-e", "_ws.expert.severity", "-e", "_ws.expert.message", "-e", "mrc.opcode"],
-                       capture_output=True, text=True, timeout=60)
+                       check=False, capture_output=True, text=True, timeout=60)
     sev, msg, op = r.stdout.strip().split("\t")
     assert int(sev, 0) == PI_ERROR and msg == "Illegal checksum value (0)" and op == "0xdc"
 
@@ -317,8 +309,9 @@ def _transfer(fab, tmp: Path, transport: str, qp, timeout: float = 60.0) -> None
             cfg = C.EndpointConfig(topo=str(topo), host=host, seed=5, transport=transport, settings=st, qps=qps,
                                    telemetry_path=str(tmp / f"{host}.jsonl"), telemetry_interval_s=0.1)
             (tmp / f"{host}.json").write_text(cfg.to_json())
-            procs[host] = fab.emu.popen(host, [sys.executable, "-m", "traffic.endpoint", "--config", str(tmp / f"{host}.json")],
-                                        stdout=subprocess.DEVNULL, stderr=open(tmp / f"{host}.err", "w"))
+            with open(tmp / f"{host}.err", "w") as err:  # the child keeps its own descriptor
+                procs[host] = fab.emu.popen(host, [sys.executable, "-m", "traffic.endpoint", "--config",
+                                                   str(tmp / f"{host}.json")], stdout=subprocess.DEVNULL, stderr=err)
             if host == "h2":  # the receiver's sockets must be open before the first packet
                 deadline = time.monotonic() + 20
                 while time.monotonic() < deadline and '"start"' not in _read(tmp / "h2.jsonl"):
@@ -346,10 +339,10 @@ def test_a_capture_of_mrc_and_roce_transfers_dissects_as_the_decoder_reads_it(tm
         dumps = {}
         try:
             for intf in ports:  # every host port of h2: each plane carries its share of the traffic
-                err = tmp_path / f"{intf}.err"
-                dumps[intf] = fab.emu.popen("h2", ["tcpdump", "-i", intf, "-U", "-n", "-s", "0", "-w",
-                                                   str(tmp_path / f"{intf}.pcap")],
-                                            stdout=subprocess.DEVNULL, stderr=open(err, "w"))
+                with open(tmp_path / f"{intf}.err", "w") as err:
+                    dumps[intf] = fab.emu.popen("h2", ["tcpdump", "-i", intf, "-U", "-n", "-s", "0", "-w",
+                                                       str(tmp_path / f"{intf}.pcap")],
+                                                stdout=subprocess.DEVNULL, stderr=err)
             deadline = time.monotonic() + 10
             while time.monotonic() < deadline and not all("listening" in _read(tmp_path / f"{i}.err") for i in ports):
                 time.sleep(0.05)
@@ -366,10 +359,10 @@ def test_a_capture_of_mrc_and_roce_transfers_dissects_as_the_decoder_reads_it(tm
     names, n_mrc = set(), 0
     for intf in ports:
         pcap = tmp_path / f"{intf}.pcap"
-        got, n = check_capture(pcap)
+        got, n, ws = check_capture(pcap)
         names |= got
         n_mrc += n
-        assert check_scapy_sample(pcap) > 0
+        assert check_scapy_sample(pcap, ws) > 0
     assert n_mrc > 2000  # 4 MiB of 1 KiB packets, their SACKs, the RoCE run
     # what the run sent, by name: data with immediates, MRC's SACKs, probes both ways, RoCE's ACKs
     assert {"MRC Write-with-Immediate", "SACK", "ACK", "Probe request", "Probe reply"} <= names, names

@@ -130,13 +130,14 @@ class EvStateChanged(Event):
 @dataclass(frozen=True, kw_only=True)
 class PacketLost(Event):
     """A data packet found lost: ``reason`` "gap on EV" (a SACK showed a later packet of its EV)
-    or "timeout"."""
+    or "timeout"; ``age_s``: how long before it was found lost it had been sent."""
 
     kind: ClassVar[str] = "loss"
     qp: int
     psn: int
     ev: int
     reason: str
+    age_s: float = 0.0
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -38,6 +38,9 @@ ETH_P_ALL = 0x0003
 PACKET_IGNORE_OUTGOING = 23
 SO_SNDBUFFORCE, SO_RCVBUFFORCE = 32, 33  # linux <asm-generic/socket.h>; Python does not export them
 SOL_PACKET = 263
+#: How often the NIC ports' carrier is read (s): well inside the smallest RTO (20 ms), so a port that
+#: goes down is announced before the packets lost with it time out and blame their EVs.
+PORT_POLL_S = 0.01
 
 
 def _cpu_s() -> tuple[float, float]:
@@ -143,7 +146,7 @@ class Endpoint:
             t = now - mono0
             if now >= next_ports:
                 stack.set_local_ports(self.port_state())
-                next_ports = now + 0.05
+                next_ports = now + PORT_POLL_S
             for i, (s, start, dur) in enumerate(self.flows):
                 if i not in started and t >= start:
                     started.add(i)

@@ -166,15 +166,18 @@ class EvSet:
             self.on_change(e.ev, old, new, reason)
 
     def _refill(self, plane: int) -> None:
-        """Top the plane's active set up from its GOOD backups, preferring the path (T1) that has
-        the fewest active EVs, so one retirement does not leave a path of the plane unused."""
+        """Top the plane's active set up from its GOOD backups: first on a path (T1) none of whose
+        EVs is retired (a path that just lost one is likely to lose the next: a dead T1 takes all
+        of them), then on the path with the fewest active EVs, so one retirement does not leave a
+        path of the plane unused."""
         live = [e for e in self.evs.values() if e.active and e.plane == plane and e.state in (GOOD, SKIP)]
         spare = [e for e in self.evs.values() if e.plane == plane and not e.active and e.state == GOOD]
+        suspect = {e.ev & 0xFFF for e in self.evs.values() if e.plane == plane and e.state == ASSUMED_BAD}
         while len(live) < self.evs_per_plane and spare:
             use = {}
             for e in live:
                 use[e.ev & 0xFFF] = use.get(e.ev & 0xFFF, 0) + 1
-            best = min(spare, key=lambda e: use.get(e.ev & 0xFFF, 0))
+            best = min(spare, key=lambda e: ((e.ev & 0xFFF) in suspect, use.get(e.ev & 0xFFF, 0)))
             spare.remove(best)
             best.active = True
             live.append(best)

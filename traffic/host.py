@@ -100,11 +100,14 @@ class HostStack:
             spec = self.plan.spec
             same = spec.group_of(self.host) == spec.group_of(peer)
             n = 1 if same else min(spec.t1_per_plane, self.settings.reverse_evs_per_plane + 1)
+            # one random order of the T1s per plane, drawn once, so a plane's reverse EVs take n
+            # distinct T1s (a T1 that dies then leaves the plane a reverse path)
+            order = [self.rng.sample(range(spec.t1_per_plane), spec.t1_per_plane) if not same else [0]
+                     for _ in range(spec.planes)]
             evs = []
-            for k in range(n):  # plane-interleaved, k-th distinct T1 of a random order per plane
+            for k in range(n):  # plane-interleaved, the k-th T1 of each plane's order
                 for p in range(spec.planes):
-                    t1s = self.rng.sample(range(spec.t1_per_plane), spec.t1_per_plane) if not same else [0]
-                    evs.append(make_ev(p, t1s[k % len(t1s)], self.rng.randrange(1, 1 << 16)))
+                    evs.append(make_ev(p, order[p][k % len(order[p])], self.rng.randrange(1, 1 << 16)))
             r = self.reverse[peer] = _Reverse(evs)
         return r
 

@@ -13,6 +13,10 @@ counts each PSN once, SACKs, NACKs trimmed packets and completes messages (docs/
 * SACKs are due every ``ack_every`` packets or after ``ack_delay_s``, coalesced over a receive
   batch: a due SACK leaves at the next ``poll`` (the end of the batch), at most
   :data:`SACK_COALESCE_MAX` arrivals late, and at once for an arrival with ECN CE;
+* when arrivals stop, the last SACK is sent again, :data:`SACK_REFRESHES` times, every
+  ``ack_delay_s`` x :data:`SACK_REFRESH_DELAYS` (ours): SACKs leave on a rotation of reverse paths, and
+  a burst's one SACK lost on a path that just died would otherwise leave every packet of the burst,
+  on healthy paths too, to its sender's timer, which would blame their EVs;
 * malformed or out-of-window packets are counted in ``stats.dropped`` and never raise.
 """
 
@@ -32,6 +36,10 @@ from traffic.stats import ReceiverStats
 #: receive batch: half the SACK bitmap, so one SACK still reports every arrival above cum_psn when
 #: the batch arrived in order (ours; NICs coalesce ACKs per interrupt or per poll likewise).
 SACK_COALESCE_MAX = 32
+#: How often the last SACK is repeated once arrivals stop, and after how many ack delays each time:
+#: both repeats leave well inside the sender's smallest RTO (min_rto_s, 20 ms, against 4 and 8 ms).
+SACK_REFRESHES = 2
+SACK_REFRESH_DELAYS = 4
 
 
 def _ignore(_e: Event) -> None:
@@ -59,6 +67,10 @@ class MrcReceiver:
         self.last = (0, 0, False)  # echo psn, echo ev, ecn
         self.peer_ports = ALL_UP
         self.local_ports = ALL_UP
+        self._oldest_turn = False
+        self.last_sack_at = 0.0
+        self.refreshes_left = 0
+        self._last_back = 0  # the reverse EV of the last SACK/NACK
 
     def on_packet(self, p: Pkt, now: float) -> list[Pkt]:
         """Take one arriving packet; returns SACKs/NACKs to send at once (usually none)."""
@@ -132,9 +144,17 @@ class MrcReceiver:
             out.append(self._flush())
         return out  # else due at the next poll (the end of the receive batch) once ack_every are pending
 
-    def _sack(self, op: int, echo_psn: int, echo_ev: int, flags: int, top: int) -> Pkt:
-        """A SACK/NACK whose bitmap covers the 64 PSNs up to ``top`` (never below cum_psn)."""
+    def _sack(self, op: int, echo_psn: int, echo_ev: int, flags: int, top: int, alternate: bool = False,
+              other_path: bool = False) -> Pkt:
+        """A SACK/NACK whose bitmap covers the 64 PSNs up to ``top`` (never below cum_psn). While
+        arrivals span more than a bitmap above cum_psn, every other SACK covers the 64 PSNs from
+        cum_psn instead: the oldest arrivals are reported again, so one whose own SACK was lost
+        (a reverse path failing) is not left for its sender's timer."""
         base = max(self.cum, top - (SACK_BITMAP_BITS - 1))
+        if alternate and base > self.cum:
+            self._oldest_turn = not self._oldest_turn
+            if self._oldest_turn:
+                base = self.cum
         bm = tbm = 0
         for q in self.above:  # PSNs received above cum: few unless the paths reorder a lot
             d = q - base
@@ -144,7 +164,14 @@ class MrcReceiver:
             d = q - base
             if 0 <= d < SACK_BITMAP_BITS:
                 tbm |= 1 << d
-        return Pkt(op=op, qp=self.qp, ev=self.reverse_ev(), cum_psn=self.cum % PSN_MOD, base_psn=base % PSN_MOD,
+        back = self.reverse_ev()
+        if other_path:  # a repeat: through another T1 than the SACK before it, if the set has one
+            for _ in range(8):
+                if (back & 0xFFF) != (self._last_back & 0xFFF):
+                    break
+                back = self.reverse_ev()
+        self._last_back = back
+        return Pkt(op=op, qp=self.qp, ev=back, cum_psn=self.cum % PSN_MOD, base_psn=base % PSN_MOD,
                    bitmap=bm, trim_bitmap=tbm, echo_ev=echo_ev, echo_psn=echo_psn % PSN_MOD, sflags=flags,
                    port_state=self.local_ports)
 
@@ -152,13 +179,26 @@ class MrcReceiver:
         psn, ev, ecn = self.last
         self.pending_ack = 0
         self.pending_since = None
-        return self._sack(H.OP_SACK, psn, ev, H.S_ECN if ecn else 0, self.pending_hi)
+        self.refreshes_left = SACK_REFRESHES
+        self.last_sack_at = -1.0  # stamped by poll, which knows the time
+        return self._sack(H.OP_SACK, psn, ev, H.S_ECN if ecn else 0, self.pending_hi, alternate=True)
 
     def poll(self, now: float) -> list[Pkt]:
-        """The SACK that is due: ``ack_every`` packets pending, or one pending for ``ack_delay_s``."""
+        """The SACK that is due: ``ack_every`` packets pending, or one pending for ``ack_delay_s``;
+        or, arrivals having stopped, a repeat of the last one (see the module docstring)."""
         n = self.pending_ack
         if n and (n >= self.s.ack_every or now - self.pending_since >= self.s.ack_delay_s):  # type: ignore[operator]
-            return [self._flush()]
+            out = [self._flush()]
+            self.last_sack_at = now
+            return out
+        if self.refreshes_left and not n:
+            if self.last_sack_at < 0:
+                self.last_sack_at = now
+            elif now - self.last_sack_at >= SACK_REFRESH_DELAYS * self.s.ack_delay_s:
+                self.refreshes_left -= 1
+                self.last_sack_at = now
+                psn, ev, _ = self.last
+                return [self._sack(H.OP_SACK, psn, ev, 0, max(self.newest, 0), other_path=True)]
         return []
 
 

@@ -14,7 +14,8 @@ Reliability (docs/protocol.md, "Sender"):
   (untrimmed loss) and the PSN is retransmitted on another EV. Spraying's reordering *across* EVs
   is never taken for loss;
 * a retransmission timer (:class:`~traffic.rtt.RttEstimator`) is the safety net; a timeout also
-  retires the EV the packet took;
+  retires the EV the packet took, unless that EV has since delivered a packet sent after it (then
+  the acknowledgement was lost on a reverse path, not the packet on this one);
 * a trimmed packet (a NACK, or the trim bitmap of a SACK) is retransmitted at once on another EV
   and its EV is skipped once: trimming is congestion, and never retires an EV;
 * an EV whose packets come back ECN-marked is skipped for ``ecn_skip_rtts`` smoothed RTTs, so
@@ -38,7 +39,7 @@ from traffic.cc import FixedWindow, Nscc
 from traffic.contract import Event, EvStateChanged, GapFound, Nacked, PacketLost, PlaneChanged, TimedOut
 from traffic.evs import EvSet, EvState
 from traffic.outbox import Outbox
-from traffic.packet import Pkt, psn_at_or_below, rkey_for
+from traffic.packet import SACK_BITMAP_BITS, Pkt, psn_at_or_below, rkey_for
 from traffic.ports import PortState
 from traffic.probes import ProbeScheduler
 from traffic.rtt import RttEstimator
@@ -97,6 +98,8 @@ class MrcSender:
         self.timer_q: deque[tuple[float, int]] = deque()  # (sent at, PSN), in send order
         self.retx_q: deque[int] = deque()
         self.sent_at: dict[int, float] = {}  # first transmissions only (Karn), for RTT samples
+        self._now = 0.0  # the time of the SACK being read (for the loss events it reveals)
+        self.delivered_after: dict[int, float] = {}  # EV -> send time of the latest packet it delivered
 
     # ---- state ------------------------------------------------------------------------------
     @property
@@ -223,13 +226,15 @@ class MrcSender:
             self.timer_q.popleft()
             self.stats.timeouts += 1
             self.events(TimedOut(qp=self.qp, psn=psn, ev=rec.ev))
-            if self.s.ev_health:
+            # the path delivered a packet sent on it after this one: its acknowledgement, not the
+            # packet, is what went missing (a reverse path failed), so the EV is not to blame
+            if self.s.ev_health and self.delivered_after.get(rec.ev, -1.0) <= t:
                 self.evs.retire(rec.ev, "retransmission timeout")
-            self._lose(psn, rec, "timeout")
+            self._lose(psn, rec, "timeout", now)
 
-    def _lose(self, psn: int, rec: _Rec, why: str) -> None:
+    def _lose(self, psn: int, rec: _Rec, why: str, now: float) -> None:
         self.stats.losses += 1
-        self.events(PacketLost(qp=self.qp, psn=psn, ev=rec.ev, reason=why))
+        self.events(PacketLost(qp=self.qp, psn=psn, ev=rec.ev, reason=why, age_s=round(now - rec.t_sent, 6)))
         rec.t_sent = -1.0  # no longer timed until resent
         self.retx_q.append(psn)
 
@@ -239,6 +244,8 @@ class MrcSender:
         rec.acked = True
         self.unacked.discard(psn)
         self.sent_at.pop(psn, None)
+        if rec.t_sent > self.delivered_after.get(rec.ev, -1.0):
+            self.delivered_after[rec.ev] = rec.t_sent
         self.stats.bytes_acked += rec.length
         self.out.acked(rec.msn, now)
         del self.recs[psn]
@@ -254,6 +261,7 @@ class MrcSender:
                 self.evs.probe_result(ev, True, self.s.probe_successes)
 
     def _on_sack(self, p: Pkt, now: float) -> None:
+        self._now = now
         top = self.next_psn
         echo = psn_at_or_below(p.echo_psn, top)
         self._peer_ports(p.port_state, echo)
@@ -299,9 +307,10 @@ class MrcSender:
         self._infer(ev, echo, base)
 
     def _infer(self, ev: int, arrived: int, known_from: int) -> None:
-        """PSNs sent on ``ev`` before ``arrived``: unacknowledged ones at or above ``known_from``
-        (the SACK's bitmap base: this SACK reports every PSN there) are lost. Below it the SACK
-        says nothing, so those are left to later SACKs or the timer."""
+        """PSNs sent on ``ev`` before ``arrived``: unacknowledged ones the SACK reports on, from
+        ``known_from`` (its bitmap's base) for the bitmap's 64 PSNs, are lost. Outside that window
+        the SACK says nothing, so those are left to later SACKs or the timer."""
+        known_to = known_from + SACK_BITMAP_BITS
         q = self.per_ev.get(ev)
         if not q:
             return
@@ -315,11 +324,11 @@ class MrcSender:
             if psn == arrived:
                 break
             rec = self.recs.get(psn)
-            if rec is not None and not rec.acked and rec.ev == ev and rec.t_sent >= 0 and psn >= known_from:
+            if rec is not None and not rec.acked and rec.ev == ev and rec.t_sent >= 0 and known_from <= psn < known_to:
                 self.events(GapFound(qp=self.qp, psn=psn, ev=ev, behind=arrived))
                 if self.s.ev_health:
                     self.evs.retire(ev, f"untrimmed loss of PSN {psn} behind PSN {arrived}")
-                self._lose(psn, rec, "gap on EV")
+                self._lose(psn, rec, "gap on EV", self._now)
 
     def _on_nack(self, p: Pkt, now: float) -> None:
         psn = psn_at_or_below(p.echo_psn, self.next_psn)

@@ -1,0 +1,138 @@
+"""Verdicts with teeth: every shipped scenario names the mechanisms it demonstrates, its faults hit
+the baseline's paths, and (root / bmv2) it passes as shipped and fails with each of those
+mechanisms switched off. The verdict functions themselves on hand-made runs (no root)."""
+
+import math
+
+import pytest
+
+from controller.fabric import available
+from experiments.fabricstate import FabricTimeline
+from experiments.faults import Fault, roce_path
+from experiments.metrics import RunData
+from experiments.scenario import SCENARIO_DIR, load_scenario
+from experiments.verdicts import capacity_ratio, false_retirements, retire_time_rtts, revival_s
+from topologies.addressing import AddressPlan, make_ev
+from topologies.nodes import toolchain_missing
+from traffic.settings import TransportSettings
+
+SHIPPED = sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
+
+
+def test_every_shipped_scenario_names_the_mechanisms_it_demonstrates():
+    for name in SHIPPED:
+        scn = load_scenario(name)
+        assert scn.demonstrates, name
+        assert set(scn.demonstrates) <= set(TransportSettings.MECHANISMS), name
+
+
+def _qps(scn):
+    """(src, dst, qp) of every QP, numbered per sending host as experiments/endpoints.py does."""
+    n: dict[str, int] = {}
+    for f in scn.flows:
+        for _ in range(f.qps):
+            n[f.src] = n.get(f.src, 0) + 1
+            yield f.src, f.dst, n[f.src]
+
+
+@pytest.mark.parametrize("name", [n for n in SHIPPED if load_scenario(n).faults])
+def test_every_failure_scenarios_fault_hits_a_roce_path_inside_its_window(name):
+    scn = load_scenario(name, transport="roce")
+    plan = AddressPlan(scn.spec)
+    tl = FabricTimeline.from_played(plan, [(f.at, f) for f in scn.faults])
+    windows = [x.args["window"] for x in scn.expect if "window" in x.args]
+    assert windows, f"{name}: the RoCE expectations bound no window"
+    hit = [(q, w) for q in _qps(scn) for w in windows if tl.path_failed(roce_path(plan, scn.seed, *q), *w)]
+    assert hit, f"{name}: no RoCE QP's hashed path crosses a failed element inside {windows}"
+
+
+# ---- the verdict functions on hand-made runs -------------------------------------------------------
+PLAN = AddressPlan(load_scenario("quickstart").spec)
+DEAD = "t1-0-0"
+
+
+def _run(events, rtt_us=10_000.0) -> RunData:
+    d = RunData(duration_s=24.0, rtt_us=rtt_us)
+    d.timeline = FabricTimeline.from_played(PLAN, [(8.0, Fault(8.0, "switch_down", {"switch": DEAD})),
+                                                   (16.0, Fault(16.0, "switch_up", {"switch": DEAD}))])
+    d.events = [{"kind": "ev_state", "t": t, "host": "h0", "peer": "h2", "qp": 1, "ev": ev, "new": new}
+                for t, ev, new in events]
+    d.flows = [("h0", "h2")]
+    return d
+
+
+THROUGH = make_ev(0, 0, 5)  # plane 0, T1 0: through the dead T1
+ELSEWHERE = make_ev(1, 1, 6)
+
+
+def test_false_retirements_count_only_evs_whose_path_was_whole():
+    d = _run([(8.05, THROUGH, "ASSUMED_BAD"), (3.0, ELSEWHERE, "ASSUMED_BAD"), (8.1, ELSEWHERE, "ASSUMED_BAD")])
+    assert false_retirements(d) == 2  # ELSEWHERE twice; THROUGH is explained by the dead T1
+
+
+def test_revival_is_the_slowest_ev_through_the_repaired_element():
+    d = _run([(8.05, THROUGH, "ASSUMED_BAD"), (16.4, THROUGH, "GOOD")])
+    assert revival_s(d, 16.0) == pytest.approx(0.4)
+    assert revival_s(_run([(8.05, THROUGH, "ASSUMED_BAD")]), 16.0) == math.inf  # never back
+
+
+def test_time_to_retire_is_per_ev_in_rtts():
+    d = _run([(8.02, THROUGH, "ASSUMED_BAD"), (8.05, make_ev(0, 0, 9), "ASSUMED_BAD")], rtt_us=10_000)
+    assert retire_time_rtts(d, 8.0) == pytest.approx(5.0)  # the slower of the two: 50 ms of 10 ms RTTs
+    assert retire_time_rtts(_run([(8.5, ELSEWHERE, "ASSUMED_BAD")]), 8.0) == math.inf  # none through the T1
+
+
+def test_capacity_ratio_follows_the_ports_a_fault_leaves():
+    d = RunData(duration_s=20.0)
+    acc, pts = 0, []
+    for k in range(200):  # 1 MB/s, then 0.75 MB/s from 10 s: a port of four gone
+        pts.append((k / 10, acc))
+        acc += int((1e6 if k < 100 else 0.75e6) / 10)
+    d.samples = {"q": pts}
+    d.qp_src = {"q": "h0"}
+    d.flows = [("h0", "h2")]
+    d.first_fault_s = 10.0
+    d.timeline = FabricTimeline.from_played(PLAN, [(10.0, Fault(10.0, "port_down", {"host": "h0", "plane": 0}))])
+    assert capacity_ratio(d, 12.0, 19.0) == pytest.approx(1.0, rel=0.02)
+    d.timeline = FabricTimeline.from_played(PLAN, [])  # had nothing failed, 0.75 would be a loss
+    assert capacity_ratio(d, 12.0, 19.0) == pytest.approx(0.75, rel=0.02)
+
+
+# ---- each scenario as shipped and with each mechanism off ----------------------------------------------
+def _runnable(name: str) -> str | None:
+    scn = load_scenario(name)
+    if scn.needs <= available("linux"):
+        return "linux"
+    if toolchain_missing() is None and scn.needs <= available("bmv2"):
+        return "bmv2"
+    return None
+
+
+def _cases():
+    out = []
+    for name in SHIPPED:
+        dp = _runnable(name)
+        marks = [pytest.mark.root] + ([pytest.mark.bmv2] if dp == "bmv2" else [])
+        if dp is None:
+            marks.append(pytest.mark.skip(reason=f"{name} needs a data plane this machine lacks"))
+        scn = load_scenario(name)
+        for mech in (None, *scn.demonstrates):
+            out.append(pytest.param(name, dp or "linux", mech, marks=marks, id=f"{name}-{mech or 'shipped'}"))
+    return out
+
+
+COMPRESS_TO_S = 14.0
+
+
+@pytest.mark.parametrize("name,dp,off", _cases())
+def test_scenario_passes_as_shipped_and_fails_with_each_mechanism_it_demonstrates_off(name, dp, off, tmp_path,
+                                                                                         no_leftovers):
+    from experiments import runner
+
+    scn = load_scenario(name, duration_s=COMPRESS_TO_S, dataplane=dp, settings={off: False} if off else None)
+    m = runner.run(scn, tmp_path, live=False)
+    failed = [v["expectation"] for v in m["expectations"] if v["passed"] is False]
+    if off is None:
+        assert m["passed"], f"{name} as shipped failed: {failed}"
+    else:
+        assert not m["passed"], f"{name} with {off} off still passed every expectation"
