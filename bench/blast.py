@@ -21,7 +21,8 @@ import time
 ETH_P_ALL = 0x0003
 
 
-def blast(iface: str, frame: bytes, rate_pps: float, duration_s: float) -> tuple[int, float]:
+def blast(iface: str, frames: list[bytes], rate_pps: float, duration_s: float) -> tuple[int, float]:
+    """Send ``frames`` in turn at ``rate_pps`` for ``duration_s``; (frames sent, seconds)."""
     s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
     s.bind((iface, 0))
     sent = 0
@@ -35,7 +36,7 @@ def blast(iface: str, frame: bytes, rate_pps: float, duration_s: float) -> tuple
         owed = min(int((now - start) * rate_pps) - sent, 256)
         for _ in range(max(0, owed)):
             try:
-                send(frame)
+                send(frames[sent % len(frames)])
                 sent += 1
             except OSError:  # ENOBUFS: the queue is full; the packet was not sent
                 break
@@ -75,6 +76,7 @@ def main() -> None:
     ap.add_argument("--length", type=int, help="with --sink: the frame length to count")
     ap.add_argument("--idle", type=float, default=0.5, help="with --sink: seconds without a frame that end it")
     ap.add_argument("--frame", help="the frame in hex")
+    ap.add_argument("--frames", help="a file of frames in hex, one per line, sent in turn")
     ap.add_argument("--rate", type=float, help="packets per second")
     ap.add_argument("--duration", type=float, default=1.0)
     a = ap.parse_args()
@@ -84,9 +86,11 @@ def main() -> None:
         n, t = sink(a.iface, a.length, a.idle)
         print(f"received {n} in {t:.4f} s", flush=True)
         return
-    if a.frame is None or a.rate is None:
-        ap.error("sending needs --frame and --rate")
-    n, t = blast(a.iface, bytes.fromhex(a.frame), a.rate, a.duration)
+    if (a.frame is None and a.frames is None) or a.rate is None:
+        ap.error("sending needs --frame or --frames, and --rate")
+    frames = [bytes.fromhex(a.frame)] if a.frame else \
+        [bytes.fromhex(x) for x in open(a.frames).read().split() if x]
+    n, t = blast(a.iface, frames, a.rate, a.duration)
     print(f"sent {n} in {t:.4f} s", flush=True)
 
 

@@ -230,9 +230,9 @@ class Fabric:
         return {port: q for (sw, port), q in self.queues.items() if sw == switch}
 
     def _set_queues(self, switch: str) -> None:
-        """Both priority queues of every port of ``switch`` at the port's rate and depth (BMv2
-        rate-limits each priority queue on its own, so trimmed packets can add to the low
-        queue's rate: headers only, while the low queue is past its trim threshold)."""
+        """Both priority queues of every port of ``switch``: the low one at the port's rate in
+        full frames, the high one (trimmed packets) at the same bit rate in trimmed frames
+        (controller/queues.py); both ``depth`` packets deep."""
         from controller.thrift import SwitchThrift
 
         old = self.thrift.pop(switch, None)
@@ -240,8 +240,8 @@ class Fabric:
             old.close()
         th = self.thrift[switch] = SwitchThrift(switch, self.emu.netns(switch))
         for port, q in self.port_queues(switch).items():
-            for prio in (0, 1):
-                th.set_queue(port, prio, q.rate_pps, q.depth)
+            th.set_queue(port, 0, q.rate_pps, q.depth)
+            th.set_queue(port, 1, q.rate_pps_high, q.depth)
     def stop(self) -> None:
         """Tear everything down (idempotent)."""
         self._stop.set()

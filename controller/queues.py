@@ -8,8 +8,12 @@ Rates. A link's rate is the spec's: host links ``bandwidth_mbps``, T0-T1 links
 so a port's rate in pps is its rate in bits/s over the bits of a full data frame:
 ``pps = Mb/s x 10^6 / (8 x frame_bytes)``, a frame being the payload plus MRC's 154 bytes of
 headers and ICRC (1,178 bytes for the default 1 KiB payload). Smaller
-frames (SACKs, probes, trimmed headers) take a whole packet slot of that rate: the approximation
-costs the reverse direction a little and the data direction nothing.
+frames (SACKs, probes) take a whole packet slot of that rate: the approximation costs the reverse
+direction a little and the data direction nothing. The high-priority queue, which holds only
+trimmed packets, runs at the same bit rate in packets of their size (``rate_pps_high``, about 8x):
+BMv2 serves each worker's highest priority first across all its ports, and trimmed headers paced
+as full frames would starve every low-priority queue behind them. (Each priority has its own rate,
+so a port passing both can exceed its rate by its headers' share: small, and only while trimming.)
 
 Thresholds (packets of the low-priority queue): ``q_limit`` is the spec's ``queue_packets``;
 packets at or above it are dropped. ``trim_t`` (default ``q_limit / 2``, 0: no trimming): data
@@ -33,6 +37,8 @@ from topologies.schema import rule
 QUEUE_SLACK = 8
 #: A full data frame of the default 1 KiB payload: 1024 + 154 bytes (traffic/headers.py DATA_OVERHEAD).
 DEFAULT_FRAME_BYTES = 1178
+#: A trimmed packet: its first 150 bytes (p4src/mrclab.p4 TRIM_BYTES, traffic/headers.py TRIM_BYTES).
+TRIM_FRAME_BYTES = 150
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,7 @@ class PortQueue:
     peer: str
     rate_mbps: float
     rate_pps: int
+    rate_pps_high: int
     depth: int
     ecn_k: int
     trim_t: int
@@ -93,5 +100,6 @@ def queue_plan(plan: AddressPlan, qs: QueueSettings = QueueSettings(),
             mbps = link.bandwidth_mbps if down_to_host else (link.t0_t1_bandwidth_mbps or link.bandwidth_mbps)
             k = ecn_k if (not down_to_host or qs.ecn_last_hop is True) else 0
             out[(sw, port)] = PortQueue(sw, port, peer, mbps, mbps_to_pps(mbps, frame_bytes),
+                                        mbps_to_pps(mbps, TRIM_FRAME_BYTES),
                                         limit + QUEUE_SLACK, k, trim_t, limit)
     return out

@@ -26,8 +26,9 @@
  *             the `forward` entry of its route: a data packet (BTH opcode 0xC6/0xC7) that would
  *             join a low-priority queue holding trim_t or more is trimmed: cut to its headers
  *             (Ethernet .. RETH, TRIM_BYTES), lengths rewritten so it still routes and parses,
- *             DSCP TRIM_DSCP, the BTH's TRIM flag set, sent in the high-priority queue. Any
- *             packet meeting q_limit or more is dropped (QUEUE_FULL). 0 turns either off.
+ *             DSCP TRIM_DSCP, the BTH's TRIM flag set, sent in the high-priority queue (and kept
+ *             there by every switch after). Any other packet meeting q_limit or more is dropped
+ *             (QUEUE_FULL). 0 turns either off.
  *   ECN       in egress, an ECN-capable packet (ECT(0)/ECT(1) in the outer header) that joined its
  *             queue at ecn_k packets or more gets CE. The controller leaves ecn_k 0 on ports down
  *             to hosts: a mark means "this path is hotter", not "the receiver is busy".
@@ -280,6 +281,11 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         trimmed.count((bit<32>) std.egress_spec);
     }
 
+    /* A packet trimmed upstream stays in the high-priority queue all the way. */
+    action keep_high() {
+        std.priority = PRIO_HIGH;
+    }
+
     action drop_queue_full() {
         queue_full.count((bit<32>) std.egress_spec);
         drop_with(DROP_QUEUE_FULL);
@@ -314,7 +320,9 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
                                 }
                             }
                             if (meta.dropped == 0) {
-                                if (meta.trim_t != 0 && meta.occ >= meta.trim_t && hdr.bth.isValid() &&
+                                if (hdr.bth.isValid() && (hdr.bth.mrc_flags & F_TRIM) != 0) {
+                                    keep_high();
+                                } else if (meta.trim_t != 0 && meta.occ >= meta.trim_t && hdr.bth.isValid() &&
                                         (hdr.bth.opcode == OP_WRITE || hdr.bth.opcode == OP_WRITE_IMM)) {
                                     trim();
                                 } else if (meta.q_limit != 0 && meta.occ >= meta.q_limit) {

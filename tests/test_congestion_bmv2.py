@@ -1,0 +1,132 @@
+"""Congestion in BMv2's own queues (p4src/mrclab.p4, controller/queues.py): a port drains at its
+configured rate; ECN marks appear at the threshold, never on a port down to a host; a trimmed
+packet arrives with its headers intact, ahead of the full queue it skipped. Real MRC data frames
+(traffic/wire.py) are blasted through a fabric whose T0-T1 links are slower than its host links."""
+
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from controller.fabric import Fabric
+from controller.queues import QueueSettings, mbps_to_pps
+from topologies.spec import ClosSpec
+from traffic import headers as H
+from traffic.packet import Pkt, rkey_for
+from traffic.wire import Wire, frame_bytes
+
+pytestmark = [pytest.mark.bmv2, pytest.mark.root]
+ROOT = Path(__file__).resolve().parent.parent
+HOST_MBPS, UPLINK_MBPS, QUEUE = 16.0, 2.0, 32
+PAYLOAD = 1024
+
+
+def spec(host_mbps: float = HOST_MBPS, uplink_mbps: float = UPLINK_MBPS) -> ClosSpec:
+    return ClosSpec.from_dict({"planes": 1, "t0_per_plane": 2, "t1_per_plane": 1, "hosts_per_t0": 2,
+                               "link": {"bandwidth_mbps": host_mbps, "t0_t1_bandwidth_mbps": uplink_mbps,
+                                        "queue_packets": QUEUE}}, source="test")
+
+
+def data_frames(fab, src: str, dst: str, n: int, qp: int = 1) -> list[bytes]:
+    """``n`` ECT(0) MRC data frames (1 KiB payload) from ``src`` to ``dst`` on plane 0, PSNs 0..n-1."""
+    w = Wire(fab.plan, src)
+    ev = fab.plan.paths(src, dst)[0].ev | (9 << 16)
+    out = []
+    for psn in range(n):
+        p = Pkt(H.OP_WRITE, qp, psn, ev, 0, 0, n * PAYLOAD, 0, psn * PAYLOAD, psn * PAYLOAD, rkey_for(qp), PAYLOAD,
+                bytes([psn & 0xFF]) * PAYLOAD)
+        out.append(frame_bytes(w.encode(p, dst)[1]))
+    return out
+
+
+class Capture:
+    """tcpdump on ``host``'s plane-0 port, read back with the project's decoder."""
+
+    def __init__(self, fab, host: str, path: Path) -> None:
+        self.fab, self.host, self.path = fab, host, path
+        self.p = subprocess.Popen(["ip", "netns", "exec", fab.netns(host), "tcpdump", "-i", f"{host}-eth0", "-U",
+                                   "-w", str(path)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        time.sleep(1.0)
+
+    def stop(self) -> list:
+        time.sleep(1.0)
+        self.p.terminate()
+        self.p.wait(timeout=10)
+        from scapy.utils import rdpcap
+
+        w = Wire(self.fab.plan, self.host)
+        out = []
+        for pkt in rdpcap(str(self.path)):
+            raw = bytes(pkt)
+            got = w.decode(raw)
+            if got is not None:
+                first = int.from_bytes(raw[H.OFF_OUTER : H.OFF_OUTER + 4], "big")
+                out.append((float(pkt.time), got[1], (first >> 20) & 0x3, (first >> 22) & 0x3F))
+        return out
+
+
+def blast(fab, src: str, frames: list[bytes], rate_pps: float, duration_s: float, tmp: Path) -> subprocess.Popen:
+    f = tmp / f"{src}.frames"
+    f.write_text("\n".join(x.hex() for x in frames))
+    return subprocess.Popen(["ip", "netns", "exec", fab.netns(src), sys.executable, "-m", "bench.blast", "--iface",
+                             f"{src}-eth0", "--frames", str(f), "--rate", str(rate_pps), "--duration", str(duration_s)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+
+
+@pytest.fixture
+def fabric():
+    with Fabric(spec(), "bmv2", watchdog=False, queues=QueueSettings(ecn_k=8, trim_t=16)) as fab:
+        yield fab
+
+
+def test_a_port_drains_at_its_rate_marks_at_k_and_trims_ahead_of_its_full_queue(fabric, tmp_path):
+    rate = mbps_to_pps(UPLINK_MBPS)  # the T0-T1 port's queue rate, packets/s of 1 KiB frames
+    cap = Capture(fabric, "h2", tmp_path / "h2.pcap")
+    before = fabric.port_samples()
+    b = blast(fabric, "h0", data_frames(fabric, "h0", "h2", 3000), 3 * rate, 4.0, tmp_path)
+    out, err = b.communicate(timeout=60)
+    got = cap.stop()
+    after = fabric.port_samples()
+    full = [(t, p, ecn) for t, p, ecn, dscp in got if not p.flags & H.F_TRIM]
+    trimmed = [(t, p) for t, p, ecn, dscp in got if p.flags & H.F_TRIM]
+    assert full and trimmed, (len(full), len(trimmed), out, err)
+    # the port drains at its rate: full packets per second over the steady part, within 10%
+    ts = sorted(t for t, _, _ in full)
+    mid = [t for t in ts if ts[0] + 1.0 <= t <= ts[-1] - 0.5]
+    measured = (len(mid) - 1) / (mid[-1] - mid[0])
+    assert abs(measured - rate) <= 0.1 * rate, (measured, rate)
+    # trimmed packets kept their headers and skipped the queue: one arrives before a full packet
+    # with a lower PSN that was queued before it
+    assert all(p.dma_len == PAYLOAD and p.rkey == rkey_for(1) and len(p.payload) == 0 for _, p in trimmed)
+    first_full_at = {p.psn: t for t, p, _ in full}
+    overtook = [p.psn for t, p in trimmed if any(q < p.psn and first_full_at[q] > t for q in
+                                                  range(max(0, p.psn - QUEUE), p.psn) if q in first_full_at)]
+    assert overtook, "no trimmed packet arrived ahead of the queue it skipped"
+    # ECN marks on the fabric-facing port; the counters agree with what arrived
+    marked = [p for _, p, ecn in full if ecn == H.ECN_CE]
+    assert marked and len(marked) < len(full)
+    delta = {k: sum(r[k] for r in after if r["switch"] == "t0-0-0" and r["peer"] == "t1-0-0") -
+             sum(r[k] for r in before if r["switch"] == "t0-0-0" and r["peer"] == "t1-0-0") for k in ("marked", "trimmed")}
+    assert delta["trimmed"] == len(trimmed) and delta["marked"] >= len(marked) > 0.5 * delta["marked"]
+
+
+def test_no_marks_on_a_port_down_to_a_host(tmp_path):
+    """The congestion is the last hop: two senders into one host through fast uplinks. That port
+    trims but never marks (a mark means "this path is hotter", not "the receiver is busy")."""
+    with Fabric(spec(host_mbps=4.0, uplink_mbps=32.0), "bmv2", watchdog=False,
+                queues=QueueSettings(ecn_k=2, trim_t=16)) as fab:
+        rate = mbps_to_pps(4.0)
+        cap = Capture(fab, "h2", tmp_path / "h2.pcap")
+        blasts = [blast(fab, h, data_frames(fab, h, "h2", 2000, qp=q), 0.9 * rate, 4.0, tmp_path)
+                  for q, h in ((1, "h0"), (2, "h1"))]
+        for b in blasts:
+            b.communicate(timeout=60)
+        got = cap.stop()
+        ports = fab.port_samples()
+    down = [r for r in ports if r["peer"] == "h2"]
+    # congested at 1.8x its rate: its queue passed the trim threshold (16), so K (2) many times over
+    assert sum(r["trimmed"] for r in down) > 0
+    assert all(r["marked"] == 0 for r in ports if r["peer"].startswith("h"))
+    assert len(got) > 1000  # and what it let through arrived
