@@ -10,7 +10,7 @@ last joins at :data:`JOIN_S`. Printed per run, over the last :data:`STEADY_FRACT
   target >= 0.95);
 * bottleneck utilisation: the flows' total goodput over the bottleneck port's payload rate
   (its rate x payload / frame bytes; target >= 90%);
-* the bottleneck queue's 99th percentile (packets, sampled every 0.5 s);
+* the bottleneck queue's 99th percentile (packets, sampled every second);
 * convergence after the last flow joins: the time until the 1 s moving Jain index of all flows
   first reaches 0.9, in RTTs (the flows' median smoothed RTT).
 

@@ -202,9 +202,13 @@ class Fabric:
     def _start_bmv2(self, prog) -> None:
         from concurrent.futures import ThreadPoolExecutor
 
-        from controller.p4runtime import P4Info, P4Switch
+        from controller.p4runtime import MAX_PORTS, P4Info, P4Switch
 
         info = P4Info(prog.p4info)
+        widest = max(max(self.plan.ports(s)) for s in self.spec.switches())
+        if widest >= MAX_PORTS:
+            raise FabricError(f"a switch of this fabric has port {widest}; p4src/mrclab.p4 counts ports "
+                              f"below {MAX_PORTS} (fewer hosts per T0 or T1s per plane)")
         for sw in self.emu.switches():
             self.p4[sw.name] = P4Switch(sw.name, sw.device_id, sw.grpc_addr, info, prog.bmv2_json,
                                         self.port_queues(sw.name))

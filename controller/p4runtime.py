@@ -25,6 +25,8 @@ from controller.routeplan import SwitchEntries
 from topologies.errors import RunFailed
 
 BATCH = 500  # updates per WriteRequest
+#: Ports a switch may have on bmv2: the size of p4src/mrclab.p4's per-port counters (MAX_PORTS)
+MAX_PORTS = 64
 ELECTION_ID = (0, 1)
 DROP_REASONS = ("not_ipv6", "no_route", "hop_limit", "blackhole", "gray_loss", "queue_full")  # p4src/mrclab.p4 DROP_*
 

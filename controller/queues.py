@@ -9,15 +9,20 @@ so a port's rate in pps is its rate in bits/s over the bits of a full data frame
 ``pps = Mb/s x 10^6 / (8 x frame_bytes)``, a frame being the payload plus MRC's 154 bytes of
 headers and ICRC (1,178 bytes for the default 1 KiB payload). Smaller
 frames (SACKs, probes) take a whole packet slot of that rate: the approximation costs the reverse
-direction a little and the data direction nothing. The high-priority queue, which holds only
-trimmed packets, runs at the same bit rate in packets of their size (``rate_pps_high``, about 8x):
-BMv2 serves each worker's highest priority first across all its ports, and trimmed headers paced
-as full frames would starve every low-priority queue behind them. (Each priority has its own rate,
+direction a little and the data direction nothing. The high-priority queue, which holds
+trimmed packets and control packets (SACKs, NACKs, probes, CNPs: all about the size of a trimmed
+header), runs at the same bit rate in packets of that size (``rate_pps_high``, about 8x): BMv2
+serves each worker's highest priority first across all its ports, and small packets paced as
+full frames would starve every low-priority queue behind them, and charge an acknowledgement a
+data packet's time. (Each priority has its own rate,
 so a port passing both can exceed its rate by its headers' share: small, and only while trimming.)
 
 Thresholds (packets of the low-priority queue): ``q_limit`` is the spec's ``queue_packets``;
-packets at or above it are dropped. ``trim_t`` (default ``q_limit / 2``, 0: no trimming): data
-packets at or above it are trimmed. ``ecn_k`` (default ``max(2, q_limit / 8)``, 0: no marking):
+packets at or above it are dropped. ``trim_t`` (default ``max(4, q_limit / 8)``, 0: no trimming):
+data packets at or above it are trimmed; kept low because it bounds how long a packet can wait at a
+hop, which an emulated link makes long (a packet takes 6 ms at 1.5 Mb/s), and the sender's
+retransmission timer must not fire on a packet that is only queued. ``ecn_k`` (default
+``max(2, q_limit / 16)``, 0: no marking):
 ECN-capable packets that join a queue at or above it are marked CE, on fabric-facing ports only
 (T0 up to T1, T1 down to T0): a mark means "this path is hotter", and the last hop down to a host
 is no path choice. ``ecn_last_hop: true`` marks there too (DCQCN, the RoCE baseline's control,
@@ -91,8 +96,8 @@ def queue_plan(plan: AddressPlan, qs: QueueSettings = QueueSettings(),
     of ``frame_bytes`` frames."""
     link = plan.spec.link
     limit = link.queue_packets
-    trim_t = limit // 2 if qs.trim_t < 0 else qs.trim_t
-    ecn_k = max(2, limit // 8) if qs.ecn_k < 0 else qs.ecn_k
+    trim_t = max(4, limit // 8) if qs.trim_t < 0 else qs.trim_t
+    ecn_k = max(2, limit // 16) if qs.ecn_k < 0 else qs.ecn_k
     out = {}
     for sw in plan.spec.switches():
         for port, peer in plan.ports(sw).items():
@@ -103,3 +108,27 @@ def queue_plan(plan: AddressPlan, qs: QueueSettings = QueueSettings(),
                                         mbps_to_pps(mbps, TRIM_FRAME_BYTES),
                                         limit + QUEUE_SLACK, k, trim_t, limit)
     return out
+
+
+def path_queue_bound_s(plan: AddressPlan, queues: dict[tuple[str, int], PortQueue]) -> float:
+    """The longest a data packet can wait in the switch queues of any path before it is trimmed
+    (or, without trimming, dropped): per hop the threshold over the port's rate, summed along the
+    path, the worst path of the fabric (s; 0 where switches do not queue or are unlimited). A
+    sender's retransmission timer below it would take a queued packet for a lost one."""
+    if not queues:
+        return 0.0
+    worst = 0.0
+    hosts = plan.spec.hosts()
+    for src in hosts[:1] + hosts[-1:]:  # every path shape: same T0 group and across T1s
+        for dst in hosts:
+            if dst == src:
+                continue
+            for p in plan.paths(src, dst):
+                nodes = [*p.hops, p.dst]
+                total = 0.0
+                for sw, nxt in zip(nodes, nodes[1:]):
+                    q = queues[(sw, plan.port_to(sw, nxt))]
+                    if q.rate_pps:
+                        total += (q.trim_t or q.q_limit) / q.rate_pps
+                worst = max(worst, total)
+    return worst

@@ -11,7 +11,7 @@ Results folder (``results/<scenario>-<YYYYmmdd-HHMMSS>`` unless ``--out``):
 * ``ev_state.png``    EV state over time (paper figs. 12-14)
 * ``window.png``      each QP's congestion window (NSCC) or rate (DCQCN) over time
 * ``queues.png``, ``switches.csv``  where switches queue: each port's queue, ECN marks, trims and
-  full-queue drops over time (sampled every 0.5 s)
+  full-queue drops over time (sampled every second)
 * ``endpoints/``      each endpoint's config and raw telemetry (JSON lines)
 
 Exit status: 0 when every expectation holds, 1 when one fails, 2 for a bad scenario, 3 when this
@@ -38,6 +38,7 @@ from rich.live import Live
 from rich.table import Table
 
 from controller.fabric import FEATURES, Fabric, available, missing_features
+from controller.queues import path_queue_bound_s
 from experiments import endpoints
 from experiments.fabricstate import FabricTimeline
 from experiments.faults import FAULTS, play
@@ -119,6 +120,12 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True) 
         with Fabric(spec, dp, progress=lambda m: console.print(f"[dim]·[/dim] {m}"), watchdog=dp == "bmv2",
                     loss_salt=scn.seed, queues=scn.queues.for_transport(scn.transport),
                     frame_bytes=scn.settings.payload_bytes + DATA_OVERHEAD) as fab:
+            bound = path_queue_bound_s(fab.plan, fab.queues)
+            if "min_rto_s" not in (scn.raw.get("transport") or {}) and 2 * bound > scn.settings.min_rto_s:
+                # the timer's floor covers a packet queued up to the trim threshold at every hop
+                scn = dataclasses.replace(scn, settings=dataclasses.replace(scn.settings, min_rto_s=round(2 * bound, 4)))
+                console.print(f"[dim]·[/dim] retransmission timer floor {scn.settings.min_rto_s * 1e3:.0f} ms: "
+                              f"twice the longest queueing a path allows ({bound * 1e3:.0f} ms)")
             cfgs = endpoints.configs(scn, spec_path, out / "endpoints")
             console.print(f"[dim]·[/dim] starting {len(cfgs)} endpoints ({', '.join(cfgs)})")
             t0_wall = time.time() + 3.0  # every endpoint starts sending at this wall-clock time
@@ -151,7 +158,7 @@ class PortSampler:
     """Samples every switch port's queue and counters every ``period_s`` in a thread of its own,
     so the fault timeline keeps its time (a sample of 16 bmv2 switches takes tens of ms)."""
 
-    def __init__(self, fab: Fabric, t0: float, period_s: float = 0.5) -> None:
+    def __init__(self, fab: Fabric, t0: float, period_s: float = 1.0) -> None:
         self.fab, self.t0, self.period_s = fab, t0, period_s
         self.samples: list[dict] = []
         self._stop = threading.Event()

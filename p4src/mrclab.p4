@@ -27,8 +27,10 @@
  *             join a low-priority queue holding trim_t or more is trimmed: cut to its headers
  *             (Ethernet .. RETH, TRIM_BYTES), lengths rewritten so it still routes and parses,
  *             DSCP TRIM_DSCP, the BTH's TRIM flag set, sent in the high-priority queue (and kept
- *             there by every switch after). Any other packet meeting q_limit or more is dropped
- *             (QUEUE_FULL). 0 turns either off.
+ *             there by every switch after). MRC's control packets (SACK, NACK, ACK, probes, CNP:
+ *             every BTH opcode but the Writes) take the high-priority queue too, as a fabric's
+ *             control traffic class: small, and never behind a data queue. Any other packet
+ *             meeting q_limit or more is dropped (QUEUE_FULL). 0 turns either off.
  *   ECN       in egress, an ECN-capable packet (ECT(0)/ECT(1) in the outer header) that joined its
  *             queue at ecn_k packets or more gets CE. The controller leaves ecn_k 0 on ports down
  *             to hosts: a mark means "this path is hotter", not "the receiver is busy".
@@ -69,7 +71,10 @@ const bit<16> TRIM_INNER_LEN = 56;     /* inner IPv6 payload length = UDP length
 const bit<3>  PRIO_LOW       = 0;
 const bit<3>  PRIO_HIGH      = 1;
 
-const bit<32> MAX_PORTS = 512;
+/* Ports per switch, counters' and registers' size: every cell of a counter is read back when
+ * the controller reads it (the runner samples them while traffic runs), so no more than a lab
+ * switch has (controller/p4runtime.py MAX_PORTS). */
+const bit<32> MAX_PORTS = 64;
 
 /* Low-priority packets queued per egress port: shared by ingress (+1) and egress (-1). */
 register<bit<32>>(MAX_PORTS) qocc;
@@ -281,7 +286,8 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         trimmed.count((bit<32>) std.egress_spec);
     }
 
-    /* A packet trimmed upstream stays in the high-priority queue all the way. */
+    /* A packet trimmed upstream stays in the high-priority queue all the way; control packets
+     * (SACK, NACK, ACK, probe, CNP) take it too, a fabric's control traffic class. */
     action keep_high() {
         std.priority = PRIO_HIGH;
     }
@@ -320,7 +326,8 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
                                 }
                             }
                             if (meta.dropped == 0) {
-                                if (hdr.bth.isValid() && (hdr.bth.mrc_flags & F_TRIM) != 0) {
+                                if (hdr.bth.isValid() && ((hdr.bth.mrc_flags & F_TRIM) != 0 ||
+                                        (hdr.bth.opcode != OP_WRITE && hdr.bth.opcode != OP_WRITE_IMM))) {
                                     keep_high();
                                 } else if (meta.trim_t != 0 && meta.occ >= meta.trim_t && hdr.bth.isValid() &&
                                         (hdr.bth.opcode == OP_WRITE || hdr.bth.opcode == OP_WRITE_IMM)) {

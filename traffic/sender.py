@@ -81,10 +81,11 @@ class MrcSender:
         self.ports = PortState()
         self.mss = settings.payload_bytes + H.DATA_OVERHEAD  # a full data packet on the wire
         if settings.nscc:
-            line = settings.port_mbps * 1e6 * evs.planes
+            planes = len({e.plane for e in evs.evs.values()})  # the planes this QP sprays over
+            line = settings.port_mbps * 1e6 * planes
             # start at the BDP floor (two packets per plane): a window's first burst meets empty
             # queues and an RTO that has only seen empty-queue RTTs
-            floor = 2 * evs.planes * self.mss
+            floor = 2 * planes * self.mss
             initial = min(settings.window_packets * self.mss, floor) if line > 0 else settings.window_packets * self.mss
             self.cc: FixedWindow | Nscc = Nscc(self.mss, line, initial, settings.base_rtt_s, min_bdp_bytes=floor)
         else:

@@ -50,9 +50,11 @@ class TransportSettings:
     QP's line rate, ``port_mbps`` x the planes (the runner sets it from the fabric's host links;
     0: unknown, the fixed window stands for the BDP), x the base RTT (``base_rtt_s``, 0: the
     smallest RTT sample). An EV whose packets come back ECN-marked is skipped for ``ecn_skip_rtts``
-    (4) smoothed RTTs: long enough for the queue that marked it to drain below the marking
-    threshold (a queue at K packets drains in about K packet times, well under an RTT at the
-    thresholds mrclab sets), short enough that a path which cooled down is back within a few RTTs.
+    (8) smoothed RTTs (ours): long enough for the queue that marked it to drain below the marking
+    threshold (K packets drain in K packet times, under an RTT at the thresholds mrclab sets) and
+    for a flow that keeps a path hot to take most of it (an EV that comes back too soon is marked
+    again after an RTT, and carries a packet per rotation meanwhile), short enough that a path
+    that cooled down is back within a few hundred ms.
     ``roce_cc``: the baseline's rate control, ``dcqcn`` or ``none`` (window only); ``dcqcn_timer_s``
     is DCQCN's rate-increase and alpha timer and the receiver's CNP interval: the paper's 55 us and
     50 us are about 5 RTTs of its fabric, and an emulated fabric is about 1000x slower, so 0 (the
@@ -85,7 +87,7 @@ class TransportSettings:
     max_psn_window: int = field(default=1 << 16, metadata=_pos("PSNs ahead of cum_psn a receiver accepts"))
     port_mbps: float = field(default=0.0, metadata=rule(lo=0, doc="NIC port rate per plane, Mb/s (0: unknown)"))
     base_rtt_s: float = field(default=0.0, metadata=rule(lo=0, doc="a known base RTT (0: the smallest sample)"))
-    ecn_skip_rtts: float = field(default=4.0, metadata=rule(lo=0, doc="how long an ECN-marked EV is skipped, in RTTs"))
+    ecn_skip_rtts: float = field(default=8.0, metadata=rule(lo=0, doc="how long an ECN-marked EV is skipped, in RTTs"))
     roce_cc: str = field(default="dcqcn", metadata=rule(choices=("dcqcn", "none"), doc="the baseline's rate control"))
     dcqcn_timer_s: float = field(default=0.0, metadata=rule(lo=0, doc="DCQCN's timers and CNP interval (0: 5 base RTTs)"))
     # ---- MRC's mechanisms, each of which can be switched off (docs/protocol.md, "Ablations") ----
