@@ -245,7 +245,7 @@ class Fabric:
         th = self.thrift[switch] = SwitchThrift(switch, self.emu.netns(switch))
         for port, q in self.port_queues(switch).items():
             th.set_queue(port, 0, q.rate_pps, q.depth)
-            th.set_queue(port, 1, q.rate_pps_high, q.depth)
+            th.set_queue(port, 1, q.rate_pps_high, q.depth_high)
     def stop(self) -> None:
         """Tear everything down (idempotent)."""
         self._stop.set()

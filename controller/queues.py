@@ -40,6 +40,11 @@ from topologies.schema import rule
 
 #: Packets a BMv2 queue holds beyond the program's limit (its own drops are silent).
 QUEUE_SLACK = 8
+#: The high-priority queue (trimmed headers, control packets) holds this many times the low
+#: queue's limit: its packets are an eighth of a full frame, and a burst that trims a whole window
+#: at once must not overflow it (BMv2 drops there silently, and a lost trimmed header looks to its
+#: sender like an untrimmed loss).
+HIGH_DEPTH_FACTOR = 4
 #: A full data frame of the default 1 KiB payload: 1024 + 154 bytes (traffic/headers.py DATA_OVERHEAD).
 DEFAULT_FRAME_BYTES = 1178
 #: A trimmed packet: its first 150 bytes (p4src/mrclab.p4 TRIM_BYTES, traffic/headers.py TRIM_BYTES).
@@ -76,6 +81,7 @@ class PortQueue:
     rate_pps: int
     rate_pps_high: int
     depth: int
+    depth_high: int
     ecn_k: int
     trim_t: int
     q_limit: int
@@ -106,7 +112,7 @@ def queue_plan(plan: AddressPlan, qs: QueueSettings = QueueSettings(),
             k = ecn_k if (not down_to_host or qs.ecn_last_hop is True) else 0
             out[(sw, port)] = PortQueue(sw, port, peer, mbps, mbps_to_pps(mbps, frame_bytes),
                                         mbps_to_pps(mbps, TRIM_FRAME_BYTES),
-                                        limit + QUEUE_SLACK, k, trim_t, limit)
+                                        limit + QUEUE_SLACK, HIGH_DEPTH_FACTOR * limit, k, trim_t, limit)
     return out
 
 

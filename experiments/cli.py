@@ -302,6 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "windows and start times scale with it")
     s.add_argument("--dataplane", choices=["bmv2", "linux"], help="override the scenario's data plane")
     s.add_argument("--transport", choices=["mrc", "roce"], help="override the scenario's transport")
+    s.add_argument("--pcap", action="store_true",
+                   help="capture every host NIC port into <results>/pcap/ (with --debug on bmv2, every switch port too)")
+    s.add_argument("--debug", action="store_true", help="bmv2: per-packet logging and switch port pcaps")
     s.add_argument("--set", action="append", metavar="NAME=VALUE",
                    help="set a transport setting, e.g. --set ev_health=off to switch a mechanism off "
                         "(ev_health, probes, port_state, nack, ecn_lb, nscc); repeatable")

@@ -13,6 +13,8 @@ Results folder (``results/<scenario>-<YYYYmmdd-HHMMSS>`` unless ``--out``):
 * ``queues.png``, ``switches.csv``  where switches queue: each port's queue, ECN marks, trims and
   full-queue drops over time (sampled every second)
 * ``endpoints/``      each endpoint's config and raw telemetry (JSON lines)
+* ``pcap/``           with ``--pcap``: a capture per host NIC port (and with ``--debug`` on bmv2,
+  per switch port), to open with traffic/wireshark/mrc.lua (experiments/captures.py)
 
 Exit status: 0 when every expectation holds, 1 when one fails, 2 for a bad scenario, 3 when this
 machine cannot run it (not root, data plane missing).
@@ -40,6 +42,7 @@ from rich.table import Table
 from controller.fabric import FEATURES, Fabric, available, missing_features
 from controller.queues import path_queue_bound_s
 from experiments import endpoints
+from experiments.captures import DISSECTOR, HOW_TO_OPEN, Captures, copy_switch_pcaps
 from experiments.fabricstate import FabricTimeline
 from experiments.faults import FAULTS, play
 from experiments.metrics import BIN_S, RunData, baseline_mbps, evaluate
@@ -87,12 +90,15 @@ def _events_needing(features: set[str]) -> set[str]:
     return {e for e, kind in FAULTS.items() if kind.feature in features}
 
 
-def run(scn: Scenario, out: Path | None = None, *, live: bool = True) -> dict:
-    """Run ``scn`` and write its results folder; returns the metrics dict (also ``metrics.json``)."""
-    return run_with_data(scn, out, live=live)[0]
+def run(scn: Scenario, out: Path | None = None, *, live: bool = True, pcap: bool = False,
+        debug: bool = False) -> dict:
+    """Run ``scn`` and write its results folder; returns the metrics dict (also ``metrics.json``).
+    ``pcap``: capture every host NIC port; ``debug``: BMv2's per-packet log and its port pcaps."""
+    return run_with_data(scn, out, live=live, pcap=pcap, debug=debug)[0]
 
 
-def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True) -> tuple[dict, RunData]:
+def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, pcap: bool = False,
+                  debug: bool = False) -> tuple[dict, RunData]:
     """:func:`run`, also returning the run's normalised data (for benchmarks and sweeps)."""
     dp = choose_dataplane(scn)
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
@@ -119,7 +125,8 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True) 
     try:
         with Fabric(spec, dp, progress=lambda m: console.print(f"[dim]·[/dim] {m}"), watchdog=dp == "bmv2",
                     loss_salt=scn.seed, queues=scn.queues.for_transport(scn.transport),
-                    frame_bytes=scn.settings.payload_bytes + DATA_OVERHEAD) as fab:
+                    frame_bytes=scn.settings.payload_bytes + DATA_OVERHEAD, debug=debug) as fab, \
+                (Captures(fab, scn.hosts(), out / "pcap") if pcap else contextlib.nullcontext()):
             bound = path_queue_bound_s(fab.plan, fab.queues)
             if "min_rto_s" not in (scn.raw.get("transport") or {}) and 2 * bound > scn.settings.min_rto_s:
                 # the timer's floor covers a packet queued up to the trim threshold at every hop
@@ -140,6 +147,8 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True) 
                 if sampler is not None:
                     sampler.stop()
             endpoints.stop(procs)
+            if pcap and debug and dp == "bmv2":
+                copy_switch_pcaps(fab.emu.run_dir, out / "pcap" / "switches")
     finally:
         endpoints.stop(procs)
 
@@ -279,6 +288,9 @@ def _summary(m: dict, out: Path) -> None:
         + (f"; switch ports: {sw['marked']} marked, {sw['trimmed']} trimmed, {sw['queue_full']} dropped full"
            if sw else "")
         + f"; results in {out}/ (plot: {out / 'goodput.png'})")
+    if (out / "pcap").is_dir():
+        Console(highlight=False, soft_wrap=True).print(
+            "captures: " + HOW_TO_OPEN.format(lua=DISSECTOR, pcap=f"{out / 'pcap'}/<port>.pcap"))
 
 
 def main(args) -> int:
@@ -286,5 +298,5 @@ def main(args) -> int:
     scn = load_scenario(args.scenario, duration_s=args.duration, dataplane=args.dataplane, transport=args.transport,
                         settings=parse_set(args.set))
     need_root("mrclab run")
-    m = run(scn, Path(args.out) if args.out else None, live=sys.stderr.isatty())
+    m = run(scn, Path(args.out) if args.out else None, live=sys.stderr.isatty(), pcap=args.pcap, debug=args.debug)
     return 0 if m["passed"] else 1

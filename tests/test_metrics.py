@@ -38,11 +38,20 @@ def test_ratio_recovery_and_bounds():
 
 
 def test_retire_metrics_and_intact():
+    from experiments.fabricstate import FabricTimeline
+    from experiments.faults import Fault
+    from topologies.addressing import AddressPlan
+    from topologies.spec import load_spec
+
     d = run_with_rate(lambda t: 8.0)
     d.rtt_us = 500.0
-    d.events = [{"t": 10.002, "kind": "ev_state", "host": "h0", "qp": 1, "ev": 0x1000, "old": "GOOD",
+    # EV 0x1000 is plane 1, T1 0 from h0 to h2: through t1-1-0, which fails at 10 s
+    d.timeline = FabricTimeline.from_played(AddressPlan(load_spec()), [(10.0, Fault(10.0, "switch_down",
+                                                                                   {"switch": "t1-1-0"}))])
+    d.events = [{"t": 10.002, "kind": "ev_state", "host": "h0", "peer": "h2", "qp": 1, "ev": 0x1000, "old": "GOOD",
                  "new": "ASSUMED_BAD"},
-                {"t": 10.004, "kind": "ev_state", "host": "h0", "qp": 1, "ev": 0x1001, "old": "GOOD", "new": "SKIP"}]
+                {"t": 10.004, "kind": "ev_state", "host": "h0", "peer": "h2", "qp": 1, "ev": 0x1001, "old": "GOOD",
+                 "new": "SKIP"}]
     v, ok, _ = evaluate(d, "evs_retired", {"after": 10.0, "within_s": 1.0, "min": 1})
     assert v == 1 and ok
     v, ok, _ = evaluate(d, "retire_time_rtts", {"after": 10.0, "max": 5})
