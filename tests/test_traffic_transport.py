@@ -14,6 +14,7 @@ from traffic import headers as H
 from traffic.receiver import SACK_COALESCE_MAX, MrcReceiver
 from traffic.sender import make_sender
 from traffic.settings import TransportSettings
+from traffic.wire import Wire, frame_bytes
 
 messages_st = st.lists(st.integers(0, 9000), min_size=1, max_size=6).flatmap(
     lambda sizes: st.tuples(*[st.binary(min_size=n, max_size=n) for n in sizes]))
@@ -248,3 +249,38 @@ def test_zero_length_writes_complete_in_order(transport):
     o = run(msgs, Channel(random.Random(2), drop=0.05), transport=transport, imm=True, limit_s=10.0)
     _check(o, len(msgs), True)
     assert "bad length" not in o.receiver.stats.dropped
+
+
+class OnTheWire(Channel):
+    """The channel, each packet first encoded to its frame and decoded back as the peer's NIC would
+    (so PSNs travel as the 24 bits the BTH has room for)."""
+
+    def send(self, p, to, now):
+        src, dst = ("h0", "h2") if to == "rx" else ("h2", "h0")
+        _, bufs = Wire(PLAN, src).encode(p, dst)
+        got = Wire(PLAN, dst).decode(frame_bytes(bufs))
+        assert got is not None and got[0] == src
+        super().send(got[1], to, now)
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+@given(ch=channel_st, before=st.integers(1, 30))
+def test_psns_wrap_at_24_bits_without_losing_or_repeating_a_message(ch, before):
+    # the wire carries 24-bit PSNs (BTH): both ends extend them to full PSNs, the receiver nearest to
+    # its cum_psn, the sender at or below its next PSN. Start `before` PSNs short of the wrap.
+    from traffic.packet import PSN_MOD
+
+    start = PSN_MOD - before
+
+    def at_the_wrap(now, tx, rx, _chan):
+        if now == 0.0:
+            tx.next_psn = tx.acked_below = start
+            rx.cum, rx.newest = start, start - 1
+
+    rng = random.Random(ch["seed"])
+    msgs = [rng.randbytes(rng.randint(3000, 6000)) for _ in range(6)]  # >= 36 packets of 512 B
+    chan = OnTheWire(random.Random(ch["seed"]), drop=ch["drop"], dup=ch["dup"], delay_s=ch["delay"],
+                     fifo_per_ev=ch["fifo"], trim=ch["trim"], ce=ch["ce"])
+    o = run(msgs, chan, settings=FAST, seed=ch["seed"], limit_s=30, hook=at_the_wrap)
+    _check(o, len(msgs), False)
+    assert o.sender.next_psn > PSN_MOD  # it did cross

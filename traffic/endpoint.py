@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import os
 import resource
 import select
 import signal
@@ -24,7 +25,6 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable
-from pathlib import Path
 
 from topologies.addressing import AddressPlan
 from topologies.errors import BadInput
@@ -88,6 +88,7 @@ class Endpoint:
             self.peer_of[id(s)] = q.peer
         self.socks: dict[int, socket.socket] = {}
         self._send_fn: dict[int, Callable] = {}
+        self._carrier: dict[int, int] = {}  # plane -> fd of its port's sysfs carrier file
         self.stop_requested = False
 
     # ---- sockets and ports -----------------------------------------------------------------
@@ -109,11 +110,16 @@ class Endpoint:
             self._send_fn[p] = s.send
 
     def port_state(self) -> int:
+        """Bit p = the plane-p port has carrier. Read every PORT_POLL_S from files opened once:
+        a sysfs attribute read at offset 0 is generated afresh (0.5 us against 9 us to open it)."""
+        if not self._carrier:
+            for p in range(self.plan.spec.planes):
+                self._carrier[p] = os.open(f"/sys/class/net/{self.plan.host_intf(self.host, p)}/carrier", os.O_RDONLY)
         state = 0
-        for p in range(self.plan.spec.planes):
+        for p, fd in self._carrier.items():
             try:
-                up = Path(f"/sys/class/net/{self.plan.host_intf(self.host, p)}/carrier").read_text().strip() == "1"
-            except OSError:
+                up = os.pread(fd, 8, 0)[:1] == b"1"
+            except OSError:  # EINVAL: the interface is administratively down
                 up = False
             state |= int(up) << p
         return state
@@ -204,6 +210,8 @@ class Endpoint:
         self.tel.close()
         for s in socks.values():
             s.close()
+        for fd in self._carrier.values():
+            os.close(fd)
         return 0
 
     def _send(self, frames: list[tuple[int, list]], backlog: dict[int, deque]) -> None:

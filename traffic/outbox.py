@@ -48,13 +48,13 @@ class Outbox:
         self.stats.messages_sent += 1
         return True
 
-    def acked(self, msn: int, now: float) -> None:
-        """One more packet of ``msn`` acknowledged; the message is released with its last."""
+    def acked(self, msn: int, n: int, now: float) -> None:
+        """``n`` more packets of ``msn`` acknowledged; the message is released with its last."""
         left = self.left.get(msn)
         if left is None:
             return
-        if left > 1:
-            self.left[msn] = left - 1
+        if left > n:
+            self.left[msn] = left - n
             return
         del self.left[msn]
         self.stats.messages_acked += 1

@@ -81,9 +81,9 @@ class _Msg:
 class ReceiveRegion:
     """A receiver's memory region and the messages being assembled in it.
 
-    :meth:`accept` checks a data packet's message fields against the message they belong to and
-    names the reason when it must be dropped; :meth:`place` writes its payload and completes the
-    message once every byte is in: delivered when its CRC-32 matches, else counted corrupt.
+    :meth:`receive` checks a data packet's message fields against the message they belong to (naming
+    the reason when it must be dropped) and writes its payload, completing the message once every
+    byte is in: delivered when its CRC-32 matches, else counted corrupt.
     Write-with-Immediate completions are released in MSN order (``stats.completions``).
     ``on_corrupt(msn)`` hears corrupt messages.
     """
@@ -97,19 +97,20 @@ class ReceiveRegion:
         self.imm_done: dict[int, int] = {}
         self.next_completion = 0
 
-    def check(self, dma_len: int, payload_len: int, off: int, msg_len: int, va: int) -> str | None:
-        """Why a data packet with these fields cannot be placed, or None."""
+    def receive(self, msn: int, msg_len: int, crc: int, off: int, va: int, payload, dma_len: int,
+                imm: int | None) -> str | None:
+        """Check a data packet's fields against the message ``msn`` (created on its first packet)
+        and place its payload; returns why the packet must be dropped, or None once placed. One
+        call per data packet: the receive path's hot spot."""
+        n = len(payload)
         size = len(self.mem)
-        if dma_len != payload_len or (dma_len == 0 and msg_len != 0):  # only an empty message is empty
+        if dma_len != n or (n == 0 and msg_len != 0):  # only an empty message is empty
             return "bad length"
-        if not (0 <= off < msg_len and off + dma_len <= msg_len) and (off, msg_len) != (0, 0):
+        if not (0 <= off < msg_len and off + n <= msg_len) and (off, msg_len) != (0, 0):
             return "bad message offset"
-        if va < off or va + dma_len > size or va - off + msg_len > size:
+        base = va - off
+        if va < off or va + n > size or base + msg_len > size:
             return "address outside the memory region"
-        return None
-
-    def message(self, msn: int, msg_len: int, crc: int, base: int) -> _Msg | str:
-        """The message ``msn`` a packet belongs to (created on its first packet), or why not."""
         m = self.msgs.get(msn)
         if m is None:
             floor = self.next_completion
@@ -118,14 +119,11 @@ class ReceiveRegion:
             m = self.msgs[msn] = _Msg(msg_len, crc, base)
         elif m.msg_len != msg_len or m.crc != crc or m.base != base:
             return "inconsistent message fields"
-        return m
-
-    def place(self, msn: int, m: _Msg, va: int, payload, imm: int | None) -> None:
-        n = len(payload)
         self.mem[va : va + n] = payload
         m.got += n
-        if m.got >= m.msg_len:
+        if m.got >= msg_len:
             self._complete(msn, m, imm)
+        return None
 
     def _complete(self, msn: int, m: _Msg, imm: int | None) -> None:
         del self.msgs[msn]

@@ -155,8 +155,10 @@ class MrcSender:
         # new data: the hot path, one packet per turn (names bound once)
         window = max(1, int(self.cc.cwnd_bytes // self.mss))
         unacked, recs, sent_at = self.unacked, self.recs, self.sent_at
+        per_ev, timer_q = self.per_ev, self.timer_q
         box, evs, info = self.out, self.evs, self.evs.evs
         ring, payload = box.ring, box.payload
+        op, qp, rkey, imm, ports = self._op, self.qp, self._rkey, self.imm, self.ports.local
         sent = 0
         while len(out) < budget and len(unacked) < window:
             ev = evs.next_ev(None, now)
@@ -181,10 +183,17 @@ class MrcSender:
             recs[psn] = _Rec(msn, off, ln, ev, now)
             sent_at[psn] = now
             unacked.add(psn)
-            self._record(psn, ev, now)
-            info[ev].bytes += ln
+            q = per_ev.get(ev)  # _record, inlined
+            if q is None:
+                q = per_ev[ev] = deque()
+            q.append(psn)
+            timer_q.append((now, psn))
+            e = info[ev]
+            e.packets += 1
+            e.bytes += ln
             sent += 1
-            out.append(self._data_pkt(psn, ev, msn, msg_len, crc, off, data[off : off + ln], 0))
+            out.append(Pkt(op, qp, psn, ev, 0, msn, msg_len, crc, off, ring.base[msn] + off,  # DATA_FIELDS: _data_pkt
+                           rkey, ln, data[off : off + ln], (msn & 0xFFFFFFFF) if imm else None, ports, False))
             if box.cur is None and msg_len > window * payload:
                 # a big next message is fetched *after* these packets are stamped and sent, so the
                 # time it takes is not charged to their round trip (which would fire the timer)
@@ -240,17 +249,6 @@ class MrcSender:
         self.retx_q.append(psn)
 
     # ---- receiving --------------------------------------------------------------------------
-    def _ack(self, psn: int, rec: _Rec, now: float) -> None:
-        """``rec`` (of ``psn``, not yet acknowledged) has arrived."""
-        rec.acked = True
-        self.unacked.discard(psn)
-        self.sent_at.pop(psn, None)
-        if rec.t_sent > self.delivered_after.get(rec.ev, -1.0):
-            self.delivered_after[rec.ev] = rec.t_sent
-        self.stats.bytes_acked += rec.length
-        self.out.acked(rec.msn, now)
-        del self.recs[psn]
-
     def on_packet(self, p: Pkt, now: float) -> None:
         if p.op == H.OP_SACK:
             self._on_sack(p, now)
@@ -272,40 +270,63 @@ class MrcSender:
         if sent is not None:
             rtt = now - sent
             self.rtt.sample(rtt, now)
-        acked0 = self.stats.bytes_acked
-        cum = psn_at_or_below(p.cum_psn, top) if p.cum_psn != top % (1 << 24) else top
-        newly: list[tuple[int, int, int]] = []  # (psn, ev it was sent on, transmissions)
-        recs = self.recs
-        if cum > self.acked_below:
-            for psn in range(self.acked_below, cum):  # everything below acked_below is acknowledged
-                rec = recs.get(psn)
-                if rec is not None and not rec.acked:
-                    newly.append((psn, rec.ev, rec.tx))
-                    self._ack(psn, rec, now)
-            self.acked_below = cum
         base = psn_at_or_below(p.base_psn, top)
-        bm, i = p.bitmap, 0
-        while bm:
-            if bm & 1:
-                rec = recs.get(base + i)
-                if rec is not None and not rec.acked:
-                    newly.append((base + i, rec.ev, rec.tx))
-                    self._ack(base + i, rec, now)
-            bm >>= 1
-            i += 1
         ecn = bool(p.sflags & H.S_ECN)
         if ecn and self.s.ecn_lb:
             self.evs.skip(ev, "ECN mark", now + self.s.ecn_skip_rtts * (self.rtt.srtt or 0.0))
-        if p.trim_bitmap and self.s.nack:
+        if p.trim_bitmap and self.s.nack:  # first: a trimmed PSN is being resent, so it is no gap below
             self._trimmed_in(base, p.trim_bitmap, now)
-        self.cc.on_ack(self.stats.bytes_acked - acked0, rtt, ecn, now)
-        # FIFO inference: every PSN sent on an EV before one that arrived on it, and still not
-        # acknowledged, is lost. The EV of an arrival is certain for first transmissions and for
-        # the echoed arrival.
-        for psn, sent_ev, tx in sorted(newly):
-            if tx == 1:
-                self._infer(sent_ev, psn, base)
+        cum = psn_at_or_below(p.cum_psn, top) if p.cum_psn != top % (1 << 24) else top
+        recs = self.recs
+        got: list[int] = []  # newly acknowledged PSNs, ascending (the bitmap starts at or above cum)
+        if cum > self.acked_below:
+            got = [psn for psn in range(self.acked_below, cum) if psn in recs]  # acknowledged ones are gone
+            self.acked_below = cum
+        bm = p.bitmap
+        if bm:
+            i = base
+            while bm:
+                if bm & 1 and i >= cum and i in recs:  # (a bad SACK's bitmap might overlap cum)
+                    got.append(i)
+                bm >>= 1
+                i += 1
+        acked = self._ack(got, base, now) if got else 0
+        self.cc.on_ack(acked, rtt, ecn, now)
         self._infer(ev, echo, base)
+
+    def _ack(self, got: list[int], base: int, now: float) -> int:
+        """The PSNs in ``got`` (ascending, each with a record) have arrived: one pass per SACK over
+        all of them (names bound once: the sender's hot spot). Returns the bytes acknowledged.
+
+        FIFO inference rides along: every PSN sent on an EV before one that arrived on it, and still
+        not acknowledged, is lost. The EV of an arrival is certain for first transmissions (and for
+        the echoed arrival, which the caller infers from). Ascending order is enough: a PSN sent on
+        an EV before a first transmission is a smaller PSN, so it was acknowledged first if it
+        arrived at all."""
+        recs, unacked, sent_at, after, per_ev = self.recs, self.unacked, self.sent_at, self.delivered_after, self.per_ev
+        per_msn: dict[int, int] = {}
+        nbytes = 0
+        for psn in got:
+            rec = recs.pop(psn)
+            rec.acked = True
+            unacked.discard(psn)
+            sent_at.pop(psn, None)
+            ev = rec.ev
+            if rec.t_sent > after.get(ev, -1.0):
+                after[ev] = rec.t_sent
+            nbytes += rec.length
+            per_msn[rec.msn] = per_msn.get(rec.msn, 0) + 1
+            if rec.tx == 1:
+                q = per_ev.get(ev)
+                if q:
+                    if q[0] == psn:  # the usual case: nothing sent on the EV before it is missing
+                        q.popleft()
+                    else:
+                        self._infer(ev, psn, base)
+        self.stats.bytes_acked += nbytes
+        for msn, n in per_msn.items():
+            self.out.acked(msn, n, now)
+        return nbytes
 
     def _infer(self, ev: int, arrived: int, known_from: int) -> None:
         """PSNs sent on ``ev`` before ``arrived``: unacknowledged ones the SACK reports on, from
