@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 from topologies.cleanup import stop_processes
@@ -19,29 +20,65 @@ HOW_TO_OPEN = ("wireshark -X lua_script:{lua} -o udp.ignore_ipv6_zero_checksum:T
 DISSECTOR = Path(__file__).resolve().parent.parent / "traffic" / "wireshark" / "mrc.lua"
 
 
+#: How long tcpdump gets to open its interface (s) and how long a capture must stay unchanged before
+#: it is stopped (s): stopping tcpdump discards what its kernel ring still holds.
+READY_TIMEOUT_S, SETTLE_S, SETTLE_TIMEOUT_S = 10.0, 0.3, 5.0
+
+
 class Captures:
-    """tcpdump on every plane port of ``hosts`` while in the ``with`` block."""
+    """tcpdump on every plane port of ``hosts`` while in the ``with`` block.
+
+    Entering returns once every tcpdump is listening; leaving waits until no capture file has grown
+    for :data:`SETTLE_S` (at most :data:`SETTLE_TIMEOUT_S`), then stops them. tcpdump runs in
+    immediate mode: with libpcap's default buffering, the packets of the last second sit in the
+    kernel ring and are lost when it is stopped (measured: a RoCE run's ACKs missing entirely).
+    Each tcpdump's own report (packets captured / dropped by kernel) is kept as ``<port>.log``.
+    """
 
     def __init__(self, fab, hosts: list[str], folder: Path) -> None:
         self.fab, self.hosts, self.folder = fab, hosts, folder
         self.procs: list[subprocess.Popen] = []
+        self.pcaps: list[Path] = []
 
     def __enter__(self) -> Captures:
         self.folder.mkdir(parents=True, exist_ok=True)
+        logs = []
         for host in self.hosts:
             for plane in range(self.fab.spec.planes):
                 intf = self.fab.plan.host_intf(host, plane)
-                self.procs.append(self.fab.emu.popen(
-                    host, ["tcpdump", "-i", intf, "-U", "-s", "0", "-w", str(self.folder / f"{intf}.pcap")],
-                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+                pcap, log = self.folder / f"{intf}.pcap", self.folder / f"{intf}.log"
+                with open(log, "w") as err:  # the child keeps its own descriptor
+                    self.procs.append(self.fab.emu.popen(
+                        host, ["tcpdump", "-i", intf, "--immediate-mode", "-U", "-n", "-s", "0", "-w", str(pcap)],
+                        stdout=subprocess.DEVNULL, stderr=err))
+                self.pcaps.append(pcap)
+                logs.append(log)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while time.monotonic() < deadline and not all("listening" in _text(f) for f in logs):
+            if any(p.poll() is not None for p in self.procs):
+                break
+            time.sleep(0.05)
         (self.folder / "README.txt").write_text(
             "One capture per host NIC port (and, with --debug on bmv2, per switch port).\n"
             "Open with mrclab's dissector:\n  " + HOW_TO_OPEN.format(lua=DISSECTOR, pcap="FILE.pcap") + "\n")
         return self
 
+    def settle(self) -> None:
+        """Wait until no capture has grown for :data:`SETTLE_S` (at most :data:`SETTLE_TIMEOUT_S`)."""
+        sizes, still_since = None, time.monotonic()
+        deadline = still_since + SETTLE_TIMEOUT_S
+        while time.monotonic() < deadline:
+            now = [f.stat().st_size if f.exists() else 0 for f in self.pcaps]
+            if now != sizes:
+                sizes, still_since = now, time.monotonic()
+            elif time.monotonic() - still_since >= SETTLE_S:
+                return
+            time.sleep(0.05)
+
     def __exit__(self, *exc) -> None:
         import psutil
 
+        self.settle()
         live = []
         for p in self.procs:
             if p.poll() is None:
@@ -52,6 +89,13 @@ class Captures:
         stop_processes(live, grace_s=3.0)  # SIGTERM: tcpdump flushes its file
         for p in self.procs:
             p.poll()
+
+
+def _text(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
 
 
 def copy_switch_pcaps(run_dir: Path, folder: Path) -> int:
