@@ -34,20 +34,26 @@ from topologies.nodes import Bmv2Switch, default_dataplane
 from topologies.spec import ClosSpec
 
 #: What each data plane can do: faults, and ``congestion`` (switch queues that ECN-mark and trim).
-#: The kernel here has no netem/RED, so gray loss and congestion are bmv2-only; bmv2's congestion
-#: needs its Thrift runtime (:func:`missing_features`).
+#: bmv2's congestion needs its Thrift runtime; linux's gray loss and congestion need the tc eBPF
+#: program (controller/bpf.py: clang and libbpf) (:func:`missing_features`).
 FEATURES = {
     "bmv2": {"link", "switch", "blackhole", "gray_loss", "congestion"},
-    "linux": {"link", "switch", "blackhole"},
+    "linux": {"link", "switch", "blackhole", "gray_loss", "congestion"},
 }
 
 
 def missing_features(dataplane: str) -> dict[str, str]:
     """Features of ``dataplane`` this machine lacks, with the reason."""
-    from controller.thrift import thrift_missing
+    if dataplane == "bmv2":
+        from controller.thrift import thrift_missing
 
-    if dataplane == "bmv2" and (why := thrift_missing()):
-        return {"congestion": why}
+        if why := thrift_missing():
+            return {"congestion": why}
+    if dataplane == "linux":
+        from controller.bpf import bpf_missing
+
+        if why := bpf_missing():
+            return {"congestion": why, "gray_loss": why}
     return {}
 
 
@@ -85,7 +91,10 @@ class _LinuxFaults:
         self.reroute.clear()
 
     def set_drop(self, switch: str, peer: str, rate: float) -> None:
-        raise FabricError(f"gray loss needs the bmv2 data plane; {switch} runs linux")
+        fab = self.fab
+        port = fab.plan.port_to(switch, peer)
+        fab.port_loss_now[(switch, port)] = rate
+        fab.bpf[switch].configure(f"{switch}-eth{port}", fab.port_config(switch, port))
 
     def set_alive(self, switch: str, alive: bool) -> None:
         pass  # a dead linux switch is its interfaces down, which desired() already says
@@ -145,8 +154,11 @@ class Fabric:
         from controller.thrift import THRIFT_PORT
 
         self.emu = Emulation(spec, self.dataplane, debug=debug, progress=self.progress,
-                             thrift_port=THRIFT_PORT if self.congestion else None)
+                             thrift_port=THRIFT_PORT if self.congestion else None, switch_queues=self.congestion)
         self.thrift: dict = {}  # switch -> SwitchThrift (bmv2 with queues)
+        self.bpf: dict = {}  # switch -> SwitchBpf (linux with queues)
+        #: (switch, port) -> gray loss in force (linux; bmv2 keeps it in its table entries)
+        self.port_loss_now: dict[tuple[str, int], float] = {}
         self.p4: dict = {}  # switch -> P4Switch (bmv2)
         self.timings: dict[str, float] = {}
         self.loss_salt = loss_salt
@@ -169,7 +181,12 @@ class Fabric:
     def start(self) -> None:
         t0 = time.monotonic()
         try:
-            prog = None
+            prog = bpf_obj = None
+            if self.dataplane == "linux" and self.congestion:
+                from controller.bpf import compile_bpf
+
+                bpf_obj = compile_bpf()  # before anything is built, as p4c's
+                self.timings["compile_s"] = time.monotonic() - t0
             if self.dataplane == "bmv2":
                 from controller.compiler import compile_p4
                 from p4src import MRCLAB_P4
@@ -187,6 +204,8 @@ class Fabric:
                 for e in self.routes.switches:
                     seg6.apply(self.emu.netns(e.switch), e, self.routes.block)
                 self.timings["routes_s"] = time.monotonic() - t
+                if bpf_obj is not None:
+                    self._start_linux_queues(bpf_obj)
             t = time.monotonic()
             self.verify()
             self.timings["verify_s"] = time.monotonic() - t
@@ -229,6 +248,37 @@ class Fabric:
                 self._set_queues(sw)
             self.timings["queues_s"] = time.monotonic() - t
 
+    def _start_linux_queues(self, obj) -> None:
+        """Every switch port: a two-class htb at the link's rate and the tc eBPF program
+        (controller/bpf.py), configured from the queue plan."""
+        import subprocess
+
+        from controller.bpf import SwitchBpf, htb_lines
+
+        t = time.monotonic()
+        self.progress(f"attaching the queue program to {len(self.queues)} switch ports (tc eBPF, htb)")
+        for sw in self.spec.switches():
+            ns, ports = self.emu.netns(sw), self.port_queues(sw)
+            lines = [x for port, q in sorted(ports.items()) if q.rate_mbps > 0
+                     for x in htb_lines(f"{sw}-eth{port}", q.rate_mbps, q.depth, q.depth_high)]
+            if lines:
+                r = subprocess.run(["tc", "-n", ns, "-batch", "-"], input="\n".join(lines) + "\n",
+                                   capture_output=True, text=True)
+                if r.returncode != 0:
+                    raise FabricError(f"{sw}: tc refused the port queues: {r.stderr.strip()}")
+            self.bpf[sw] = SwitchBpf(sw, ns, obj, [f"{sw}-eth{p}" for p in sorted(ports)])
+            for port in ports:
+                self.bpf[sw].configure(f"{sw}-eth{port}", self.port_config(sw, port))
+        self.timings["queues_s"] = time.monotonic() - t
+
+    def port_config(self, switch: str, port: int):
+        """The tc eBPF program's settings for one port (linux): its queue plan and gray loss."""
+        from controller.bpf import PortConfig
+
+        q = self.queues[(switch, port)]
+        return PortConfig(q.rate_pps, q.ecn_k, q.trim_t, q.q_limit, self.port_loss_now.get((switch, port), 0.0),
+                          self.loss_salt)
+
     def port_queues(self, switch: str) -> dict[int, PortQueue]:
         """Port -> queue plan of ``switch`` (empty where switches do not queue)."""
         return {port: q for (sw, port), q in self.queues.items() if sw == switch}
@@ -258,6 +308,9 @@ class Fabric:
         for th in self.thrift.values():
             th.close()
         self.thrift.clear()
+        for b in self.bpf.values():
+            b.close()
+        self.bpf.clear()
         self.emu.stop()
 
     def verify(self) -> None:
@@ -305,7 +358,7 @@ class Fabric:
 
     # ---- faults (controller/faults.py: they compose) ------------------------------------------
     def supports(self, feature: str) -> bool:
-        return feature in FEATURES[self.dataplane]
+        return feature in available(self.dataplane)
 
     def _fault(self, fn, *args) -> None:
         with self._lock:
@@ -338,7 +391,8 @@ class Fabric:
     def port_loss(self, switch: str, peer: str, rate: float) -> None:
         """Drop ``rate`` (0..1) of the packets ``switch`` sends towards ``peer`` (one direction)."""
         if not self.supports("gray_loss"):
-            raise FabricError(f"gray loss needs the bmv2 data plane; this fabric runs {self.dataplane}")
+            raise FabricError(f"gray loss needs the tc eBPF program on this machine's linux data plane "
+                              f"({missing_features(self.dataplane).get('gray_loss')})")
         self._fault(self.faults.set_loss, switch, peer, rate)
 
     # ---- queries -------------------------------------------------------------------------------
@@ -356,6 +410,12 @@ class Fabric:
         left out."""
         out = []
         with self._lock:
+            for sw, prog in self.bpf.items():
+                for port, q in self.port_queues(sw).items():
+                    st = prog.state(f"{sw}-eth{port}")
+                    out.append({"switch": sw, "port": port, "peer": q.peer, "queue": st["queue"],
+                                "marked": st["marked"], "trimmed": st["trimmed"], "queue_full": st["queue_full"],
+                                "gray": st["gray"]})
             for sw, th in self.thrift.items():
                 if not self.faults.applied.alive[sw]:
                     continue

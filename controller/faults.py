@@ -10,7 +10,8 @@ and a link down on the same element each come off on their own.
 How each data plane realises a hold (:class:`Desired`):
 
 * ``linux``: a link is up when no hold covers it: not held down and neither end a switch held down
-  (a dead Linux switch is all its ports down). Both ends' interfaces follow.
+  (a dead Linux switch is all its ports down). Both ends' interfaces follow. A direction's drop
+  probability is its gray loss (the port's tc eBPF program draws it).
 * ``bmv2``: a switch held down is its process killed, and the host ports cabled to it see their
   carrier go (a dead switch's ports go dark; the host's end of the link is set down). A link between
   switches held down drops every packet both switches send on it (BMv2 loses a port whose interface
@@ -73,6 +74,9 @@ def desired(state: FaultState, plan: AddressPlan, dataplane: str) -> Desired:
         if dataplane == "linux":
             up = not held and a not in state.switches_down and b not in state.switches_down
             iface[(a, b)] = iface[(b, a)] = up
+            for sw, peer in ((a, b), (b, a)):
+                if not is_host(sw):
+                    drop[(sw, peer)] = state.loss.get((sw, peer), 0.0)
             continue
         if is_host(a):  # the host's end; the switch keeps its interface
             iface[(a, b)] = not held and b not in state.switches_down

@@ -58,7 +58,7 @@ class RunData:
     ev_packets: dict[str, list[tuple[float, dict[int, int]]]] = field(default_factory=dict)
     #: qp -> completion time of each message (s)
     completion_s: dict[str, list[float]] = field(default_factory=dict)
-    #: switch port samples: {t, switch, port, peer, queue, marked, trimmed, queue_full}
+    #: switch port samples: {t, switch, port, peer, queue, marked, trimmed, queue_full[, gray (linux)]}
     ports: list[dict] = field(default_factory=list)
     port_mbps: float = 0.0  # one NIC port's rate (the fabric's host links), 0: unshaped
     flows: list[tuple[str, str]] = field(default_factory=list)  # (src, dst) of every flow

@@ -230,8 +230,9 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
     if data.ports:
         queue_plot(data, faults, out / "queues.png", title + ", switch ports")
         with open(out / "switches.csv", "w", newline="") as fh:
+            # gray: packets dropped by a gray loss (linux's program counts them per port; bmv2: empty)
             w = csv.DictWriter(fh, fieldnames=["t", "switch", "port", "peer", "queue", "marked", "trimmed",
-                                               "queue_full"])
+                                               "queue_full", "gray"], restval="")
             w.writeheader()
             w.writerows(data.ports)
     series = data.goodput_mbps()

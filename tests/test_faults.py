@@ -83,9 +83,9 @@ FAULTS = {
                   ("linux", "bmv2")),
     "switch_down": (lambda f: f.set_switch(SW, False), lambda f: f.set_switch(SW, True), ("linux", "bmv2")),
     "blackhole": (lambda f: f.set_blackhole(SW, True), lambda f: f.set_blackhole(SW, False), ("linux", "bmv2")),
-    "gray_loss": (lambda f: f.set_loss(*LINK, 0.2), lambda f: f.set_loss(*LINK, 0.0), ("bmv2",)),
+    "gray_loss": (lambda f: f.set_loss(*LINK, 0.2), lambda f: f.set_loss(*LINK, 0.0), ("linux", "bmv2")),
     "gray_loss_back": (lambda f: f.set_loss(LINK[1], LINK[0], 0.3), lambda f: f.set_loss(LINK[1], LINK[0], 0.0),
-                       ("bmv2",)),
+                       ("linux", "bmv2")),
 }
 PAIRS = [(dp, a, b) for dp in ("linux", "bmv2") for a, b in itertools.combinations(FAULTS, 2)
          if dp in FAULTS[a][2] and dp in FAULTS[b][2]]

@@ -68,6 +68,7 @@ class Emulation:
         debug: bool = False,
         progress: Callable[[str], None] | None = None,
         thrift_port: int | None = None,
+        switch_queues: bool = False,
     ) -> None:
         if dataplane not in DATAPLANES:
             raise EmulationError(f"data plane {dataplane!r}; allowed: {', '.join(DATAPLANES)}")
@@ -79,6 +80,9 @@ class Emulation:
         self.dataplane = dataplane
         self.debug = debug
         self.thrift_port = thrift_port if dataplane == "bmv2" else None
+        #: the switches queue themselves (bmv2 with Thrift; linux: the controller's htb and eBPF):
+        #: only host NIC ports get a tbf
+        self.switch_queues = switch_queues or self.thrift_port is not None
         self.progress = progress or (lambda _msg: None)
         self.net: Mininet | None = None
         self.state: RunState | None = None
@@ -186,12 +190,13 @@ class Emulation:
         """``tbf`` on both ends of every link (Mininet's TCLink needs netem for the queue limit,
         which this kernel lacks): host links at ``bandwidth_mbps``, T0-T1 links at
         ``t0_t1_bandwidth_mbps`` (or the same). Burst: 4 ms of line rate, at least 3000 bytes.
-        Where BMv2's own egress queues are the switches' bottleneck (Thrift), only the hosts' NIC
-        ports are shaped: a qdisc behind a BMv2 port would hide the queue from the P4 program."""
+        Where the switches queue themselves (BMv2's own egress queues with Thrift; on linux the
+        controller's htb fed by the tc eBPF program, controller/bpf.py), only the hosts' NIC
+        ports are shaped here: a qdisc behind a BMv2 port would hide the queue from the P4 program."""
         link = self.spec.link
         limit = link.queue_packets * 1500
         per_ns: dict[str, list[str]] = {}
-        switch_queues = self.thrift_port is not None
+        switch_queues = self.switch_queues
         for a, b in self.spec.links():
             mbps = link.bandwidth_mbps if a.startswith("h") else (link.t0_t1_bandwidth_mbps or link.bandwidth_mbps)
             if mbps <= 0:
@@ -201,7 +206,9 @@ class Emulation:
                 if switch_queues and not intf.startswith("h"):
                     continue
                 per_ns.setdefault(ns, []).append(f"qdisc replace dev {intf} root tbf rate {mbps}mbit burst {burst} limit {limit}")
-        where = "host NIC ports (tbf); switch ports are BMv2's own queues" if switch_queues else "tbf"
+        where = ("host NIC ports (tbf); switch ports are " +
+                 ("BMv2's own queues" if self.dataplane == "bmv2" else "htb fed by the tc eBPF program")) \
+            if switch_queues else "tbf"
         self.progress(f"shaping links: hosts {link.bandwidth_mbps or 'unshaped'} Mb/s, T0-T1 "
                       f"{link.t0_t1_bandwidth_mbps or link.bandwidth_mbps or 'unshaped'} Mb/s ({where}, "
                       f"{link.queue_packets} packets of queue)")

@@ -1,7 +1,10 @@
-"""Congestion in BMv2's own queues (p4src/mrclab.p4, controller/queues.py): a port drains at its
-configured rate; ECN marks appear at the threshold, never on a port down to a host; a trimmed
-packet arrives with its headers intact, ahead of the full queue it skipped. Real MRC data frames
-(traffic/wire.py) are blasted through a fabric whose T0-T1 links are slower than its host links."""
+"""Switch queues on both data planes: BMv2's own queues (p4src/mrclab.p4) and the linux plane's
+tc eBPF program with its htb (bpfsrc/port_queue.bpf.c, controller/bpf.py), both from one queue
+plan (controller/queues.py). A port drains at its configured rate; ECN marks appear at the
+threshold, never on a port down to a host; a trimmed packet arrives with its headers intact, ahead
+of the full queue it skipped; gray loss drops its share; an EV's loss hits only its path. Real MRC
+data frames (traffic/wire.py) are blasted through a fabric whose T0-T1 links are slower than its
+host links."""
 
 import subprocess
 import sys
@@ -17,22 +20,31 @@ from traffic import headers as H
 from traffic.packet import Pkt, rkey_for
 from traffic.wire import Wire, frame_bytes
 
-pytestmark = [pytest.mark.bmv2, pytest.mark.root]
+pytestmark = [pytest.mark.root]
+DATAPLANES = [pytest.param("bmv2", marks=pytest.mark.bmv2), "linux"]
 ROOT = Path(__file__).resolve().parent.parent
 HOST_MBPS, UPLINK_MBPS, QUEUE = 16.0, 2.0, 32
 PAYLOAD = 1024
 
 
-def spec(host_mbps: float = HOST_MBPS, uplink_mbps: float = UPLINK_MBPS) -> ClosSpec:
-    return ClosSpec.from_dict({"planes": 1, "t0_per_plane": 2, "t1_per_plane": 1, "hosts_per_t0": 2,
+def needs_queues(dp: str) -> None:
+    from controller.fabric import missing_features
+
+    if why := missing_features(dp).get("congestion"):
+        pytest.skip(f"{dp} has no switch queues here: {why}")
+
+
+def spec(host_mbps: float = HOST_MBPS, uplink_mbps: float = UPLINK_MBPS, t1s: int = 1) -> ClosSpec:
+    return ClosSpec.from_dict({"planes": 1, "t0_per_plane": 2, "t1_per_plane": t1s, "hosts_per_t0": 2,
                                "link": {"bandwidth_mbps": host_mbps, "t0_t1_bandwidth_mbps": uplink_mbps,
                                         "queue_packets": QUEUE}}, source="test")
 
 
-def data_frames(fab, src: str, dst: str, n: int, qp: int = 1) -> list[bytes]:
-    """``n`` ECT(0) MRC data frames (1 KiB payload) from ``src`` to ``dst`` on plane 0, PSNs 0..n-1."""
+def data_frames(fab, src: str, dst: str, n: int, qp: int = 1, path: int = 0) -> list[bytes]:
+    """``n`` ECT(0) MRC data frames (1 KiB payload) from ``src`` to ``dst`` on plane 0, PSNs
+    0..n-1, on the ``path``-th path of plan.paths (its T1)."""
     w = Wire(fab.plan, src)
-    ev = fab.plan.paths(src, dst)[0].ev | (9 << 16)
+    ev = fab.plan.paths(src, dst)[path].ev | (9 << 16)
     out = []
     for psn in range(n):
         p = Pkt(H.OP_WRITE, qp, psn, ev, 0, 0, n * PAYLOAD, 0, psn * PAYLOAD, psn * PAYLOAD, rkey_for(qp), PAYLOAD,
@@ -75,9 +87,10 @@ def blast(fab, src: str, frames: list[bytes], rate_pps: float, duration_s: float
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
 
 
-@pytest.fixture
-def fabric():
-    with Fabric(spec(), "bmv2", watchdog=False, queues=QueueSettings(ecn_k=8, trim_t=16)) as fab:
+@pytest.fixture(params=DATAPLANES)
+def fabric(request):
+    needs_queues(request.param)
+    with Fabric(spec(), request.param, watchdog=False, queues=QueueSettings(ecn_k=8, trim_t=16)) as fab:
         yield fab
 
 
@@ -112,10 +125,12 @@ def test_a_port_drains_at_its_rate_marks_at_k_and_trims_ahead_of_its_full_queue(
     assert delta["trimmed"] == len(trimmed) and delta["marked"] >= len(marked) > 0.5 * delta["marked"]
 
 
-def test_no_marks_on_a_port_down_to_a_host(tmp_path):
+@pytest.mark.parametrize("dp", DATAPLANES)
+def test_no_marks_on_a_port_down_to_a_host(dp, tmp_path):
     """The congestion is the last hop: two senders into one host through fast uplinks. That port
     trims but never marks (a mark means "this path is hotter", not "the receiver is busy")."""
-    with Fabric(spec(host_mbps=4.0, uplink_mbps=32.0), "bmv2", watchdog=False,
+    needs_queues(dp)
+    with Fabric(spec(host_mbps=4.0, uplink_mbps=32.0), dp, watchdog=False,
                 queues=QueueSettings(ecn_k=2, trim_t=16)) as fab:
         rate = mbps_to_pps(4.0)
         cap = Capture(fab, "h2", tmp_path / "h2.pcap")
@@ -130,3 +145,55 @@ def test_no_marks_on_a_port_down_to_a_host(tmp_path):
     assert sum(r["trimmed"] for r in down) > 0
     assert all(r["marked"] == 0 for r in ports if r["peer"].startswith("h"))
     assert len(got) > 1000  # and what it let through arrived
+
+
+@pytest.mark.parametrize("dp", DATAPLANES)
+def test_gray_loss_drops_its_share(dp, tmp_path):
+    """A gray loss of 0.2 on the T0's uplink: 0.15-0.25 of 2,500 frames sent below the link's
+    rate (no queue, no trim) do not arrive, and the switch counts them; the other direction loses
+    nothing. The draws repeat for a seed: a second fabric with the same salt drops the same PSNs."""
+    needs_queues(dp)
+    lost_psns = []
+    n, rate = 2500, 0.8 * mbps_to_pps(16.0)
+    for _ in range(2):
+        with Fabric(spec(host_mbps=32.0, uplink_mbps=16.0), dp, watchdog=False, loss_salt=7) as fab:
+            fab.port_loss("t0-0-0", "t1-0-0", 0.2)
+            cap = Capture(fab, "h2", tmp_path / "h2.pcap")
+            b = blast(fab, "h0", data_frames(fab, "h0", "h2", n), rate, (n - 0.5) / rate, tmp_path)
+            out, err = b.communicate(timeout=60)
+            got = cap.stop()
+            ports = {(r["switch"], r["peer"]): r for r in fab.port_samples()}
+        sent = int(out.split()[1])
+        assert 0.98 * n <= sent <= n, (out, err)
+        arrived = {p.psn for _, p, _, _ in got if p.qp == 1}
+        loss = 1 - len(arrived) / sent
+        assert 0.15 <= loss <= 0.25, loss
+        assert all(not p.flags & H.F_TRIM for _, p, _, _ in got)  # gray loss, not congestion
+        if dp == "linux":  # bmv2 counts its drops by reason in its own drop counter, not per port
+            assert ports[("t0-0-0", "t1-0-0")]["gray"] == sent - len(arrived)
+            assert ports[("t1-0-0", "t0-0-0")]["gray"] == 0
+        lost_psns.append(set(range(sent)) - arrived)
+    assert lost_psns[0] == lost_psns[1]
+
+
+@pytest.mark.parametrize("dp", DATAPLANES)
+def test_ev_loss_hits_only_that_evs_path(dp, tmp_path):
+    """Two EVs from h0 to h2 through different T1s; the ``ev_loss`` fault (experiments/faults.py)
+    on one: it loses about its rate, the other nothing."""
+    from experiments.faults import FAULTS
+
+    needs_queues(dp)
+    rate = 0.5 * mbps_to_pps(16.0)  # each path at a quarter of its uplink's rate: no queue
+    with Fabric(spec(host_mbps=32.0, uplink_mbps=16.0, t1s=2), dp, watchdog=False, loss_salt=3) as fab:
+        lossy = fab.plan.paths("h0", "h2")[1]
+        FAULTS["ev_loss"].play(fab, {"src": "h0", "dst": "h2", "plane": 0, "t1": lossy.t1, "rate": 0.5})
+        cap = Capture(fab, "h2", tmp_path / "h2.pcap")
+        frames = [f for pair in zip(data_frames(fab, "h0", "h2", 1000, qp=1, path=0),
+                                    data_frames(fab, "h0", "h2", 1000, qp=2, path=1), strict=True) for f in pair]
+        b = blast(fab, "h0", frames, rate, (len(frames) - 0.5) / rate, tmp_path)
+        out, err = b.communicate(timeout=120)
+        assert int(out.split()[1]) >= 0.98 * len(frames), (out, err)
+        got = cap.stop()
+    by_qp = {q: {p.psn for _, p, _, _ in got if p.qp == q} for q in (1, 2)}
+    assert len(by_qp[1]) >= 0.98 * 1000 and len(by_qp[2]) > 0, "the healthy EV lost packets"
+    assert 0.4 <= 1 - len(by_qp[2]) / 1000 <= 0.6, len(by_qp[2])

@@ -1,0 +1,264 @@
+"""The linux data plane's switch queues: bpfsrc/port_queue.bpf.c compiled by clang into a cache,
+loaded with libbpf (through ctypes: libbpf.so.1 is Debian's ``libbpf1``) once per switch, attached
+to the egress (tc clsact, direct action) of every switch port, configured from the queue plan.
+
+Each switch port's real queue becomes an ``htb`` with two classes, each at the link's rate on its
+own as BMv2's two priority queues are (controller/queues.py): 1:10 (trimmed and control packets)
+and 1:20 (data), each a ``pfifo``; the program puts a packet in one or the other through
+``skb->priority``. A trimmed packet thus skips the data queue it would have waited in, and the
+headers never slow the data class down (a port passing both can exceed its rate by its headers'
+share, as on BMv2; with the classes sharing one rate, measured: trimmed headers took a quarter of
+a 3x-overloaded port and the real data queue overflowed behind a virtual one that drained at full
+rate). The program's *virtual* queue (per port, drained at the port's rate in full frames per
+second) decides marking, trimming and the queue-full drop; htb does the real rate limiting. The
+two agree while data frames are full-sized; they part where data frames are short (a short frame
+takes a whole packet of the virtual queue's rate, less of the real one's: the real queue runs
+ahead), and by the jitter of htb's token bucket: the pfifo is ``QUEUE_SLACK`` packets deeper than
+the program's limit. BMv2 makes the same approximation (a queue's rate is in packets).
+
+Errors: :class:`BpfError` (a :class:`~topologies.errors.RunFailed`) with the step and the reason;
+:func:`bpf_missing` says what this machine lacks (clang, libbpf, the BPF syscall).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import errno
+import hashlib
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from topologies.errors import RunFailed
+
+SOURCE = Path(__file__).resolve().parent.parent / "bpfsrc" / "port_queue.bpf.c"
+CACHE_ROOT = Path(os.environ.get("MRCLAB_CACHE", Path.home() / ".cache" / "mrclab")) / "bpf"
+#: htb classes the program chooses between (bpfsrc/port_queue.bpf.c CLASS_HIGH, CLASS_LOW).
+CLASS_HIGH, CLASS_LOW = "1:10", "1:20"
+BPF_ANY, BPF_NOEXIST, BPF_F_LOCK = 0, 1, 4  # linux/bpf.h
+BPF_TC_EGRESS, BPF_TC_F_REPLACE = 2, 1  # libbpf.h
+#: struct port_cfg: rate_pps, ecn_k, trim_t, q_limit, loss_threshold (of 65536), salt
+CFG = struct.Struct("<6I")
+#: struct port_state: lock, lcg, last_ns, occ, marked, trimmed, queue_full, gray, low, high
+STATE = struct.Struct("<II8Q")
+STATE_FIELDS = ("marked", "trimmed", "queue_full", "gray", "low", "high")
+FP_SHIFT = 20  # the virtual queue's fixed point
+
+
+class BpfError(RunFailed):
+    """clang or libbpf refused, or the kernel did: the message names the step and the reason."""
+
+
+@dataclass(frozen=True)
+class PortConfig:
+    """One port's settings, as the program reads them (see bpfsrc/port_queue.bpf.c)."""
+
+    rate_pps: int = 0
+    ecn_k: int = 0
+    trim_t: int = 0
+    q_limit: int = 0
+    loss: float = 0.0  # gray loss probability, in steps of 1/65536
+    salt: int = 0
+
+    def pack(self) -> bytes:
+        return CFG.pack(self.rate_pps, self.ecn_k, self.trim_t, self.q_limit, round(self.loss * 65536),
+                        self.salt & 0xFFFFFFFF)
+
+
+def bpf_missing() -> str | None:
+    """Why this machine cannot run the program (clang, libbpf, headers), or None."""
+    if shutil.which("clang") is None:
+        return "clang is not installed (setup.sh installs it: apt-get install clang)"
+    if not Path("/usr/include/bpf/bpf_helpers.h").exists():
+        return "libbpf's headers are not installed (setup.sh installs them: apt-get install libbpf-dev)"
+    if _libbpf_path() is None:
+        return "libbpf.so.1 is not installed (apt-get install libbpf1)"
+    return None
+
+
+def _libbpf_path() -> str | None:
+    for name in ("libbpf.so.1", ctypes.util.find_library("bpf")):
+        if name:
+            try:
+                ctypes.CDLL(name)
+                return name
+            except OSError:
+                continue
+    return None
+
+
+def _clang_version() -> str:
+    return subprocess.run(["clang", "--version"], capture_output=True, text=True).stdout.splitlines()[0]
+
+
+def compile_bpf(src: Path = SOURCE) -> Path:
+    """``src`` compiled for the BPF target, from the cache (keyed by sha256 of the source and
+    clang's version) or by clang. Raises :class:`BpfError` with clang's first error."""
+    if why := bpf_missing():
+        raise BpfError(why)
+    digest = hashlib.sha256(src.read_bytes() + _clang_version().encode()).hexdigest()[:20]
+    out = CACHE_ROOT / f"{src.name.split('.')[0]}-{digest}.o"
+    if out.exists():
+        return out
+    CACHE_ROOT.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=".o", dir=CACHE_ROOT)
+    os.close(fd)
+    try:
+        arch = subprocess.run(["gcc", "-print-multiarch"], capture_output=True, text=True).stdout.strip() \
+            if shutil.which("gcc") else ""
+        inc = [f"-I/usr/include/{arch}"] if arch else []
+        r = subprocess.run(["clang", "-O2", "-g", "-Wall", "-target", "bpf", *inc, "-c", str(src), "-o", tmp],
+                           capture_output=True, text=True)
+        if r.returncode != 0:
+            said = [x for x in r.stderr.splitlines() if x.strip()]
+            first = next((x for x in said if "error" in x), said[0] if said else f"exit {r.returncode}")
+            raise BpfError(f"clang failed on {src}: {first.strip()}")
+        os.replace(tmp, out)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return out
+
+
+class _TcHook(ctypes.Structure):
+    _fields_ = [("sz", ctypes.c_size_t), ("ifindex", ctypes.c_int), ("attach_point", ctypes.c_int),
+                ("parent", ctypes.c_uint32)]
+
+
+class _TcOpts(ctypes.Structure):
+    _fields_ = [("sz", ctypes.c_size_t), ("prog_fd", ctypes.c_int), ("flags", ctypes.c_uint32),
+                ("prog_id", ctypes.c_uint32), ("handle", ctypes.c_uint32), ("priority", ctypes.c_uint32)]
+
+
+def _lib() -> ctypes.CDLL:
+    lib = ctypes.CDLL(_libbpf_path() or "libbpf.so.1", use_errno=True)
+    lib.bpf_object__open_file.restype = ctypes.c_void_p
+    lib.bpf_object__open_file.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
+    lib.libbpf_get_error.argtypes = [ctypes.c_void_p]
+    lib.libbpf_get_error.restype = ctypes.c_long
+    lib.bpf_object__load.argtypes = [ctypes.c_void_p]
+    lib.bpf_object__close.argtypes = [ctypes.c_void_p]
+    lib.bpf_object__find_program_by_name.restype = ctypes.c_void_p
+    lib.bpf_object__find_program_by_name.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    lib.bpf_program__fd.argtypes = [ctypes.c_void_p]
+    lib.bpf_object__find_map_fd_by_name.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+    for f in (lib.bpf_map_update_elem, lib.bpf_map_lookup_elem_flags):
+        f.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64]
+    lib.bpf_tc_hook_create.argtypes = [ctypes.POINTER(_TcHook)]
+    lib.bpf_tc_attach.argtypes = [ctypes.POINTER(_TcHook), ctypes.POINTER(_TcOpts)]
+    lib.bpf_tc_detach.argtypes = [ctypes.POINTER(_TcHook), ctypes.POINTER(_TcOpts)]
+    return lib
+
+
+def _why(rc: int) -> str:
+    return os.strerror(-rc if rc < 0 else ctypes.get_errno() or errno.EINVAL)
+
+
+class SwitchBpf:
+    """The program loaded for one switch (its maps are this switch's), attached to ``ports``
+    (interface names) inside namespace ``netns``. Raises :class:`BpfError`."""
+
+    def __init__(self, name: str, netns: str, obj_path: Path, ports: list[str]) -> None:
+        self.name, self.lib = name, _lib()
+        self.obj = self.lib.bpf_object__open_file(str(obj_path).encode(), None)
+        if not self.obj or self.lib.libbpf_get_error(self.obj):
+            self.obj = None
+            raise BpfError(f"{name}: libbpf cannot open {obj_path}")
+        rc = self.lib.bpf_object__load(self.obj)
+        if rc:
+            self.close()
+            raise BpfError(f"{name}: the kernel refused bpfsrc/port_queue.bpf.c ({_why(rc)}; "
+                           "run as root on a kernel with BPF and BTF)")
+        prog = self.lib.bpf_object__find_program_by_name(self.obj, b"mrclab_egress")
+        self.prog_fd = self.lib.bpf_program__fd(prog)
+        self.cfg_fd = self.lib.bpf_object__find_map_fd_by_name(self.obj, b"port_cfg")
+        self.state_fd = self.lib.bpf_object__find_map_fd_by_name(self.obj, b"port_state")
+        self.netns, self.ifindex = netns, {}
+        try:
+            for intf in ports:
+                self.attach(intf)
+        except BaseException:
+            self.close()
+            raise
+
+    def attach(self, intf: str) -> None:
+        """The program on ``intf``'s egress (again, after :meth:`detach`), its state kept."""
+        from pyroute2 import netns as pr_netns
+
+        pr_netns.pushns(self.netns)
+        try:
+            idx = self.ifindex[intf] = socket.if_nametoindex(intf)
+            hook = _TcHook(ctypes.sizeof(_TcHook), idx, BPF_TC_EGRESS, 0)
+            rc = self.lib.bpf_tc_hook_create(ctypes.byref(hook))
+            if rc and rc != -errno.EEXIST:
+                raise BpfError(f"{self.name}: no clsact qdisc on {intf} ({_why(rc)})")
+            opts = _TcOpts(ctypes.sizeof(_TcOpts), self.prog_fd, BPF_TC_F_REPLACE, 0, 1, 1)
+            rc = self.lib.bpf_tc_attach(ctypes.byref(hook), ctypes.byref(opts))
+            if rc:
+                raise BpfError(f"{self.name}: cannot attach the program to {intf} ({_why(rc)})")
+        finally:
+            pr_netns.popns()
+        self._update(self.state_fd, idx, ctypes.create_string_buffer(STATE.size), BPF_NOEXIST, ok_exists=True)
+
+    def detach(self, intf: str) -> None:
+        """Take the program off ``intf`` (packets pass untouched; the benchmark's yardstick)."""
+        from pyroute2 import netns as pr_netns
+
+        pr_netns.pushns(self.netns)
+        try:
+            hook = _TcHook(ctypes.sizeof(_TcHook), self.ifindex[intf], BPF_TC_EGRESS, 0)
+            opts = _TcOpts(ctypes.sizeof(_TcOpts), 0, 0, 0, 1, 1)
+            rc = self.lib.bpf_tc_detach(ctypes.byref(hook), ctypes.byref(opts))
+            if rc:
+                raise BpfError(f"{self.name}: cannot detach the program from {intf} ({_why(rc)})")
+        finally:
+            pr_netns.popns()
+
+    def _update(self, fd: int, idx: int, value, flags: int, ok_exists: bool = False) -> None:
+        key = ctypes.c_uint32(idx)
+        buf = value if isinstance(value, ctypes.Array) else ctypes.create_string_buffer(value, len(value))
+        rc = self.lib.bpf_map_update_elem(fd, ctypes.byref(key), buf, flags)
+        if rc and not (ok_exists and rc == -errno.EEXIST):
+            raise BpfError(f"{self.name}: map update refused ({_why(rc)})")
+
+    def configure(self, intf: str, cfg: PortConfig) -> None:
+        """Port ``intf`` from now on follows ``cfg`` (the queue and counters carry on)."""
+        self._update(self.cfg_fd, self.ifindex[intf], cfg.pack(), BPF_ANY)
+
+    def state(self, intf: str) -> dict[str, int]:
+        """Port ``intf``'s counters (:data:`STATE_FIELDS`, packets since attach) and ``queue``
+        (low-priority packets the virtual queue held at its last packet)."""
+        key, buf = ctypes.c_uint32(self.ifindex[intf]), ctypes.create_string_buffer(STATE.size)
+        rc = self.lib.bpf_map_lookup_elem_flags(self.state_fd, ctypes.byref(key), buf, BPF_F_LOCK)
+        if rc:
+            raise BpfError(f"{self.name}: cannot read {intf}'s counters ({_why(rc)})")
+        _lock, _lcg, _last, occ, *counts = STATE.unpack(buf.raw)
+        return {"queue": occ >> FP_SHIFT, **dict(zip(STATE_FIELDS, counts, strict=True))}
+
+    def close(self) -> None:
+        """Release the object (attached programs stay until their namespace goes)."""
+        if self.obj:
+            self.lib.bpf_object__close(self.obj)
+            self.obj = None
+
+
+def htb_lines(intf: str, mbps: float, low_packets: int, high_packets: int) -> list[str]:
+    """``tc -batch`` lines giving ``intf`` the two htb classes the program feeds (module
+    docstring), each at the link's rate on its own; pfifos ``low_packets`` / ``high_packets`` deep."""
+    rate = f"{mbps}mbit"
+    burst = max(3000, int(mbps * 1e6 / 8 / 250))  # 4 ms of line rate, as the emulation's tbf
+    return [
+        f"qdisc replace dev {intf} root handle 1: htb default 20",
+        f"class replace dev {intf} parent 1: classid {CLASS_HIGH} htb rate {rate} ceil {rate} burst {burst} "
+        f"cburst {burst} prio 0",
+        f"class replace dev {intf} parent 1: classid {CLASS_LOW} htb rate {rate} ceil {rate} burst {burst} "
+        f"cburst {burst} prio 1",
+        f"qdisc replace dev {intf} parent {CLASS_HIGH} handle 10: pfifo limit {high_packets}",
+        f"qdisc replace dev {intf} parent {CLASS_LOW} handle 20: pfifo limit {low_packets}",
+    ]

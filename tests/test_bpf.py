@@ -1,0 +1,56 @@
+"""The linux plane's queue program without a fabric: clang's output is cached by content, a broken
+program is one line naming clang's error, the settings reach the program's layout, and the htb
+behind it gives each class the link's rate on its own."""
+
+import pytest
+
+from controller import bpf
+from controller.bpf import CFG, BpfError, PortConfig, compile_bpf, htb_lines
+
+needs_clang = pytest.mark.skipif(bpf.bpf_missing() is not None, reason=f"needs clang and libbpf: {bpf.bpf_missing()}")
+
+
+@needs_clang
+def test_the_program_compiles_once_per_content(tmp_path, monkeypatch):
+    monkeypatch.setattr(bpf, "CACHE_ROOT", tmp_path)
+    first = compile_bpf()
+    stamp = first.stat().st_mtime_ns
+    assert compile_bpf() == first and first.stat().st_mtime_ns == stamp  # from the cache
+    changed = tmp_path / "port_queue.bpf.c"
+    changed.write_text(bpf.SOURCE.read_text() + "\n/* changed */\n")
+    assert compile_bpf(changed) != first  # another content, another entry
+    assert not list(tmp_path.glob(".build-*"))  # nothing half-built left behind
+
+
+@needs_clang
+def test_a_program_clang_refuses_is_one_line_naming_the_error(tmp_path, monkeypatch):
+    monkeypatch.setattr(bpf, "CACHE_ROOT", tmp_path / "cache")
+    broken = tmp_path / "broken.bpf.c"
+    broken.write_text(bpf.SOURCE.read_text().replace("struct port_cfg {", "struct port_cfg { int oops", 1))
+    with pytest.raises(BpfError) as e:
+        compile_bpf(broken)
+    assert "clang failed on" in str(e.value) and "error" in str(e.value) and "\n" not in str(e.value)
+    assert not list((tmp_path / "cache").glob("*.o")) and not list((tmp_path / "cache").glob(".build-*"))
+
+
+def test_a_missing_clang_is_said_before_anything_is_built(monkeypatch):
+    monkeypatch.setattr(bpf.shutil, "which", lambda _name: None)
+    assert "clang is not installed" in bpf.bpf_missing()
+    with pytest.raises(BpfError, match="clang is not installed"):
+        compile_bpf()
+
+
+def test_port_settings_pack_as_the_program_reads_them():
+    cfg = PortConfig(rate_pps=212, ecn_k=8, trim_t=16, q_limit=32, loss=0.2, salt=-1)
+    rate, k, t, limit, threshold, salt = CFG.unpack(cfg.pack())
+    assert (rate, k, t, limit) == (212, 8, 16, 32)
+    assert threshold == round(0.2 * 65536) and salt == 0xFFFFFFFF  # a draw below it of 65536 drops
+    assert CFG.unpack(PortConfig(loss=1.0).pack())[4] == 65536  # every packet
+
+
+def test_each_htb_class_has_the_links_rate_on_its_own():
+    lines = htb_lines("t0-0-0-eth3", 2.0, 40, 128)
+    classes = [x for x in lines if x.startswith("class")]
+    assert len(classes) == 2 and all("parent 1: " in x and "rate 2.0mbit ceil 2.0mbit" in x for x in classes)
+    assert any("classid 1:10" in x and "prio 0" in x for x in classes)
+    assert any("pfifo limit 40" in x and "parent 1:20" in x for x in lines)
