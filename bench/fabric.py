@@ -10,7 +10,9 @@ For each data plane (default: every one this machine has) it prints:
   frames): the highest offered rate whose loss is under 1%, found by doubling from 1,000 pps then
   bisecting. On bmv2 the same three switches are also loaded with ``p4src/forward.p4``
   (port-to-port, BMv2's own ceiling), in alternating rounds, and the medians and their ratio are
-  printed, with the CPU time each switch spends per packet at a fixed rate.
+  printed, with the CPU time each switch spends per packet at a fixed rate. On linux the path is
+  measured with the tc eBPF queue program (bpfsrc/port_queue.bpf.c) attached to its ports and
+  with it detached, in alternating rounds: the program's cost per packet, as a ratio.
 
 Measuring BMv2 on 2 shared cores is noisy: twelve BMv2 threads and the sender compete for them,
 and a few ms of scheduling delay overflow BMv2's 64-packet egress queues. So every program gets a
@@ -48,6 +50,7 @@ console = Console(highlight=False)
 N_BULK = 3000
 TRIAL_S = 2.0
 ROUNDS = 5
+LINUX_ROUNDS = 3
 CPU_RATE_PPS = 2000
 FRAME_PAD = 160
 #: the path measured: (src host, dst host, plane, T1), cross-T1 through 3 switches
@@ -206,6 +209,23 @@ def trivial_program(fab: Fabric) -> Iterator[None]:
                 fab.reprogram(sw)
 
 
+@contextlib.contextmanager
+def program_detached(fab: Fabric) -> Iterator[None]:
+    """The linux queue program (bpfsrc/port_queue.bpf.c) off every egress port of :data:`PATH`'s
+    switches while in the ``with`` block, back on after."""
+    ports = [(sw, f"{sw}-eth{fab.plan.port_to(sw, to)}") for sw, _frm, to in path_hops(fab)]
+    with fab.exclusive():
+        done = []
+        try:
+            for sw, intf in ports:
+                fab.bpf[sw].detach(intf)
+                done.append((sw, intf))
+            yield
+        finally:
+            for sw, intf in done:
+                fab.bpf[sw].attach(intf)
+
+
 def _median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else 0.0
 
@@ -221,8 +241,21 @@ def measure(dataplane: str, log) -> dict:
         log(f"{dataplane}: {res['entries_per_s']:.0f} entries/s")
         route = " -> ".join([PATH[0], *(sw for sw, _, _ in path_hops(fab)), PATH[1]])
         if dataplane != "bmv2":
-            log(f"{dataplane}: searching the highest <1%-loss rate over {route}")
-            res["path_pps"], res["trials"] = max_rate(fab, log=log)
+            if not fab.bpf:  # no queue program on this machine: the kernel's forwarding alone
+                log(f"{dataplane}: searching the highest <1%-loss rate over {route}")
+                res["path_pps"], res["trials"] = max_rate(fab, log=log)
+                return res
+            rates = {"program": [], "bare": []}
+            for k in range(LINUX_ROUNDS):
+                log(f"linux round {k + 1}/{LINUX_ROUNDS}: the tc eBPF queue program on {route}")
+                rates["program"].append(max_rate(fab, log=log)[0])
+                log(f"linux round {k + 1}/{LINUX_ROUNDS}: the same path with the program detached")
+                with program_detached(fab):
+                    rates["bare"].append(max_rate(fab, log=log)[0])
+            log(f"linux rates, with the program: {', '.join(f'{r:.0f}' for r in rates['program'])}; "
+                f"without: {', '.join(f'{r:.0f}' for r in rates['bare'])} pps")
+            res["path_pps"], res["bare_pps"] = _median(rates["program"]), _median(rates["bare"])
+            res["rounds"] = {"rates": rates}
             return res
         rates: dict[str, list[float]] = {"mrclab": [], "trivial": []}
         cpu: dict[str, list[float]] = {"mrclab": [], "trivial": []}
@@ -261,11 +294,13 @@ def main(args=None) -> int:
                        ("verify_s", "read-back verification (s)"), ("total_s", "fabric up and verified (s)")]:
         row(label, lambda r, k=key: f"{r['timings'][k]:.2f}" if k in r["timings"] else "-")
     row("route entries written per second", lambda r: f"{r['entries_per_s']:,.0f}")
-    row("one cross-T1 path, pps at < 1% loss" + (f" (median of {ROUNDS})" if any("rounds" in r for r in results) else ""),
+    row("one cross-T1 path, pps at < 1% loss" + (" (median of the rounds)" if any("rounds" in r for r in results) else ""),
         lambda r: f"{r['path_pps']:,.0f}")
     row("same path, trivial P4 program, pps", lambda r: f"{r['trivial_pps']:,.0f}" if r.get("trivial_pps") else "-")
     row("mrclab program / trivial program",
         lambda r: f"{r['path_pps'] / r['trivial_pps']:.0%}" if r.get("trivial_pps") else "-")
+    row("same path, linux without the tc eBPF program, pps", lambda r: f"{r['bare_pps']:,.0f}" if r.get("bare_pps") else "-")
+    row("with the program / without", lambda r: f"{r['path_pps'] / r['bare_pps']:.0%}" if r.get("bare_pps") else "-")
     row(f"CPU us per packet per switch at {CPU_RATE_PPS} pps, mrclab", lambda r: f"{r['cpu_us']:.1f}" if "cpu_us" in r else "-")
     row(f"CPU us per packet per switch at {CPU_RATE_PPS} pps, trivial",
         lambda r: f"{r['trivial_cpu_us']:.1f}" if "trivial_cpu_us" in r else "-")

@@ -3,9 +3,9 @@
 # the openSUSE Build Service, then mrclab's own setup.sh (Mininet, venv, mrclab).
 #
 # p4lang's packages break now and then (a release missing for a new Ubuntu, a key rotated).
-# When this step fails, the VM still comes up with the linux data plane, and you can install the
-# toolchain by the fallback described in README.md ("The bmv2 data plane"): p4lang's own
-# install scripts, or an older Ubuntu box whose packages are published.
+# When this step fails, the toolchain is built from its sources at pinned releases by
+# vagrant/build-toolchain.sh (about 45 minutes on two cores; MRCLAB_NO_BUILD=1 skips it, and the
+# VM comes up with the linux data plane only).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 
@@ -23,10 +23,14 @@ if ! command -v simple_switch_grpc >/dev/null || ! command -v p4c >/dev/null; th
      && apt-get install -y -qq p4lang-p4c p4lang-bmv2 p4lang-pi >/dev/null; then
     echo "P4 toolchain installed from p4lang's packages"
   else
-    echo "WARNING: p4lang's packages could not be installed; mrclab will use the linux data plane." >&2
-    echo "         See README.md, 'The bmv2 data plane', for the fallback." >&2
+    echo "WARNING: p4lang's packages could not be installed." >&2
     rm -f /etc/apt/sources.list.d/home:p4lang.list
     apt-get update -qq
+    if [ "${MRCLAB_NO_BUILD:-0}" = 1 ]; then
+      echo "         MRCLAB_NO_BUILD=1: mrclab will use the linux data plane." >&2
+    elif ! bash /vagrant/vagrant/build-toolchain.sh; then
+      echo "WARNING: building the toolchain failed (log above); mrclab will use the linux data plane." >&2
+    fi
   fi
 fi
 
