@@ -289,7 +289,7 @@ def main(args=None) -> int:
     def row(label, fn):
         t.add_row(label, *[fn(r) for r in results])
 
-    for key, label in [("build_s", "namespaces, links, switch processes (s)"), ("compile_s", "p4c, cached after the first run (s)"),
+    for key, label in [("build_s", "namespaces, links, switch processes (s)"), ("compile_s", "p4c (bmv2) / clang (linux), cached after the first run (s)"),
                        ("pipeline_s", "pipeline push (s)"), ("routes_s", "route install (s)"),
                        ("verify_s", "read-back verification (s)"), ("total_s", "fabric up and verified (s)")]:
         row(label, lambda r, k=key: f"{r['timings'][k]:.2f}" if k in r["timings"] else "-")

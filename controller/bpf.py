@@ -179,7 +179,7 @@ class SwitchBpf:
         self.prog_fd = self.lib.bpf_program__fd(prog)
         self.cfg_fd = self.lib.bpf_object__find_map_fd_by_name(self.obj, b"port_cfg")
         self.state_fd = self.lib.bpf_object__find_map_fd_by_name(self.obj, b"port_state")
-        self.netns, self.ifindex = netns, {}
+        self.netns, self.ifindex, self.hooked = netns, {}, set()
         try:
             for intf in ports:
                 self.attach(intf)
@@ -195,9 +195,11 @@ class SwitchBpf:
         try:
             idx = self.ifindex[intf] = socket.if_nametoindex(intf)
             hook = _TcHook(ctypes.sizeof(_TcHook), idx, BPF_TC_EGRESS, 0)
-            rc = self.lib.bpf_tc_hook_create(ctypes.byref(hook))
-            if rc and rc != -errno.EEXIST:
-                raise BpfError(f"{self.name}: no clsact qdisc on {intf} ({_why(rc)})")
+            if intf not in self.hooked:  # once: a second create makes libbpf print the kernel's EEXIST
+                rc = self.lib.bpf_tc_hook_create(ctypes.byref(hook))
+                if rc and rc != -errno.EEXIST:
+                    raise BpfError(f"{self.name}: no clsact qdisc on {intf} ({_why(rc)})")
+                self.hooked.add(intf)
             opts = _TcOpts(ctypes.sizeof(_TcOpts), self.prog_fd, BPF_TC_F_REPLACE, 0, 1, 1)
             rc = self.lib.bpf_tc_attach(ctypes.byref(hook), ctypes.byref(opts))
             if rc:

@@ -233,6 +233,9 @@ def test_clean_leaves_alone_a_process_whose_pid_was_reused(tmp_path, monkeypatch
     from topologies import cleanup
 
     monkeypatch.setattr(cleanup, "RUN_ROOT", tmp_path)
+    # hermetic: the namespaces of a fabric running meanwhile belong to no run under tmp_path, and
+    # clean() would take them for orphans
+    monkeypatch.setattr(cleanup, "list_netns", lambda: [])
     gone = subprocess.Popen([sys.executable, "-c", "pass"])
     gone.wait()  # the run's owner: dead
     ours = subprocess.Popen(["sleep", "60"])
