@@ -28,7 +28,7 @@ from traffic.settings import TransportSettings
 from traffic.stats import ReceiverStats, SenderStats
 
 #: Bumped whenever a field changes meaning or goes away.
-VERSION = 3
+VERSION = 4
 TRANSPORTS = ("mrc", "roce")
 OPS = ("write", "write_imm")
 
@@ -54,6 +54,21 @@ class QpConfig:
 
 
 @dataclass(frozen=True)
+class CollectiveConfig:
+    """This host's part in a collective (traffic/collective.py): ``kind`` over ``ranks`` (every
+    host taking part, in ring order), ``message_bytes`` per host, ``iterations`` back to back,
+    each write over ``qps_per_peer`` QPs, from ``start_s``; ``seed`` seeds every rank's data."""
+
+    kind: str = field(metadata=rule(choices=("all_reduce", "all_gather", "all_to_all"), required=True))
+    ranks: tuple[str, ...] = field(metadata=rule(kind=list, required=True))
+    message_bytes: int = field(metadata=rule(kind=int, lo=1, hi=1 << 30, required=True))
+    iterations: int = field(default=1, metadata=rule(kind=int, lo=1, hi=100000))
+    qps_per_peer: int = field(default=1, metadata=rule(kind=int, lo=1, hi=64))
+    start_s: float = field(default=0.0, metadata=rule(kind=float, lo=0))
+    seed: int = 1  # seeds every rank's data (traffic/collective.py initial_data): the same at every rank
+
+
+@dataclass(frozen=True)
 class EndpointConfig:
     """Everything one endpoint process needs (``python -m traffic.endpoint --config FILE``).
 
@@ -74,6 +89,7 @@ class EndpointConfig:
     telemetry_interval_s: float = field(default=0.1, metadata=rule(kind=float, positive=True))
     start_at_wall: float | None = field(default=None, metadata=rule(kind=(float, type(None))))
     receiver_linger_s: float = field(default=3600.0, metadata=rule(kind=float, lo=0))
+    collective: CollectiveConfig | None = field(default=None, metadata=rule(kind=(dict, type(None))))
     version: int = VERSION
 
     def to_json(self) -> str:
@@ -92,6 +108,10 @@ class EndpointConfig:
         for i, q in enumerate(kw.get("qps", ())):
             qps.append(build(QpConfig, q, f"qps[{i}]", problems))
         kw["qps"] = tuple(qps)
+        if kw.get("collective") is not None:
+            kw["collective"] = build(CollectiveConfig, kw["collective"], "collective", problems)
+            if kw["collective"] is not None:
+                kw["collective"] = dataclasses.replace(kw["collective"], ranks=tuple(kw["collective"].ranks))
         den = kw.get("denylist", ())
         if not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x < 1 << 32 for x in den):
             problems.add(f"denylist = {den!r}; allowed: a list of 32-bit EVs")
@@ -211,9 +231,21 @@ class ReverseEvChanged(Event):
     state: EvState
 
 
+@dataclass(frozen=True, kw_only=True)
+class CollectiveIteration(Event):
+    """This host finished iteration ``index`` of its collective: it began at ``start_wall`` and
+    ended at ``end_wall`` (time.time(), s), holding a buffer of CRC-32 ``crc``."""
+
+    kind: ClassVar[str] = "collective_iteration"
+    index: int
+    start_wall: float
+    end_wall: float
+    crc: int
+
+
 EVENTS: dict[str, type[Event]] = {c.kind: c for c in (EvStateChanged, PacketLost, GapFound, TimedOut, Nacked,
                                                        Trimmed, MessageCorrupt, PlaneChanged, PortsChanged,
-                                                       ReverseEvChanged)}
+                                                       ReverseEvChanged, CollectiveIteration)}
 
 
 def event_fields(e: Event) -> dict[str, Any]:

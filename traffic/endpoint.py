@@ -30,6 +30,7 @@ from topologies.addressing import AddressPlan
 from topologies.errors import BadInput
 from topologies.spec import load_spec
 from traffic import contract as C
+from traffic.collective import Collective, Iteration
 from traffic.host import HostStack
 from traffic.region import message_source
 from traffic.transport import Sender
@@ -86,10 +87,28 @@ class Endpoint:
             s = self.stack.add_sender(q.qp, q.peer, msgs, imm=q.op == "write_imm", pin_ev=q.pin_ev)
             self.flows.append((s, q.start_s, q.duration_s))
             self.peer_of[id(s)] = q.peer
+        self.coll: Collective | None = None
+        if (cc := cfg.collective) is not None:
+            for h in cc.ranks:
+                spec.host_index(h)
+            try:
+                self.coll = Collective(cc.kind, list(cc.ranks), self.host, cc.message_bytes, cc.iterations,
+                                       cc.qps_per_peer, seed=cc.seed, on_iteration=self._iteration_done)
+            except ValueError as e:
+                raise C.ContractError(f"collective: {e}") from None
+            for (peer, _qp), s in zip(self.coll.outq, self.stack.add_collective(self.coll), strict=True):
+                self.flows.append((s, cc.start_s, None))
+                self.peer_of[id(s)] = peer
         self.socks: dict[int, socket.socket] = {}
         self._send_fn: dict[int, Callable] = {}
         self._carrier: dict[int, int] = {}  # plane -> fd of its port's sysfs carrier file
         self.stop_requested = False
+
+    def _iteration_done(self, it: Iteration) -> None:
+        """A finished iteration, on the wall clock (the runner lines hosts up by it)."""
+        to_wall = time.time() - time.monotonic()
+        self.tel.write(C.CollectiveIteration(index=it.index, start_wall=it.start_s + to_wall,
+                                             end_wall=it.end_s + to_wall, crc=it.crc))
 
     # ---- sockets and ports -----------------------------------------------------------------
     def open(self) -> None:
@@ -140,6 +159,7 @@ class Endpoint:
         started: set[int] = set()
         stopped: set[int] = set()
         finished_at: float | None = None
+        coll_started = False
         max_end = max([st + (d or 0) for _, st, d in self.flows] or [0.0])
         # frames are read into one buffer and handed on as views of it: nothing keeps a view past
         # on_frame (payloads are copied into the memory region), and no 9 KiB buffer is made per frame
@@ -153,6 +173,9 @@ class Endpoint:
             if now >= next_ports:
                 stack.set_local_ports(self.port_state())
                 next_ports = now + PORT_POLL_S
+            if self.coll is not None and not coll_started and t >= self.cfg.collective.start_s:
+                coll_started = True
+                self.coll.start(time.monotonic)
             for i, (s, start, dur) in enumerate(self.flows):
                 if i not in started and t >= start:
                     started.add(i)
@@ -194,7 +217,7 @@ class Endpoint:
             if now >= next_tel:
                 self._sample()
                 next_tel = now + interval
-            if self.flows and all(s.done for s, _, _ in self.flows):
+            if self.flows and all(s.done for s, _, _ in self.flows) and (self.coll is None or self.coll.finished):
                 if finished_at is None:
                     finished_at = now
                 if now - finished_at > 0.2:  # linger: acknowledge the peer's last packets

@@ -75,6 +75,8 @@ class HostStack:
         self.unknown_qp = 0
         self.rev_probes: ProbeScheduler[tuple[str, int]] = ProbeScheduler(self.settings.probe_interval_s,
                                                                           self.settings.probe_timeout_s)
+        #: hears (peer, QP, MSN, bytes) of every message that arrives whole (a collective's input)
+        self.on_message: Callable[[str, int, int, memoryview], None] | None = None
 
     def _events_for(self, peer: str) -> Callable[[Event], None]:
         sink = self.events
@@ -93,6 +95,13 @@ class HostStack:
         s.set_local_ports(self.local_ports)
         self.senders[(peer, qp)] = s
         return s
+
+    def add_collective(self, coll) -> list[Sender]:
+        """This host's part of a collective (traffic/collective.py): a Write-with-Immediate sender
+        per (peer, QP) it writes on, fed by the collective's schedule, and every message that
+        arrives whole handed to it. Call ``coll.start`` to begin."""
+        self.on_message = coll.on_message
+        return [self.add_sender(qp, peer, src, imm=True) for (peer, qp), src in coll.sources().items()]
 
     def _reverse_set(self, peer: str) -> _Reverse:
         r = self.reverse.get(peer)
@@ -182,6 +191,9 @@ class HostStack:
                     rx = RoceReceiver(p.qp, self.settings, lambda: back, events=self._events_for(peer))
                 self.receivers[(peer, p.qp)] = rx
                 rx.local_ports = self.local_ports
+                if self.on_message is not None:
+                    hear, qp = self.on_message, p.qp
+                    rx.region.on_message = lambda msn, data: hear(peer, qp, msn, data)
             acks = rx.on_packet(p, now)
             if acks:  # usually none: SACKs leave at the end of the receive batch
                 self._out(peer, acks, out)

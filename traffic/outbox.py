@@ -15,7 +15,8 @@ from traffic.stats import SenderStats
 class Outbox:
     """The messages of one QP cut into packets: the message being sent, the messages still
     unacknowledged (their bytes and CRC, for retransmissions) and where each goes in the peer's
-    region. ``fetch`` takes the next message from ``messages``; ``release`` frees an acknowledged one."""
+    region. ``fetch`` takes the next message from ``messages`` (``(msn, bytes)``; ``None``: none is
+    ready yet, ask again later; exhausted when it stops); ``acked`` releases an acknowledged one."""
 
     __slots__ = ("cache", "completion_s", "cur", "exhausted", "left", "messages", "payload", "ring", "started",
                  "stats")
@@ -37,10 +38,13 @@ class Outbox:
         if self.exhausted:
             return False
         try:
-            msn, data = next(self.messages)
+            item = next(self.messages)
         except StopIteration:
             self.exhausted = True
             return False
+        if item is None:  # a source that waits on something (a collective's step): nothing yet
+            return False
+        msn, data = item
         crc = H.crc32(data)
         self.cache[msn] = (data, crc)
         self.cur = (msn, memoryview(data), crc, 0)

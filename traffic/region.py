@@ -96,6 +96,9 @@ class ReceiveRegion:
         self.done_msns: set[int] = set()
         self.imm_done: dict[int, int] = {}
         self.next_completion = 0
+        #: called with (msn, its bytes) as each intact message completes, in any order; the
+        #: view is valid only during the call (the sender reuses the region once it is acknowledged)
+        self.on_message: Callable[[int, memoryview], None] | None = None
 
     def receive(self, msn: int, msg_len: int, crc: int, off: int, va: int, payload, dma_len: int,
                 imm: int | None) -> str | None:
@@ -127,8 +130,11 @@ class ReceiveRegion:
 
     def _complete(self, msn: int, m: _Msg, imm: int | None) -> None:
         del self.msgs[msn]
-        if H.crc32(memoryview(self.mem)[m.base : m.base + m.msg_len]) == m.crc:
+        data = memoryview(self.mem)[m.base : m.base + m.msg_len]
+        if H.crc32(data) == m.crc:
             self.stats.messages_delivered += 1
+            if self.on_message is not None:  # a collective reads what arrived (traffic/collective.py)
+                self.on_message(msn, data)
         else:
             self.stats.messages_corrupt += 1
             self.on_corrupt(msn)

@@ -102,10 +102,13 @@ class RoceSender:
         if self.exhausted:
             return False
         try:
-            msn, data = next(self._messages)
+            item = next(self._messages)
         except StopIteration:
             self.exhausted = True
             return False
+        if item is None:  # nothing ready yet (traffic/outbox.py)
+            return False
+        msn, data = item
         self.cache[msn] = data
         self.ring.place(msn, len(data))
         crc = H.crc32(data)
