@@ -284,3 +284,16 @@ def test_psns_wrap_at_24_bits_without_losing_or_repeating_a_message(ch, before):
     o = run(msgs, chan, settings=FAST, seed=ch["seed"], limit_s=30, hook=at_the_wrap)
     _check(o, len(msgs), False)
     assert o.sender.next_psn > PSN_MOD  # it did cross
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_trimmed_packets_overtaking_on_a_pinned_ev_never_retire_it(seed):
+    """One EV (a flow pinned to a path, paper fig. 14): a trimmed header jumps its queue, its
+    retransmission goes back on the same EV behind packets sent before it. Those arriving first is
+    FIFO, not a loss: the EV must never be retired, and every message arrives."""
+    ev = PLAN.paths("h0", "h2")[0].ev | (5 << 16)
+    o = run([random.Random(seed).randbytes(300_000)], Channel(random.Random(seed), trim=0.15, delay_s=(0.001, 0.003)),
+            pin_ev=ev, limit_s=30)
+    assert o.sender.done and delivered_intact(o)
+    assert not [e for e in o.events if e[0] == "ev_state" and e[1]["new"] == "ASSUMED_BAD"], \
+        [e for e in o.events if e[0] in ("ev_state", "gap")][:5]

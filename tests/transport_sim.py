@@ -37,13 +37,13 @@ def reverse_evs(planes: int = 4):
 
 def run(messages: list[bytes], chan: Channel, *, transport: str = "mrc", settings: TransportSettings | None = None,
         imm: bool = False, seed: int = 1, limit_s: float = 60.0, src: str = "h0", dst: str = "h2",
-        hook=None) -> Outcome:
+        hook=None, pin_ev: int | None = None) -> Outcome:
     s = settings or TransportSettings(region_bytes=max(1 << 16, 2 * sum(len(m) for m in messages) + 4096))
     events: list[tuple] = []
     log = lambda e: events.append((e.kind, event_fields(e)))  # noqa: E731
     msgs = iter(enumerate(messages))
     if transport == "mrc":
-        tx = make_sender(1, PLAN, src, dst, s, random.Random(seed), msgs, imm=imm, events=log)
+        tx = make_sender(1, PLAN, src, dst, s, random.Random(seed), msgs, imm=imm, events=log, pin_ev=pin_ev)
         rx = MrcReceiver(1, s, reverse_evs(), events=log)
     else:
         tx = RoceSender(1, ecmp_ev(PLAN, src, dst, 1, seed), msgs, s, imm=imm, events=log)

@@ -341,12 +341,16 @@ class MrcSender:
             return
         if arrived not in q:
             return
+        last = self.delivered_after.get(ev, -1.0)  # the latest send on ev known to have arrived
         while q:
             psn = q.popleft()
             if psn == arrived:
                 break
             rec = self.recs.get(psn)
-            if rec is not None and not rec.acked and rec.ev == ev and rec.t_sent >= 0 and known_from <= psn < known_to:
+            # lost only if its last copy left on ev before something that arrived: a trimmed PSN
+            # resent on the same EV (a pinned flow) left after the packets now overtaking it
+            if rec is not None and not rec.acked and rec.ev == ev and 0 <= rec.t_sent <= last \
+                    and known_from <= psn < known_to:
                 self.events(GapFound(qp=self.qp, psn=psn, ev=ev, behind=arrived))
                 if self.s.ev_health:
                     self.evs.retire(ev, f"untrimmed loss of PSN {psn} behind PSN {arrived}")
