@@ -14,8 +14,8 @@ last joins at :data:`JOIN_S`. Printed per run, over the last :data:`STEADY_FRACT
 * convergence after the last flow joins: the time until the 1 s moving Jain index of all flows
   first reaches 0.9, in RTTs (the flows' median smoothed RTT).
 
-Needs a data plane with switch queues (bmv2 with its Thrift runtime). Not a test: figures vary
-with load; quote ratios within one run.
+Needs a data plane with switch queues (bmv2 with its Thrift runtime, or linux with its tc eBPF
+program). Not a test: figures vary with load; quote ratios within one run.
 """
 
 from __future__ import annotations

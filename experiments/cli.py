@@ -241,6 +241,12 @@ def cmd_run(args) -> int:
     return run_main(args)
 
 
+def cmd_reproduce(args) -> int:
+    from experiments.reproduce import main as reproduce_main
+
+    return reproduce_main(args)
+
+
 def cmd_report(args) -> int:
     from experiments.report import main as report_main
 
@@ -309,6 +315,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="set a transport setting, e.g. --set ev_health=off to switch a mechanism off "
                         "(ev_health, probes, port_state, nack, ecn_lb, nscc); repeatable")
     s.set_defaults(fn=cmd_run)
+
+    s = sub.add_parser("reproduce", help="run every scenario of the paper, MRC and RoCE, into one report")
+    s.add_argument("--dataplane", choices=["bmv2", "linux"], help="data plane (default: the best one each "
+                   "scenario can run on here)")
+    s.add_argument("--quick", action="store_true", help="compress every scenario: the whole table in minutes")
+    s.add_argument("--out", help="report folder (default: results/reproduce-<time>)")
+    s.add_argument("--only", nargs="+", metavar="SCENARIO", help="just these shipped scenarios")
+    s.set_defaults(fn=cmd_reproduce)
 
     s = sub.add_parser("report", help="compare results folders side by side")
     s.add_argument("results", nargs="+")

@@ -48,10 +48,13 @@ def configs(scn: Scenario, spec_path: Path, folder: Path) -> dict[str, C.Endpoin
                 pin = plan.path(fl.src, fl.dst, fl.pin[0], fl.pin[1]).ev if fl.pin else None
                 qps.append(C.QpConfig(qp=qp_no[host], peer=fl.dst, message_bytes=fl.message_bytes, op=fl.op,
                                       start_s=fl.start_s, duration_s=scn.duration_s - fl.start_s, pin_ev=pin))
+        cc = scn.collective
+        coll = C.CollectiveConfig(cc.kind, cc.hosts, cc.message_bytes, cc.iterations, cc.qps_per_peer, cc.start_s,
+                                  seed=scn.seed) if cc is not None and host in cc.hosts else None
         out[host] = C.EndpointConfig(
             topo=str(spec_path), host=host, seed=endpoint_seed(scn.seed, host), transport=scn.transport,
             settings=scn.settings, denylist=tuple(deny.get(host, [])), qps=tuple(qps),
-            telemetry_path=str(folder / f"{host}.telemetry.jsonl"), telemetry_interval_s=0.1)
+            telemetry_path=str(folder / f"{host}.telemetry.jsonl"), telemetry_interval_s=0.1, collective=coll)
     return out
 
 
@@ -165,6 +168,9 @@ def collect(scn: Scenario, folder: Path, t0_wall: float) -> RunData:
                     d.windows.setdefault(name, []).append((t, q.window_bytes, q.rate_bps))
                     d.ev_packets.setdefault(name, []).append((t, q.ev_packets))
                 rtts += [q.srtt_us for q in rec.tx if q.srtt_us]
+            elif isinstance(rec, C.CollectiveIteration):
+                d.events.append({**C.event_fields(rec), "t": round(t, 4), "host": host,
+                                 "start_s": rec.start_wall - t0_wall, "end_s": rec.end_wall - t0_wall})
             elif isinstance(rec, C.Event):
                 d.events.append({**C.event_fields(rec), "t": round(t, 4), "host": host})
             elif isinstance(rec, C.Summary):

@@ -16,6 +16,7 @@ switch_down/up      switch                          the switch dies / restarts a
 blackhole_on/off    switch                          up, answers its controller, forwards nothing
 gray_loss           link, rate                      both switch ends drop ``rate`` of what they send
 ev_loss             src, dst, plane, rate [t1]      the first hop of one path drops ``rate`` (figs. 12-13)
+random_loss         rate                            every switch port drops ``rate`` (figs. 16-17); 0 ends it
 port_down, port_up  host, plane                     a host NIC port's link is cut / restored
 deny                src, dst, plane [t1]            the path's EVs are DENIED for src (read at start)
 ==================  ==============================  ===========================================
@@ -83,6 +84,12 @@ def _ev_loss(fab, a: dict) -> str:
     return f"ev_loss plane {p.plane} T1 {p.t1} ({first}->{nxt}) {a['rate']:.0%}"
 
 
+def _random_loss(fab, a: dict) -> str:
+    for x, y in fab.spec.links():
+        fab.link_loss(x, y, a["rate"])
+    return f"random_loss {a['rate']:.2%} on every switch port"
+
+
 def _links(up: bool) -> Callable[[Any, dict], str]:
     def play(fab, a: dict) -> str:
         for link in a["links"]:
@@ -123,6 +130,7 @@ FAULTS: dict[str, FaultKind] = {
                            lambda fab, a: (fab.link_loss(*a["link"], rate=a["rate"]),
                                            f"gray_loss {_link_name(a['link'])} {a['rate']:.0%}")[1]),
     "ev_loss": FaultKind(("src", "dst", "plane", "rate"), ("t1",), "gray_loss", _ev_loss),
+    "random_loss": FaultKind(("rate",), (), "gray_loss", _random_loss),
     "port_down": FaultKind(("host", "plane"), (), "link", _port(False)),
     "port_up": FaultKind(("host", "plane"), (), "link", _port(True)),
     "deny": FaultKind(("src", "dst", "plane"), ("t1",), "link",

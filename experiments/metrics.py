@@ -29,6 +29,8 @@ Definitions:
   of that path (plane and T1).
 * ``port_total(counter)``: switch ports' ``marked`` | ``trimmed`` | ``queue_full`` packets over the
   run (of one ``switch`` if given).
+* ``busbw_mbps``, ``iteration_s(percentile)``, ``iterations``, ``collective_correct``: the run's
+  collective, as nccl-tests reports it (experiments/collectives.py).
 """
 
 from __future__ import annotations
@@ -58,6 +60,8 @@ class RunData:
     ev_packets: dict[str, list[tuple[float, dict[int, int]]]] = field(default_factory=dict)
     #: qp -> completion time of each message (s)
     completion_s: dict[str, list[float]] = field(default_factory=dict)
+    #: the run's collective (experiments/collectives.py CollectiveRun), if it ran one
+    collective: object | None = None
     #: switch port samples: {t, switch, port, peer, queue, marked, trimmed, queue_full[, gray (linux)]}
     ports: list[dict] = field(default_factory=list)
     port_mbps: float = 0.0  # one NIC port's rate (the fabric's host links), 0: unshaped
@@ -212,6 +216,12 @@ def evaluate(d: RunData, metric: str, args: dict) -> tuple[float, bool | None, s
              "false_retirements": lambda: verdicts.false_retirements(d),
              "revival_s": lambda: verdicts.revival_s(d, after),
              "capacity_ratio": lambda: verdicts.capacity_ratio(d, *args.get("window", (0, 0)), host)}[metric]()
+    elif metric in ("busbw_mbps", "iterations", "iteration_s", "collective_correct"):
+        from experiments import collectives
+
+        v = collectives.evaluate(d, d.collective, metric, args)  # type: ignore[arg-type]
+        if metric == "collective_correct":
+            return v, v == 1.0, "every host's buffer as the collective defines it, every iteration"
     else:  # validated by the scenario loader
         raise KeyError(metric)
     lo, hi = args.get("min"), args.get("max")

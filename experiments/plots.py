@@ -166,3 +166,58 @@ def queue_plot(d: RunData, faults: list[dict], path: Path, title: str, max_ports
     fig.savefig(path)
     plt.close(fig)
     return path
+
+
+def iteration_plot(rows: list[dict], faults: list[dict], path: Path, title: str) -> Path:
+    """A collective's time per iteration (ms) against when it ended, faults as dashed lines
+    (experiments/collectives.py ``iterations``)."""
+    fig, ax = plt.subplots(figsize=(9, 4.2), dpi=100)
+    ax.plot([r["end_s"] for r in rows], [r["time_s"] * 1e3 for r in rows], marker="o", ms=3, lw=1.2)
+    ax.set_xlabel("time (s)")
+    ax.set_ylabel("time per iteration (ms)")
+    ax.set_ylim(0, max([r["time_s"] * 1e3 for r in rows] or [1.0]) * 1.25)
+    ax.grid(alpha=0.3)
+    _fault_marks(ax, faults)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def cdf_plot(series: dict[str, list[float]], path: Path, title: str, xlabel: str) -> Path:
+    """Empirical CDF of each named series (message completion times, s, on a log axis)."""
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=100)
+    for name, xs in series.items():
+        xs = sorted(x for x in xs if x > 0)
+        if xs:
+            ax.step(xs, [(i + 1) / len(xs) for i in range(len(xs))], where="post", label=name)
+    ax.set_xscale("log")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("fraction")
+    ax.grid(alpha=0.3)
+    ax.legend(loc="lower right", fontsize=8)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def sweep_plot(points: list[dict], variants: list[str], losses: list[float], path: Path, title: str) -> Path:
+    """Bus bandwidth (Mb/s) per variant, grouped by loss rate (the paper's figs. 16-17)."""
+    fig, ax = plt.subplots(figsize=(8, 4.2), dpi=100)
+    width = 0.8 / max(1, len(variants))
+    at = {(p["variant"], p["loss"]): p.get("busbw_mbps") or 0.0 for p in points}
+    for i, v in enumerate(variants):
+        xs = [k + (i - (len(variants) - 1) / 2) * width for k in range(len(losses))]
+        ax.bar(xs, [at.get((v, x), 0.0) for x in losses], width=width * 0.95, label=v)
+    ax.set_xticks(range(len(losses)), [f"{x:.1%} loss" for x in losses])
+    ax.set_ylabel("bus bandwidth (Mb/s)")
+    ax.grid(alpha=0.3, axis="y")
+    ax.legend(fontsize=8)
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

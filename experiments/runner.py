@@ -41,12 +41,13 @@ from rich.table import Table
 
 from controller.fabric import FEATURES, Fabric, available, missing_features
 from controller.queues import path_queue_bound_s
-from experiments import endpoints
+from experiments import collectives, endpoints
 from experiments.captures import DISSECTOR, HOW_TO_OPEN, Captures, copy_switch_pcaps
 from experiments.fabricstate import FabricTimeline
 from experiments.faults import FAULTS, play
 from experiments.metrics import BIN_S, RunData, baseline_mbps, evaluate
-from experiments.plots import ev_state_plot, goodput_plot, queue_plot, window_plot
+from experiments.collectives import CollectiveRun
+from experiments.plots import cdf_plot, ev_state_plot, goodput_plot, iteration_plot, queue_plot, window_plot
 from experiments.scenario import Scenario, load_scenario, parse_set
 from topologies.addressing import AddressPlan
 from topologies.errors import BadInput, NotAvailable
@@ -159,6 +160,8 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
     data.ports = sampler.samples if sampler is not None else []
     data.port_mbps = spec.link.bandwidth_mbps
     data.flows = [(f.src, f.dst) for f in scn.flows]
+    if (cc := scn.collective) is not None:
+        data.collective = CollectiveRun(cc.kind, cc.hosts, cc.message_bytes, scn.seed, cc.qps_per_peer)
     data.timeline = FabricTimeline.from_played(AddressPlan(spec), [(x["t"], f) for x, f in zip(fault_log, scn.faults)])
     return _finish(scn, dp, data, fault_log, out), data
 
@@ -248,6 +251,17 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
         w.writeheader()
         for e in data.events:
             w.writerow(e)
+    coll = None
+    if isinstance(data.collective, CollectiveRun):
+        rows = collectives.iterations(data, data.collective)
+        coll = collectives.summary(data, data.collective)
+        iteration_plot(rows, faults, out / "iterations.png", title + f", {data.collective.kind} time per iteration")
+        cdf_plot({"all QPs": [x for xs in data.completion_s.values() for x in xs]}, out / "completion_cdf.png",
+                 title + ", message completion time", "message completion time (s)")
+        with open(out / "collective.csv", "w", newline="") as fh:
+            w = csv.DictWriter(fh, fieldnames=["index", "end_s", "time_s", "algbw_mbps", "busbw_mbps", "correct"])
+            w.writeheader()
+            w.writerows(rows)
     verdicts = []
     for x in scn.expect:
         v, ok, bound = evaluate(data, x.metric, x.args)
@@ -259,6 +273,7 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
         "faults": fault_log, "expectations": verdicts, "totals": data.totals,
         "ev_state_changes": sum(1 for e in data.events if e.get("kind") == "ev_state"),
         "message_completion_s": data.mct_percentiles(), "switch_ports": data.port_totals(),
+        "collective": coll,
         "passed": all(v["passed"] is not False for v in verdicts),
     }
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
@@ -289,9 +304,24 @@ def _summary(m: dict, out: Path) -> None:
         + (f"; switch ports: {sw['marked']} marked, {sw['trimmed']} trimmed, {sw['queue_full']} dropped full"
            if sw else "")
         + f"; results in {out}/ (plot: {out / 'goodput.png'})")
+    if m.get("collective"):
+        _collective_table(m["collective"])
     if (out / "pcap").is_dir():
         Console(highlight=False, soft_wrap=True).print(
             "captures: " + HOW_TO_OPEN.format(lua=DISSECTOR, pcap=f"{out / 'pcap'}/<port>.pcap"))
+
+
+def _collective_table(c: dict) -> None:
+    """The collective's line as nccl-tests prints it (its columns; Mb/s where it prints GB/s)."""
+    t = Table(title=f"{c['kind']} over {c['hosts']} hosts, {c['qps_per_peer']} QP(s) per peer "
+                    "(nccl-tests columns; time: median; bandwidths: over the run)")
+    for col in ("size (B)", "iterations", "time (ms)", "p99 time (ms)", "algbw (Mb/s)", "busbw (Mb/s)", "correct"):
+        t.add_column(col, justify="right")
+    ms = lambda x: "-" if x is None else f"{x * 1e3:.1f}"  # noqa: E731
+    t.add_row(f"{c['bytes']:,}", str(c["iterations"]), ms(c["time_s"]), ms(c["time_p99_s"]),
+              f"{c['algbw_mbps']:.2f}", f"{c['busbw_mbps']:.2f}",
+              "-" if not c["iterations"] else "yes" if c["correct"] else "[red]NO[/red]")
+    Console(highlight=False).print(t)
 
 
 def main(args) -> int:
@@ -299,5 +329,42 @@ def main(args) -> int:
     scn = load_scenario(args.scenario, duration_s=args.duration, dataplane=args.dataplane, transport=args.transport,
                         settings=parse_set(args.set))
     need_root("mrclab run")
+    if scn.sweep is not None:
+        return 0 if run_sweep(scn, Path(args.out) if args.out else None, live=sys.stderr.isatty())["passed"] else 1
     m = run(scn, Path(args.out) if args.out else None, live=sys.stderr.isatty(), pcap=args.pcap, debug=args.debug)
     return 0 if m["passed"] else 1
+
+
+def run_sweep(scn: Scenario, out: Path | None = None, *, live: bool = True) -> dict:
+    """Every point of ``scn``'s sweep (experiments/sweep.py), each its own run in a subfolder of
+    ``out``, then the sweep's table, plot and claims. Returns ``{points, claims, passed}``."""
+    from experiments import sweep as S
+
+    sw = scn.sweep
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = Path(out) if out else Path("results") / f"{scn.name}-sweep-{stamp}"
+    if out.exists() and any(out.iterdir()):
+        raise BadInput(f"results folder {out} exists and is not empty; choose another --out (nothing overwritten)")
+    out.mkdir(parents=True, exist_ok=True)
+    grid = [(v, x) for x in sw.loss for v in sw.variants]
+    points = []
+    for k, (v, x) in enumerate(grid, 1):
+        console.print(f"[bold]sweep point {k}/{len(grid)}[/bold]: {S.label(v, x)}")
+        folder = S.folder_name(v, x)
+        m = run(S.point(scn, v, x), out / folder, live=live)
+        points.append(S.summarise(v, x, m, folder))
+    claims = S.judge(sw, points)
+    S.write(out, scn, sw, points, claims)
+    t = Table(title=f"{scn.name}: sweep ({len(points)} runs)")
+    for col in ("variant", "loss", "iterations", "busbw (Mb/s)", "correct", "expectations"):
+        t.add_column(col)
+    for p in points:
+        t.add_row(p["variant"], f"{p['loss']:g}", str(p["iterations"]), f"{p['busbw_mbps']:.2f}",
+                  "yes" if p["correct"] else "[red]NO[/red]", "pass" if p["passed"] else "[red]FAIL[/red]")
+    for c in claims:
+        t.add_row(c["claim"], "", "", f"{c['value']:.2f}", c["bound"],
+                  {True: "[green]pass[/green]", False: "[red]FAIL[/red]", None: "-"}[c["passed"]])
+    console.print(t)
+    console.print(f"sweep results in {out}/ (sweep.md, sweep.png)")
+    passed = all(p["passed"] for p in points) and all(c["passed"] is not False for c in claims)
+    return {"points": points, "claims": claims, "passed": passed}

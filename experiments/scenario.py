@@ -58,6 +58,10 @@ METRICS: dict[str, tuple[set[str], set[str]]] = {
     "revival_s": ({"after"}, {"max"}),
     "capacity_ratio": ({"window"}, {"min", "max", "host"}),
     "goodput_mbps": ({"window"}, {"min", "max", "host"}),
+    "busbw_mbps": (set(), {"min", "max"}),
+    "iteration_s": ({"percentile"}, {"min", "max"}),
+    "iterations": (set(), {"min", "max"}),
+    "collective_correct": (set(), set()),
 }
 
 DATAPLANES = ("auto", "bmv2", "linux")
@@ -67,7 +71,8 @@ TOP = {
     "fabric": Rule(kind=dict), "fabric_bmv2": Rule(kind=dict),
     "dataplane": Rule(choices=DATAPLANES), "seed": Rule(kind=int),
     "duration_s": Rule(kind=float, lo=1, hi=3600, allowed="1 to 3600 seconds"),
-    "transport": Rule(kind=(dict, type(None))), "workload": Rule(kind=list, required=True),
+    "transport": Rule(kind=(dict, type(None))), "workload": Rule(kind=(list, type(None))),
+    "collective": Rule(kind=dict), "sweep": Rule(kind=dict), "expect_sweep": Rule(kind=list),
     "faults": Rule(kind=(list, type(None))), "expect": Rule(kind=(list, type(None))),
     "expect_roce": Rule(kind=(list, type(None))),
     "queues": Rule(kind=dict),
@@ -92,6 +97,20 @@ class Flow:
     op: str = "write"  # write | write_imm
     start_s: float = 0.0
     pin: tuple[int, int | None] | None = None
+
+
+@dataclass(frozen=True)
+class CollectiveSpec:
+    """A scenario's ``collective:``: ``kind`` (all_reduce | all_gather | all_to_all) over ``hosts``
+    (ring order), ``message_bytes`` per host, ``iterations`` back to back, each write over
+    ``qps_per_peer`` QPs, from ``start_s`` (traffic/collective.py)."""
+
+    kind: str
+    hosts: tuple[str, ...]
+    message_bytes: int
+    iterations: int = 1
+    qps_per_peer: int = 1
+    start_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -122,6 +141,8 @@ class Scenario:
     paper: str = ""
     description: str = ""
     demonstrates: tuple[str, ...] = ()
+    collective: CollectiveSpec | None = None
+    sweep: Any = None  # experiments/sweep.py Sweep: the grid this scenario runs over
     raw: dict = field(default_factory=dict, hash=False, compare=False)
 
     def spec_for(self, dataplane: str) -> ClosSpec:
@@ -134,8 +155,9 @@ class Scenario:
         return {FAULTS[f.event].feature for f in self.faults} | ({"congestion"} if "queues" in self.raw else set())
 
     def hosts(self) -> list[str]:
-        """Hosts that run an endpoint: every source and destination."""
-        return sorted({f.src for f in self.flows} | {f.dst for f in self.flows}, key=lambda h: int(h[1:]))
+        """Hosts that run an endpoint: every source and destination, every rank of the collective."""
+        ranks = set(self.collective.hosts) if self.collective else set()
+        return sorted({f.src for f in self.flows} | {f.dst for f in self.flows} | ranks, key=lambda h: int(h[1:]))
 
 
 def resolve(name_or_path: str | None) -> Path:
@@ -205,7 +227,7 @@ def _rescale(raw: dict, duration_s: float, src: str) -> None:
         for key in ("at", "period_s"):
             if isinstance(f, dict) and isinstance(f.get(key), (int, float)):
                 f[key] = round(f[key] * k, 3)
-    for w in raw.get("workload", []) or []:
+    for w in [*(raw.get("workload", []) or []), raw.get("collective")]:
         if isinstance(w, dict) and isinstance(w.get("start_s"), (int, float)):
             w["start_s"] = round(w["start_s"] * k, 3)
     for key in ("expect", "expect_roce"):
@@ -250,7 +272,8 @@ def parse_scenario(raw: dict, src: str) -> Scenario:
     if spec is None:
         problems.raise_if_any(ScenarioError)
     assert spec is not None
-    flows = _workload(raw.get("workload"), spec, dur, problems)
+    coll = _collective(raw.get("collective"), spec, dur, problems) if "collective" in raw else None
+    flows = _workload(raw.get("workload"), spec, dur, problems) if raw.get("workload") or coll is None else []
     faults: list[Fault] = []
     for i, f in enumerate(top.get("faults") or []):
         faults.extend(parse_fault(f, i, spec, dur, problems, scenario_seed=top.get("seed", 1)))
@@ -263,13 +286,16 @@ def parse_scenario(raw: dict, src: str) -> Scenario:
     if bad:
         problems.add(f"demonstrates: {', '.join(map(str, bad))}; allowed: {', '.join(TransportSettings.MECHANISMS)}")
     problems.raise_if_any(ScenarioError)
+    from experiments.sweep import parse_sweep
+
+    sweep = parse_sweep(raw, src)
     expect = parsed["expect_roce"] if kind == "roce" and "expect_roce" in raw else parsed["expect"]
     return Scenario(
         name=str(raw.get("name", Path(src).stem)), source=src, spec=spec, spec_bmv2=spec_bmv2,
         dataplane=top.get("dataplane", "auto"), seed=int(top.get("seed", 1)), duration_s=dur, transport=kind,
         settings=settings or TransportSettings(), queues=queues or QueueSettings(), flows=tuple(flows), faults=tuple(faults), expect=tuple(expect),
         paper=str(raw.get("paper", "")), description=str(raw.get("description", "")), demonstrates=tuple(demo),
-        raw=raw,
+        collective=coll, sweep=sweep, raw=raw,
     )
 
 
@@ -281,9 +307,43 @@ _WORKLOAD = {
 }
 
 
+_COLLECTIVE = {
+    "kind": Rule(choices=("all_reduce", "all_gather", "all_to_all"), required=True),
+    "hosts": Rule(kind=(list, str), allowed="all, or a list of 2 or more hosts in ring order"),
+    "message_bytes": Rule(kind=int, lo=1, hi=1 << 30, required=True, allowed="1 to 2^30"),
+    "iterations": Rule(kind=int, lo=1, hi=100000), "qps_per_peer": Rule(kind=int, lo=1, hi=64),
+    "start_s": Rule(kind=float, lo=0),
+}
+
+
+def _collective(c: Any, spec: ClosSpec, dur: float, problems: Problems) -> CollectiveSpec | None:
+    n = len(problems)
+    v = check_mapping(c, _COLLECTIVE, "collective", problems)
+    hosts = spec.hosts()
+    ranks = v.get("hosts", "all")
+    if ranks == "all":
+        ranks = hosts
+    elif isinstance(ranks, str) or len(ranks) < 2 or len(set(ranks)) != len(ranks):
+        problems.add(f"collective.hosts = {ranks!r}; allowed: all, or a list of 2 or more distinct hosts")
+        ranks = []
+    for h in ranks:
+        if h not in hosts:
+            problems.add(f"collective.hosts: {h!r}: unknown host; hosts are {', '.join(hosts)}{suggest(str(h), hosts)}")
+    q = v.get("qps_per_peer", 1)
+    if "message_bytes" in v and ranks and v["message_bytes"] < len(ranks) * q:
+        problems.add(f"collective.message_bytes = {v['message_bytes']}; allowed: at least hosts x qps_per_peer "
+                     f"({len(ranks) * q}) bytes")
+    if v.get("start_s", 0.0) >= dur:
+        problems.add(f"collective.start_s = {v['start_s']!r}; allowed: 0 to duration_s ({dur:g})")
+    if len(problems) > n:
+        return None
+    return CollectiveSpec(v["kind"], tuple(ranks), v["message_bytes"], v.get("iterations", 1), q, v.get("start_s", 0.0))
+
+
 def _workload(wl: Any, spec: ClosSpec, dur: float, problems: Problems) -> list[Flow]:
     if not isinstance(wl, list) or not wl:
-        problems.add("workload: a non-empty list of flows {src, dst, qps, message_bytes, bidirectional, op}")
+        problems.add("workload: a non-empty list of flows {src, dst, qps, message_bytes, bidirectional, op} "
+                     "(or a collective:)")
         return []
     hosts = spec.hosts()
     flows = []

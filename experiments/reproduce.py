@@ -1,0 +1,173 @@
+"""``mrclab reproduce``: every shipped scenario that reproduces a result of the paper, MRC and the
+RoCE baseline, into one report folder.
+
+For each scenario (in :data:`ORDER`) the MRC run is judged by ``expect`` and the RoCE run by
+``expect_roce``; a sweep (figs. 16-17) runs its whole grid and is judged by its claims. The report
+has one row per paper result: the paper's claim (the scenario's ``paper:``), the measured MRC
+figure, the measured RoCE figure and the verdict. The figure of a run is its headline expectation:
+the first of ``expect`` with a bound, and for RoCE the expectation of ``expect_roce`` on the same
+metric (else its first). Files: ``report.md`` (the table, then every expectation of every run),
+``summary.json`` (the same as data), ``plots/`` (each row's goodput plot, MRC and RoCE, or its
+sweep plot) and one results folder per run beside them.
+
+``--quick`` compresses every scenario to :data:`QUICK_S` seconds (fault times and windows scale
+with it) so that the whole table runs in a few minutes; a sweep's points to :data:`QUICK_SWEEP_S`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from datetime import datetime
+from pathlib import Path
+
+from rich.console import Console
+
+from controller.fabric import available
+from experiments.scenario import SCENARIO_DIR, Scenario, load_scenario
+from topologies.errors import BadInput
+from topologies.nodes import toolchain_missing
+
+console = Console(highlight=False)
+#: the paper's results, in its order: failures (figs. 9-13), congestion (14, 18), collectives (16-17)
+ORDER = ("nic-links-one-by-one", "t0t1-links-one-by-one", "t0t1-links-flap", "t0-down", "quickstart",
+         "t1-blackhole", "ev-loss", "ecn-load-balancing", "incast", "incast-no-trim", "fig16-allreduce",
+         "fig17-alltoall")
+QUICK_S = 14.0  # as the verdict tests compress (tests/test_verdicts.py): every scenario passes there
+QUICK_SWEEP_S = 6.0
+
+
+def _headline(verdicts: list[dict], metric: str | None = None) -> dict | None:
+    if metric is not None:
+        for v in verdicts:
+            if v["metric"] == metric:
+                return v
+    bounded = [v for v in verdicts if v["passed"] is not None]
+    return (bounded or verdicts or [None])[0]
+
+
+def _fmt(v: dict | None) -> str:
+    if v is None:
+        return "-"
+    val = "inf" if v["value"] is None else f"{v['value']:.3g}"
+    return f"{v['metric']} {val}" + (f" ({v['bound']})" if v["bound"] != "reported" else "")
+
+
+def _choose(scn: Scenario, dataplane: str | None) -> tuple[str | None, str]:
+    """The data plane a scenario runs on here, or None and why not."""
+    want = [dataplane] if dataplane else (["bmv2", "linux"] if toolchain_missing() is None else ["linux"])
+    needs = set(scn.needs) | ({"gray_loss"} if scn.sweep is not None and any(x > 0 for x in scn.sweep.loss) else set())
+    for dp in want:
+        if dp == "bmv2" and toolchain_missing():
+            continue
+        if needs <= available(dp):
+            return dp, ""
+    return None, f"needs {', '.join(sorted(needs))}, which {' / '.join(want)} cannot do here"
+
+
+def reproduce(out: Path | None = None, *, dataplane: str | None = None, quick: bool = False,
+              only: list[str] | None = None, live: bool = False) -> dict:
+    """Run the table (see the module docstring); returns the summary (also ``summary.json``)."""
+    from experiments import runner
+
+    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
+    out = Path(out) if out else Path("results") / f"reproduce-{stamp}"
+    if out.exists() and any(out.iterdir()):
+        raise BadInput(f"results folder {out} exists and is not empty; choose another --out (nothing overwritten)")
+    names = list(only or ORDER)
+    unknown = [n for n in names if not (SCENARIO_DIR / f"{n}.yaml").exists()]
+    if unknown:
+        raise BadInput(f"no shipped scenario {', '.join(unknown)}; allowed: {', '.join(ORDER)}")
+    (out / "plots").mkdir(parents=True, exist_ok=True)
+    rows, t_start = [], time.monotonic()
+    for k, name in enumerate(names, 1):
+        base = load_scenario(name)
+        dur = (QUICK_SWEEP_S if base.sweep is not None else QUICK_S) if quick else None
+        dp, why = _choose(base, dataplane)
+        elapsed = time.monotonic() - t_start
+        console.print(f"[bold cyan]reproduce {k}/{len(names)}[/bold cyan] {name} "
+                      f"({'skipped' if dp is None else dp}; {elapsed:.0f} s so far)")
+        row = {"scenario": name, "claim": base.paper, "dataplane": dp}
+        if dp is None:
+            rows.append({**row, "verdict": "skipped", "why": why})
+            continue
+        if base.sweep is not None:
+            scn = load_scenario(name, duration_s=dur, dataplane=dp)
+            res = runner.run_sweep(scn, out / name, live=live)
+            shutil.copy2(out / name / "sweep.png", out / "plots" / f"{name}.png")
+            by = {(p["variant"], p["loss"]): p for p in res["points"]}
+            mrc = [p for p in res["points"] if p["transport"] == "mrc"]
+            roce = [p for p in res["points"] if p["transport"] == "roce"]
+            row.update({
+                "mrc": "; ".join(f"{p['variant']} @ {p['loss']:g}: busbw {p['busbw_mbps']:.2f} Mb/s" for p in mrc),
+                "roce": "; ".join(f"{p['variant']} @ {p['loss']:g}: busbw {p['busbw_mbps']:.2f} Mb/s" for p in roce),
+                "verdict": "pass" if res["passed"] else "FAIL", "claims": res["claims"],
+                "points": list(by.values()), "plots": [f"plots/{name}.png"]})
+        else:
+            runs = {}
+            for tr in ("mrc", "roce"):
+                scn = load_scenario(name, duration_s=dur, dataplane=dp, transport=tr)
+                runs[tr] = runner.run(scn, out / f"{name}-{tr}", live=live)
+                shutil.copy2(out / f"{name}-{tr}" / "goodput.png", out / "plots" / f"{name}-{tr}.png")
+            h_mrc = _headline(runs["mrc"]["expectations"])
+            h_roce = _headline(runs["roce"]["expectations"], h_mrc["metric"] if h_mrc else None)
+            ok = runs["mrc"]["passed"] and runs["roce"]["passed"]
+            row.update({"mrc": _fmt(h_mrc), "roce": _fmt(h_roce), "verdict": "pass" if ok else "FAIL",
+                        "expectations": {tr: m["expectations"] for tr, m in runs.items()},
+                        "plots": [f"plots/{name}-mrc.png", f"plots/{name}-roce.png"]})
+        rows.append(row)
+        console.print(f"  -> {row['verdict']}: MRC {row.get('mrc', '-')}")
+    summary = {"dataplane": dataplane or "best available", "quick": quick, "rows": rows,
+               "elapsed_s": round(time.monotonic() - t_start, 1),
+               "passed": all(r["verdict"] != "FAIL" for r in rows)}
+    (out / "summary.json").write_text(json.dumps(summary, indent=1, default=_json))
+    (out / "report.md").write_text(report_md(summary))
+    console.print(f"report: {out / 'report.md'} ({sum(r['verdict'] == 'pass' for r in rows)} pass, "
+                  f"{sum(r['verdict'] == 'FAIL' for r in rows)} fail, {sum(r['verdict'] == 'skipped' for r in rows)} "
+                  f"skipped, {summary['elapsed_s']:.0f} s)")
+    return summary
+
+
+def _json(x):
+    return None if isinstance(x, float) and math.isinf(x) else str(x)
+
+
+def report_md(s: dict) -> str:
+    """The report: one row per paper result, then each row's detail."""
+    lines = ["# mrclab: the MRC paper's results, reproduced", "",
+             f"Data plane: {s['dataplane']}; {'quick (compressed timelines)' if s['quick'] else 'full timelines'}; "
+             f"{s['elapsed_s']:.0f} s. Each row: the paper's claim, the measured MRC and RoCE figures (the "
+             "scenario's headline expectation) and the verdict (MRC's and RoCE's expectations, or the sweep's "
+             "claims, all met).", "",
+             "| scenario | the paper's claim | MRC | RoCE | verdict |", "| --- | --- | --- | --- | --- |"]
+    for r in s["rows"]:
+        verdict = r["verdict"] if r["verdict"] != "skipped" else f"skipped ({r['why']})"
+        lines.append(f"| {r['scenario']} | {r['claim']} | {r.get('mrc', '-')} | {r.get('roce', '-')} | {verdict} |")
+    for r in s["rows"]:
+        if r["verdict"] == "skipped":
+            continue
+        lines += ["", f"## {r['scenario']} ({r['dataplane']})", "", r["claim"], ""]
+        lines += [f"![{p}]({p})" for p in r["plots"]]
+        if "claims" in r:
+            lines += ["", "| claim | value | bound | verdict |", "| --- | --- | --- | --- |"]
+            lines += [f"| {c['claim']} | {c['value']:.2f} | {c['bound']} | "
+                      f"{ {True: 'pass', False: 'FAIL', None: '-'}[c['passed']]} |" for c in r["claims"]]
+        for tr, exps in r.get("expectations", {}).items():
+            lines += ["", f"{tr.upper()}:", "", "| expectation | value | bound | verdict |", "| --- | --- | --- | --- |"]
+            for v in exps:
+                val = "inf" if v["value"] is None else f"{v['value']:.3g}"
+                lines.append(f"| {v['expectation']} | {val} | {v['bound']} | "
+                             f"{ {True: 'pass', False: 'FAIL', None: '-'}[v['passed']]} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(args) -> int:
+    """``mrclab reproduce``: errors propagate to the command line's one error boundary."""
+    from topologies.nodes import need_root
+
+    need_root("mrclab reproduce")
+    s = reproduce(Path(args.out) if args.out else None, dataplane=args.dataplane, quick=args.quick,
+                  only=args.only, live=False)
+    return 0 if s["passed"] else 1

@@ -1,0 +1,124 @@
+"""Sweeps, collective metrics and ``mrclab reproduce``: the parts without a fabric (unit), then the
+whole table compressed on the linux data plane (root), as CI runs it on a fresh machine."""
+
+import json
+import zlib
+
+import pytest
+
+from experiments.collectives import CollectiveRun, iterations, summary
+from experiments.metrics import RunData
+from experiments.reproduce import ORDER, report_md
+from experiments.scenario import SCENARIO_DIR, ScenarioError, load_scenario, parse_scenario
+from experiments.sweep import judge, parse_sweep, point
+from traffic.collective import bus_factor, expected_result
+
+RANKS = ("h0", "h4", "h1", "h5")
+
+
+def _iteration_events(kind, size, seed, ends, corrupt_at=None):
+    ev = []
+    for k, end in enumerate(ends):
+        for r, h in enumerate(RANKS):
+            crc = zlib.crc32(expected_result(kind, seed, len(RANKS), r, k, size))
+            if corrupt_at == (k, h):
+                crc ^= 1
+            ev.append({"kind": "collective_iteration", "index": k, "host": h, "start_s": 1.0 if k == 0 else ends[k - 1],
+                       "end_s": end - 0.01 * r, "crc": crc, "t": end})
+    return ev
+
+
+def test_iteration_times_are_the_pace_of_the_slowest_host_and_bandwidths_are_nccl_tests():
+    c = CollectiveRun("all_reduce", RANKS, 1_000_000, seed=4)
+    d = RunData(duration_s=10)
+    d.events = _iteration_events("all_reduce", 1_000_000, 4, [2.0, 3.0, 3.5])
+    rows = iterations(d, c)
+    assert [round(r["time_s"], 3) for r in rows] == [1.0, 1.0, 0.5]  # from the earliest start, then end to end
+    assert rows[2]["algbw_mbps"] == pytest.approx(16.0)  # 1 MB in 0.5 s
+    assert rows[2]["busbw_mbps"] == pytest.approx(16.0 * bus_factor("all_reduce", 4))
+    s = summary(d, c)
+    # the run's mean: 3 MB from the first start (1.0 s) to the last end (3.5 s)
+    assert s["iterations"] == 3 and s["correct"] and s["busbw_mbps"] == pytest.approx(3 * 8 / 2.5 * 1.5)
+    assert s["time_s"] == pytest.approx(1.0)
+
+
+def test_a_wrong_buffer_anywhere_makes_the_collective_incorrect_and_a_missing_host_ends_the_count():
+    c = CollectiveRun("all_gather", RANKS, 4000, seed=2)
+    d = RunData(duration_s=10)
+    d.events = _iteration_events("all_gather", 4000, 2, [2.0, 3.0], corrupt_at=(1, "h5"))
+    assert not summary(d, c)["correct"]
+    d.events = [e for e in _iteration_events("all_gather", 4000, 2, [2.0, 3.0]) if not (e["index"] == 1 and e["host"] == "h1")]
+    assert summary(d, c)["iterations"] == 1
+
+
+def _fig16_raw():
+    import yaml
+
+    return yaml.safe_load((SCENARIO_DIR / "fig16-allreduce.yaml").read_text())
+
+
+def test_sweep_points_override_the_transport_and_qps_and_add_the_loss():
+    scn = load_scenario("fig16-allreduce")
+    v = next(v for v in scn.sweep.variants if v["label"] == "RoCE 16 QPs")
+    p = point(scn, v, 0.01)
+    assert p.transport == "roce" and p.collective.qps_per_peer == 16 and p.sweep is None
+    assert [(f.event, f.args["rate"]) for f in p.faults] == [("random_loss", 0.01)]
+    assert p.needs == {"congestion", "gray_loss"}  # its switches queue (queues: {}), and drop
+    assert point(scn, scn.sweep.variants[0], 0.0).faults == ()
+
+
+@pytest.mark.parametrize("change,msg", [
+    ({"expect_sweep": [{"metric": "busbw_ratio", "variant": "MRC 1 QP", "loss": 0}]}, "needs a baseline variant"),
+    ({"expect_sweep": [{"metric": "busbw_ratio", "variant": "MRC 2 QP", "baseline": "RoCE 1 QP", "loss": 0}]},
+     "variant = 'MRC 2 QP'; allowed: MRC 1 QP, RoCE 1 QP, RoCE 16 QPs"),
+    ({"expect_sweep": [{"metric": "busbw_retained", "variant": "MRC 1 QP", "loss": 0.05}]}, "one of the sweep's"),
+    ({"sweep": {"variants": [{"label": "a"}, {"label": "a"}]}}, "labels must differ"),
+    ({"sweep": {"loss": [0, 2]}}, "sweep.loss = [0, 2]"),
+])
+def test_bad_sweeps_are_refused(change, msg):
+    raw = {**_fig16_raw(), **change}
+    if "sweep" in change:
+        raw.pop("expect_sweep")
+    with pytest.raises(ScenarioError, match=msg.replace("[", r"\[").replace("]", r"\]")):
+        parse_scenario(raw, "s.yaml")
+
+
+def test_sweep_claims_are_ratios_of_bus_bandwidth():
+    sw = parse_sweep(_fig16_raw(), "s.yaml")
+    pts = [{"variant": v, "loss": x, "busbw_mbps": b} for v, x, b in [
+        ("MRC 1 QP", 0.0, 4.0), ("RoCE 1 QP", 0.0, 2.0), ("RoCE 16 QPs", 0.0, 3.0),
+        ("MRC 1 QP", 0.01, 1.6), ("RoCE 16 QPs", 0.01, 0.1)]]
+    got = {c["claim"]: c for c in judge(sw, pts)}
+    assert got["busbw MRC 1 QP / RoCE 1 QP at loss 0"]["value"] == pytest.approx(2.0)
+    assert got["busbw MRC 1 QP / RoCE 16 QPs at loss 0.01"]["value"] == pytest.approx(16.0)
+    assert got["busbw MRC 1 QP at loss 0.01 / at loss 0"]["value"] == pytest.approx(0.4)
+    assert all(c["passed"] is not False for c in got.values())
+    pts[0]["busbw_mbps"] = 2.5  # MRC now barely ahead of RoCE 1 QP (1.25x): that claim fails
+    assert any(c["passed"] is False for c in judge(sw, pts))
+
+
+def test_every_paper_scenario_is_in_the_reproduce_table_and_the_report_has_a_row_each():
+    assert set(ORDER) == {p.stem for p in SCENARIO_DIR.glob("*.yaml")}
+    rows = [{"scenario": n, "claim": load_scenario(n).paper, "dataplane": "linux", "mrc": "x", "roce": "y",
+             "verdict": "pass", "plots": []} for n in ORDER]
+    md = report_md({"dataplane": "linux", "quick": True, "elapsed_s": 1.0, "rows": rows, "passed": True})
+    table = [x for x in md.splitlines() if x.startswith("| ") and not x.startswith("| scenario")]
+    assert len([x for x in table if x.split("|")[1].strip() in ORDER]) == len(ORDER)
+
+
+@pytest.mark.root
+def test_reproduce_quick_on_linux_runs_the_whole_table_and_writes_its_report(tmp_path, no_leftovers):
+    from controller.fabric import missing_features
+    from experiments.reproduce import reproduce
+
+    if missing_features("linux"):
+        pytest.skip(f"the linux data plane lacks {missing_features('linux')}")
+    s = reproduce(tmp_path, dataplane="linux", quick=True)
+    assert [r["scenario"] for r in s["rows"]] == list(ORDER)
+    failed = {r["scenario"]: r for r in s["rows"] if r["verdict"] != "pass"}
+    assert not failed, json.dumps(failed, indent=1, default=str)[:4000]
+    md = (tmp_path / "report.md").read_text()
+    assert all(f"| {n} |" in md for n in ORDER)
+    assert json.loads((tmp_path / "summary.json").read_text())["passed"] is True
+    for r in s["rows"]:
+        assert all((tmp_path / p).stat().st_size > 0 for p in r["plots"])
