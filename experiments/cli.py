@@ -247,6 +247,12 @@ def cmd_reproduce(args) -> int:
     return reproduce_main(args)
 
 
+def cmd_doctor(args) -> int:
+    from experiments.doctor import main as doctor_main
+
+    return doctor_main(args)
+
+
 def cmd_report(args) -> int:
     from experiments.report import main as report_main
 
@@ -323,6 +329,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", help="report folder (default: results/reproduce-<time>)")
     s.add_argument("--only", nargs="+", metavar="SCENARIO", help="just these shipped scenarios")
     s.set_defaults(fn=cmd_reproduce)
+
+    s = sub.add_parser("doctor", help="what this machine has, which data planes and features run here, "
+                                      "and how to install what is missing")
+    s.set_defaults(fn=cmd_doctor)
 
     s = sub.add_parser("report", help="compare results folders side by side")
     s.add_argument("results", nargs="+")

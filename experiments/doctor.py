@@ -1,0 +1,135 @@
+"""``mrclab doctor``: what this machine has for mrclab, which data planes and scenario features it
+can run, and for each missing piece the one line that installs it.
+
+Each check is (name, found: bool, detail, the line that installs it). Checks that need root (the
+qdiscs, which a temporary namespace tries) say so when not root. Exit code 0 when at least one data
+plane can run, 3 (this machine cannot) otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import uuid
+from dataclasses import dataclass
+
+from rich.console import Console
+from rich.table import Table
+
+console = Console(highlight=False)
+APT = "apt-get install -y"
+TOOLCHAIN = "sudo vagrant/build-toolchain.sh   (p4c, PI, BMv2 with Thrift; about 45 minutes)"
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    found: bool
+    detail: str
+    install: str = ""
+
+
+def _version(cmd: list[str]) -> str:
+    try:
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    out = (r.stdout or r.stderr).strip().splitlines()
+    return out[0][:60] if out else ""
+
+
+def _binary(name: str, install: str, version_arg: str | None = "--version") -> Check:
+    path = shutil.which(name)
+    if path is None:
+        return Check(name, False, "not on PATH", install)
+    return Check(name, True, _version([path, version_arg]) if version_arg else path, install)
+
+
+def _qdiscs() -> list[Check]:
+    """htb, tbf and clsact tried on a veth in a throwaway namespace (root only)."""
+    if os.geteuid() != 0:
+        return [Check("qdiscs htb, tbf, clsact", False, "not checked: needs root", "run mrclab doctor as root")]
+    ns = f"mrclab-doctor-{uuid.uuid4().hex[:6]}"
+    out = []
+    try:
+        subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
+        subprocess.run(["ip", "-n", ns, "link", "add", "d0", "type", "veth", "peer", "name", "d1"], check=True,
+                       capture_output=True)
+        for q, args in (("tbf", ["root", "tbf", "rate", "1mbit", "burst", "3000", "limit", "30000"]),
+                        ("htb", ["root", "handle", "1:", "htb"]), ("clsact", ["clsact"])):
+            r = subprocess.run(["tc", "-n", ns, "qdisc", "replace", "dev", "d0", *args], capture_output=True, text=True)
+            out.append(Check(f"qdisc {q}", r.returncode == 0, "ok" if r.returncode == 0 else r.stderr.strip()[:60],
+                             "a kernel with CONFIG_NET_SCH_" + q.upper()))
+    except (OSError, subprocess.CalledProcessError) as e:
+        out.append(Check("qdiscs", False, f"cannot make a test namespace ({e})", "run as root with iproute2"))
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+    return out
+
+
+def checks() -> list[Check]:
+    from controller.bpf import bpf_missing
+    from controller.thrift import thrift_missing
+
+    out = [Check("root", os.geteuid() == 0, "yes" if os.geteuid() == 0 else "no: namespaces need root",
+                 "sudo -i")]
+    try:
+        import mininet  # noqa: F401
+
+        out.append(Check("Mininet", True, "importable", APT + " mininet"))
+    except ImportError:
+        out.append(Check("Mininet", False, "not importable", APT + " mininet   (then ./setup.sh)"))
+    out.append(_binary("ip", APT + " iproute2", "-V"))
+    out.append(_binary("tc", APT + " iproute2", "-V"))
+    seg6 = os.path.exists("/proc/sys/net/ipv6/conf/all/seg6_enabled")
+    out.append(Check("kernel SRv6", seg6, "seg6 sysctls present" if seg6 else "no seg6 in this kernel",
+                     "a kernel with CONFIG_IPV6_SEG6_LWTUNNEL"))
+    out += _qdiscs()
+    why = bpf_missing()
+    out.append(Check("clang + libbpf (linux queues)", why is None, _version(["clang", "--version"]) if why is None else why,
+                     APT + " clang libbpf-dev"))
+    out.append(_binary("p4c", TOOLCHAIN))
+    out.append(_binary("simple_switch_grpc", TOOLCHAIN))
+    if shutil.which("simple_switch_grpc"):
+        tw = thrift_missing()
+        out.append(Check("BMv2 Thrift runtime (bmv2 queues)", tw is None, "ok" if tw is None else tw,
+                         TOOLCHAIN + "; then ./setup.sh"))
+    out.append(_binary("tcpdump", APT + " tcpdump"))
+    out.append(_binary("tshark", APT + " tshark", "-v"))
+    return out
+
+
+def planes() -> dict[str, tuple[bool, str, str]]:
+    """data plane -> (can run, features available, what is missing and why)."""
+    from controller.fabric import FEATURES, missing_features
+    from topologies.nodes import toolchain_missing
+
+    root_ok = os.geteuid() == 0 and shutil.which("ip") is not None
+    out = {}
+    for dp in ("linux", "bmv2"):
+        why_not = "" if root_ok else "needs root and iproute2"
+        if dp == "bmv2" and (tm := toolchain_missing()):
+            why_not = tm
+        missing = missing_features(dp)
+        have = sorted(FEATURES[dp] - set(missing))
+        said = [why_not] + [f"{k}: {v}" for k, v in sorted(missing.items())]
+        out[dp] = (not why_not, ", ".join(have), "; ".join(x for x in said if x))
+    return out
+
+
+def main(_args=None) -> int:
+    t = Table(title="mrclab doctor: this machine")
+    for c in ("", "piece", "found", "install with"):
+        t.add_column(c)
+    for c in checks():
+        t.add_row("[green]ok[/green]" if c.found else "[red]--[/red]", c.name, c.detail, "" if c.found else c.install)
+    console.print(t)
+    p = Table(title="data planes and scenario features")
+    for c in ("data plane", "runs", "features", "missing"):
+        p.add_column(c)
+    pl = planes()
+    for dp, (ok, have, missing) in pl.items():
+        p.add_row(dp, "yes" if ok else "[red]no[/red]", have if ok else "-", missing or "-")
+    console.print(p)
+    return 0 if any(ok for ok, _, _ in pl.values()) else 3
