@@ -83,7 +83,7 @@ const bit<32> MAX_PORTS = 64;
 register<bit<32>>(MAX_PORTS) qocc;
 
 /* Headers keep as few fields as the program needs: each field is a BMv2 parser and deparser step
- * (measured: 7 fields fewer, 19% more packets per second through the path). */
+ * (measured with `mrclab bench fabric`: 10 fields fewer, 9,200 -> 10,000 pps through the path). */
 header ethernet_t {
     bit<96> dst_src_addr;  /* destination ++ source MAC, rewritten together */
     bit<16> ether_type;
