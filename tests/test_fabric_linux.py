@@ -75,8 +75,11 @@ def test_cut_link_is_implicated(fabric):
     assert all(r.delivered for r in probe_paths(fabric.plan, fabric.netns))
 
 
-def test_gray_loss_is_refused_on_linux(fabric):
-    with pytest.raises(FabricError, match="bmv2"):
+def test_gray_loss_is_refused_on_linux_without_its_ebpf_program(fabric, monkeypatch):
+    import controller.bpf
+
+    monkeypatch.setattr(controller.bpf, "bpf_missing", lambda: "clang is not installed")
+    with pytest.raises(FabricError, match="gray loss needs the tc eBPF program.*clang is not installed"):
         fabric.link_loss("t0-0-0", "t1-0-0", 0.2)
     with pytest.raises(FabricError, match="unknown switch"):
         fabric.blackhole("t9-0-0", True)
