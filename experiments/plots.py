@@ -17,6 +17,15 @@ STATE_COLORS = {"GOOD": "#4caf50", "SKIP": "#ffc107", "ASSUMED_BAD": "#e53935", 
                 "UNKNOWN": "#bdbdbd"}
 
 
+def _save(fig, ax, path: Path, title: str) -> Path:
+    """Title the figure, write it to ``path`` and free it."""
+    ax.set_title(title, fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
 def _fault_marks(ax, faults: list[dict]) -> None:
     ymax = ax.get_ylim()[1]
     for i, f in enumerate(faults):
@@ -41,11 +50,7 @@ def goodput_plot(d: RunData, faults: list[dict], path: Path, title: str) -> Path
     ax.grid(alpha=0.3)
     _fault_marks(ax, faults)
     ax.legend(loc="lower left", fontsize=8)
-    ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, path, title)
 
 
 def ev_state_plot(d: RunData, faults: list[dict], path: Path, title: str, max_rows: int = 64) -> Path:
@@ -97,11 +102,7 @@ def overlay_plot(runs: list[tuple[str, RunData, list[dict]]], path: Path, title:
     ax.set_ylabel("goodput (Mb/s)")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8, loc="lower left")
-    ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, path, title)
 
 
 def window_plot(d: RunData, faults: list[dict], path: Path, title: str) -> Path:
@@ -126,11 +127,7 @@ def window_plot(d: RunData, faults: list[dict], path: Path, title: str) -> Path:
     _fault_marks(ax, faults)
     if d.windows and len(d.windows) <= 12:
         ax.legend(loc="upper right", fontsize=7)
-    ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, path, title)
 
 
 def queue_plot(d: RunData, faults: list[dict], path: Path, title: str, max_ports: int = 8) -> Path:
@@ -161,11 +158,7 @@ def queue_plot(d: RunData, faults: list[dict], path: Path, title: str, max_ports
     bx.grid(alpha=0.3)
     bx.legend(loc="upper right", fontsize=7)
     _fault_marks(ax, faults)
-    ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, path, title)
 
 
 def iteration_plot(rows: list[dict], faults: list[dict], path: Path, title: str) -> Path:
@@ -178,11 +171,7 @@ def iteration_plot(rows: list[dict], faults: list[dict], path: Path, title: str)
     ax.set_ylim(0, max([r["time_s"] * 1e3 for r in rows] or [1.0]) * 1.25)
     ax.grid(alpha=0.3)
     _fault_marks(ax, faults)
-    ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, path, title)
 
 
 def cdf_plot(series: dict[str, list[float]], path: Path, title: str, xlabel: str) -> Path:
@@ -197,11 +186,7 @@ def cdf_plot(series: dict[str, list[float]], path: Path, title: str, xlabel: str
     ax.set_ylabel("fraction")
     ax.grid(alpha=0.3)
     ax.legend(loc="lower right", fontsize=8)
-    ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, path, title)
 
 
 def sweep_plot(points: list[dict], variants: list[str], losses: list[float], path: Path, title: str) -> Path:
@@ -216,8 +201,4 @@ def sweep_plot(points: list[dict], variants: list[str], losses: list[float], pat
     ax.set_ylabel("bus bandwidth (Mb/s)")
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)
-    ax.set_title(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, ax, path, title)
