@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 
 from controller.queues import QueueSettings
+from experiments.collectives import CollectiveSpec, parse_collective
 from experiments.faults import FAULTS, Fault, parse_fault
 from topologies.errors import BadInput
 from topologies.schema import Problems, Rule, build, check_mapping, suggest
@@ -97,20 +98,6 @@ class Flow:
     op: str = "write"  # write | write_imm
     start_s: float = 0.0
     pin: tuple[int, int | None] | None = None
-
-
-@dataclass(frozen=True)
-class CollectiveSpec:
-    """A scenario's ``collective:``: ``kind`` (all_reduce | all_gather | all_to_all) over ``hosts``
-    (ring order), ``message_bytes`` per host, ``iterations`` back to back, each write over
-    ``qps_per_peer`` QPs, from ``start_s`` (traffic/collective.py)."""
-
-    kind: str
-    hosts: tuple[str, ...]
-    message_bytes: int
-    iterations: int = 1
-    qps_per_peer: int = 1
-    start_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -272,8 +259,8 @@ def parse_scenario(raw: dict, src: str) -> Scenario:
     if spec is None:
         problems.raise_if_any(ScenarioError)
     assert spec is not None
-    coll = _collective(raw.get("collective"), spec, dur, problems) if "collective" in raw else None
-    flows = _workload(raw.get("workload"), spec, dur, problems) if raw.get("workload") or coll is None else []
+    coll = parse_collective(raw.get("collective"), spec, dur, problems) if "collective" in raw else None
+    flows = _workload(raw.get("workload"), spec, dur, problems) if raw.get("workload") or "collective" not in raw else []
     faults: list[Fault] = []
     for i, f in enumerate(top.get("faults") or []):
         faults.extend(parse_fault(f, i, spec, dur, problems, scenario_seed=top.get("seed", 1)))
@@ -305,39 +292,6 @@ _WORKLOAD = {
     "bidirectional": Rule(kind=bool), "op": Rule(choices=OPS), "start_s": Rule(kind=float, lo=0),
     "pin": Rule(kind=dict, allowed="{plane: P, t1: N}: the one path of the flow"),
 }
-
-
-_COLLECTIVE = {
-    "kind": Rule(choices=("all_reduce", "all_gather", "all_to_all"), required=True),
-    "hosts": Rule(kind=(list, str), allowed="all, or a list of 2 or more hosts in ring order"),
-    "message_bytes": Rule(kind=int, lo=1, hi=1 << 30, required=True, allowed="1 to 2^30"),
-    "iterations": Rule(kind=int, lo=1, hi=100000), "qps_per_peer": Rule(kind=int, lo=1, hi=64),
-    "start_s": Rule(kind=float, lo=0),
-}
-
-
-def _collective(c: Any, spec: ClosSpec, dur: float, problems: Problems) -> CollectiveSpec | None:
-    n = len(problems)
-    v = check_mapping(c, _COLLECTIVE, "collective", problems)
-    hosts = spec.hosts()
-    ranks = v.get("hosts", "all")
-    if ranks == "all":
-        ranks = hosts
-    elif isinstance(ranks, str) or len(ranks) < 2 or len(set(ranks)) != len(ranks):
-        problems.add(f"collective.hosts = {ranks!r}; allowed: all, or a list of 2 or more distinct hosts")
-        ranks = []
-    for h in ranks:
-        if h not in hosts:
-            problems.add(f"collective.hosts: {h!r}: unknown host; hosts are {', '.join(hosts)}{suggest(str(h), hosts)}")
-    q = v.get("qps_per_peer", 1)
-    if "message_bytes" in v and ranks and v["message_bytes"] < len(ranks) * q:
-        problems.add(f"collective.message_bytes = {v['message_bytes']}; allowed: at least hosts x qps_per_peer "
-                     f"({len(ranks) * q}) bytes")
-    if v.get("start_s", 0.0) >= dur:
-        problems.add(f"collective.start_s = {v['start_s']!r}; allowed: 0 to duration_s ({dur:g})")
-    if len(problems) > n:
-        return None
-    return CollectiveSpec(v["kind"], tuple(ranks), v["message_bytes"], v.get("iterations", 1), q, v.get("start_s", 0.0))
 
 
 def _workload(wl: Any, spec: ClosSpec, dur: float, problems: Problems) -> list[Flow]:
