@@ -1,0 +1,84 @@
+"""How each data plane realises the fault holds of :mod:`controller.faults`: the
+:class:`~controller.faults.FaultBackend` of a running :class:`~controller.fabric.Fabric`, one class
+per data plane. The injector decides what must change; these say how.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from controller import seg6
+from topologies.nodes import Bmv2Switch
+
+if TYPE_CHECKING:
+    from controller.fabric import Fabric
+
+
+class LinuxFaults:
+    """How the linux data plane realises faults (controller/faults.py): interfaces up and down,
+    a policy rule for a blackhole. The kernel flushes the routes of a port set down, and a switch's
+    static routes are configuration that outlives a link flap, so an interface brought up gets its
+    switch's entries again (a diff)."""
+
+    fresh_on_restart = False
+
+    def __init__(self, fab: Fabric) -> None:
+        self.fab = fab
+        self.reroute: set[str] = set()
+
+    def set_iface(self, node: str, peer: str, up: bool) -> None:
+        self.fab.emu.set_iface(node, peer, up)
+        if up and not node.startswith("h"):
+            self.reroute.add(node)
+
+    def settle(self, now) -> None:
+        """Give every switch with an interface brought up its routes out of the ports now up."""
+        plan = self.fab.plan
+        for sw in sorted(self.reroute):
+            up = {port for port, peer in plan.ports(sw).items() if now.iface_up[(sw, peer)]}
+            seg6.apply(self.fab.netns(sw), self.fab.routes[sw], self.fab.routes.block, ports_up=up)
+        self.reroute.clear()
+
+    def set_drop(self, switch: str, peer: str, rate: float) -> None:
+        fab = self.fab
+        port = fab.plan.port_to(switch, peer)
+        fab.port_loss_now[(switch, port)] = rate
+        fab.bpf[switch].configure(f"{switch}-eth{port}", fab.port_config(switch, port))
+
+    def set_alive(self, switch: str, alive: bool) -> None:
+        pass  # a dead linux switch is its interfaces down, which desired() already says
+
+    def set_blackhole(self, switch: str, on: bool) -> None:
+        seg6.set_blackhole(self.fab.netns(switch), on)
+
+
+class Bmv2Faults:
+    """How the bmv2 data plane realises faults: host interfaces, per-port drop entries, the
+    ``fault_ctl`` blackhole, and killing / restarting the switch process."""
+
+    fresh_on_restart = True
+
+    def __init__(self, fab: Fabric) -> None:
+        self.fab = fab
+
+    def set_iface(self, node: str, peer: str, up: bool) -> None:
+        self.fab.emu.set_iface(node, peer, up)
+
+    def set_drop(self, switch: str, peer: str, rate: float) -> None:
+        self.fab.p4[switch].set_port_loss(self.fab.plan.port_to(switch, peer), rate, self.fab.loss_salt)
+
+    def set_alive(self, switch: str, alive: bool) -> None:
+        if alive:
+            self.fab.emu.restart_switch(switch)
+            self.fab.reprogram(switch)
+        else:
+            self.fab.p4[switch].close()
+            node = self.fab.emu.node(switch)
+            assert isinstance(node, Bmv2Switch)
+            node.kill()
+
+    def set_blackhole(self, switch: str, on: bool) -> None:
+        self.fab.p4[switch].set_blackhole(on)
+
+    def settle(self, now) -> None:
+        pass
