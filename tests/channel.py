@@ -7,8 +7,9 @@ order, as on a real path, while packets on different EVs overtake each other fre
 reordering). ``drop_ev`` drops everything on the EVs it names (a dead path). ``trim`` is the share
 of data packets a switch would have trimmed (cut to their headers, flagged, sent ahead of the
 queue: they overtake the packets of their EV), ``ce`` the share of data packets that arrive ECN CE,
-``trim_ev`` trims everything on the EVs it names (a congested path). All randomness comes from the
-seeded ``rng``.
+``trim_ev`` trims everything on the EVs it names (a congested path). ``stall_rx`` = (start, end)
+s: the receiving host is not scheduled meanwhile, so whatever reaches it waits in its socket until
+``end``, and what it sends meanwhile leaves at ``end``. All randomness comes from the seeded ``rng``.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class Channel:
     trim_ev: set[int] = field(default_factory=set)
     ce_ev: set[int] = field(default_factory=set)
     drop_op: set[int] = field(default_factory=set)  # opcodes lost on the way (NACKs, say)
+    stall_rx: tuple[float, float] | None = None
     trimmed: int = 0
     marked: int = 0
     _q: list = field(default_factory=list)
@@ -73,6 +75,8 @@ class Channel:
         copies = 2 if self.rng.random() < self.dup else 1
         for _ in range(copies):
             t = now + self.rng.uniform(*self.delay_s)
+            if to == "tx" and self.stall_rx and self.stall_rx[0] <= now < self.stall_rx[1]:
+                t += self.stall_rx[1] - now  # a stalled host sends once it runs again
             key = (to, pkt.ev)
             if self.fifo_per_ev:
                 t = max(t, self._last_on_ev.get(key, 0.0))
@@ -82,10 +86,16 @@ class Channel:
 
     def due(self, now: float) -> list[tuple[str, object]]:
         out = []
+        held = []
         while self._q and self._q[0][0] <= now:
-            _, _, to, pkt = heapq.heappop(self._q)
+            t, n, to, pkt = heapq.heappop(self._q)
+            if to == "rx" and self.stall_rx and self.stall_rx[0] <= now < self.stall_rx[1]:
+                held.append((self.stall_rx[1], n, to, pkt))  # waits in the stalled host's socket
+                continue
             out.append((to, pkt))
             self.delivered += 1
+        for h in held:
+            heapq.heappush(self._q, h)
         return out
 
     def next_time(self) -> float | None:

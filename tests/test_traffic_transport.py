@@ -125,6 +125,21 @@ def test_dead_ev_is_retired_by_the_timer_and_the_transfer_completes():
     assert o.sender.evs.evs[dead["ev"]].state == "ASSUMED_BAD"  # its probes never come back
 
 
+def test_a_stalled_receiver_times_packets_out_but_retires_no_ev():
+    """The peer's host is not scheduled for 0.3 s (10x the RTO): every packet in flight times out,
+    on every EV at once, and nothing came back on any of them. No path is to blame: the sender
+    resends and retires nothing, and the transfer completes intact."""
+    chan = Channel(random.Random(5), delay_s=(0.001, 0.001))
+    chan.stall_rx = (0.02, 0.32)
+    s = TransportSettings(payload_bytes=1024, window_packets=64, region_bytes=4 << 20, min_rto_s=0.02)
+    o = run([random.Random(3).randbytes(1_000_000)], chan, settings=s)
+    _check(o, 1, False)
+    assert o.sender.stats.timeouts > 0  # the stall was seen
+    assert o.t_end > 0.32
+    retired = [kw for k, kw in o.events if k == "ev_state" and kw["new"] == "ASSUMED_BAD"]
+    assert retired == []
+
+
 def test_plane_shares_stay_equal_under_retirements():
     msgs = [bytes(2_000_000)]
     killed = []

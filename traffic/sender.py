@@ -101,6 +101,7 @@ class MrcSender:
         self.sent_at: dict[int, float] = {}  # first transmissions only (Karn), for RTT samples
         self._now = 0.0  # the time of the SACK being read (for the loss events it reveals)
         self.delivered_after: dict[int, float] = {}  # EV -> send time of the latest packet it delivered
+        self.heard_at = -1.0  # when the peer last answered (a SACK or NACK, on any EV)
 
     # ---- state ------------------------------------------------------------------------------
     @property
@@ -237,8 +238,10 @@ class MrcSender:
             self.stats.timeouts += 1
             self.events(TimedOut(qp=self.qp, psn=psn, ev=rec.ev))
             # the path delivered a packet sent on it after this one: its acknowledgement, not the
-            # packet, is what went missing (a reverse path failed), so the EV is not to blame
-            if self.s.ev_health and self.delivered_after.get(rec.ev, -1.0) <= t:
+            # packet, is what went missing (a reverse path failed), so the EV is not to blame; nor
+            # when the peer has answered nothing since the packet left, on any EV: a stalled host
+            # (or every path at once) is silent on all of them, and no one EV is the cause
+            if self.s.ev_health and self.delivered_after.get(rec.ev, -1.0) <= t < self.heard_at:
                 self.evs.retire(rec.ev, "retransmission timeout")
             self._lose(psn, rec, "timeout", now)
 
@@ -250,6 +253,8 @@ class MrcSender:
 
     # ---- receiving --------------------------------------------------------------------------
     def on_packet(self, p: Pkt, now: float) -> None:
+        if p.op == H.OP_SACK or p.op == H.OP_NACK:
+            self.heard_at = now
         if p.op == H.OP_SACK:
             self._on_sack(p, now)
         elif p.op == H.OP_NACK:
