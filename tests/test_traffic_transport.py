@@ -140,6 +140,29 @@ def test_a_stalled_receiver_times_packets_out_but_retires_no_ev():
     assert retired == []
 
 
+def test_packets_lost_with_a_plane_whose_port_went_down_retire_no_ev():
+    """Plane 1's T0 dies with packets inside it: they are lost, and the sender's NIC port on that
+    plane loses carrier a moment later (the endpoint polls it). The port state says why those
+    packets time out: they are resent on the other planes, no EV is retired, the transfer
+    completes. With the port state switched off the same losses retire plane 1's EVs."""
+    for port_state, want_retired in ((True, False), (False, True)):
+        def hook(now, tx, rx, chan, gone={}):
+            if "t" not in gone and now > 0.01:
+                gone["t"] = now
+                chan.drop_ev.update(e for e, v in tx.evs.evs.items() if v.plane == 1)
+            if "t" in gone and now > gone["t"] + 0.002 and tx.ports.local & 0b10:
+                tx.set_local_ports(0xFF & ~0b10)
+
+        chan = Channel(random.Random(5), delay_s=(0.001, 0.001))
+        s = TransportSettings(payload_bytes=1024, window_packets=64, region_bytes=4 << 20, min_rto_s=0.02,
+                              port_state=port_state)
+        o = run([random.Random(3).randbytes(1_000_000)], chan, settings=s, hook=hook)
+        _check(o, 1, False)
+        assert o.sender.stats.timeouts > 0  # packets were lost with the plane
+        retired = [kw for k, kw in o.events if k == "ev_state" and kw["new"] == "ASSUMED_BAD"]
+        assert bool(retired) == want_retired, (port_state, retired[:2])
+
+
 def test_plane_shares_stay_equal_under_retirements():
     msgs = [bytes(2_000_000)]
     killed = []

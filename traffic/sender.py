@@ -15,7 +15,8 @@ Reliability (docs/protocol.md, "Sender"):
   is never taken for loss;
 * a retransmission timer (:class:`~traffic.rtt.RttEstimator`) is the safety net; a timeout also
   retires the EV the packet took, unless that EV has since delivered a packet sent after it (then
-  the acknowledgement was lost on a reverse path, not the packet on this one);
+  the acknowledgement was lost on a reverse path, not the packet on this one) or the peer has
+  answered nothing since, on any EV (a stalled host, not a path);
 * a trimmed packet (a NACK, or the trim bitmap of a SACK) is retransmitted at once on another EV
   and its EV is skipped once: trimming is congestion, and never retires an EV;
 * an EV whose packets come back ECN-marked is skipped for ``ecn_skip_rtts`` smoothed RTTs, so
@@ -240,7 +241,8 @@ class MrcSender:
             # the path delivered a packet sent on it after this one: its acknowledgement, not the
             # packet, is what went missing (a reverse path failed), so the EV is not to blame; nor
             # when the peer has answered nothing since the packet left, on any EV: a stalled host
-            # (or every path at once) is silent on all of them, and no one EV is the cause
+            # (or every path at once) is silent on all of them, and no one EV is the cause (nor is
+            # one whose plane is down by now: EvSet.retire leaves those be)
             if self.s.ev_health and self.delivered_after.get(rec.ev, -1.0) <= t < self.heard_at:
                 self.evs.retire(rec.ev, "retransmission timeout")
             self._lose(psn, rec, "timeout", now)
