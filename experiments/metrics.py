@@ -25,6 +25,9 @@ Definitions:
 * ``mct_s(percentile)``: message completion time (first packet sent to last acknowledged) at that
   percentile over every message of the run (of ``host``'s QPs if given): in large synchronous jobs
   the slowest message sets the pace.
+* ``worst_qp_ratio(window)``: the slowest QP's goodput in ``window`` over the mean QP's there: a
+  QP that stalls (a single-path transport whose path crosses a dead element) shows 0 however well
+  the other QPs fill the link it shared; QPs that share evenly show 1.
 * ``ev_share(host, plane, t1, window)``: share of ``host``'s data packets in ``window`` sent on EVs
   of that path (plane and T1).
 * ``port_total(counter)``: switch ports' ``marked`` | ``trimmed`` | ``queue_full`` packets over the
@@ -155,6 +158,14 @@ def baseline_window(d: RunData, warmup_s: float = 1.0) -> tuple[float, float]:
     return lo, hi
 
 
+def worst_qp_ratio(d: RunData, lo: float, hi: float) -> float:
+    """min over QPs of (the QP's mean goodput in [lo, hi]) / (the mean of every QP's): 1.0 when each
+    QP got an equal part, 0.0 when one delivered nothing; 0.0 when no QP delivered anything."""
+    per_qp = [window_mean(g, lo, hi) for g in d.qp_goodput_mbps().values()]
+    mean = _mean(per_qp)
+    return min(per_qp) / mean if per_qp and mean > 0 else 0.0
+
+
 def baseline_mbps(d: RunData, host: str | None = None, warmup_s: float = 1.0) -> float:
     return window_mean(d.goodput_mbps(host), *baseline_window(d, warmup_s))
 
@@ -190,6 +201,8 @@ def evaluate(d: RunData, metric: str, args: dict) -> tuple[float, bool | None, s
         v = ev_share(d, host, args["plane"], args.get("t1"), *args["window"])
     elif metric == "port_total":
         v = float(d.port_totals(args.get("switch")).get(args["counter"], 0))
+    elif metric == "worst_qp_ratio":
+        v = worst_qp_ratio(d, *args["window"])
     elif metric == "goodput_mbps":
         v = window_mean(d.goodput_mbps(host), *args["window"])
     elif metric == "recovery_time_s":

@@ -59,6 +59,7 @@ METRICS: dict[str, tuple[set[str], set[str]]] = {
     "revival_s": ({"after"}, {"max"}),
     "capacity_ratio": ({"window"}, {"min", "max", "host"}),
     "goodput_mbps": ({"window"}, {"min", "max", "host"}),
+    "worst_qp_ratio": ({"window"}, {"min", "max"}),
     "busbw_mbps": (set(), {"min", "max"}),
     "iteration_s": ({"percentile"}, {"min", "max"}),
     "iterations": (set(), {"min", "max"}),

@@ -37,6 +37,29 @@ def test_ratio_recovery_and_bounds():
     assert math.isinf(recovery_time_s(never, 10.0))
 
 
+def test_worst_qp_ratio_sees_a_stalled_qp_that_total_goodput_hides():
+    """Two QPs share a link: from 10 s one stalls and the other takes its share. Total goodput
+    holds (ratio 1.0); the worst QP's ratio is 0."""
+    def pts(rate):
+        out, b, t = [(0.0, 0)], 0.0, 0.0
+        while t < 20 - 1e-9:
+            b += rate(t) * 1e6 / 8 * 0.1
+            t = round(t + 0.1, 6)
+            out.append((t, int(b)))
+        return out
+
+    d = RunData(duration_s=20.0, samples={"h0->h2#1": pts(lambda t: 4.0 if t < 10 else 0.0),
+                                          "h0->h2#2": pts(lambda t: 4.0 if t < 10 else 8.0)},
+                qp_src={"h0->h2#1": "h0", "h0->h2#2": "h0"}, first_fault_s=10.0)
+    assert evaluate(d, "goodput_ratio", {"window": [11, 19]})[0] == pytest.approx(1.0, rel=0.02)
+    v, ok, _ = evaluate(d, "worst_qp_ratio", {"window": [11, 19], "max": 0.1})
+    assert v == pytest.approx(0.0, abs=0.01) and ok is True
+    uneven = RunData(duration_s=20.0, samples={"h0->h2#1": pts(lambda t: 2.0), "h0->h2#2": pts(lambda t: 6.0)},
+                     qp_src={"h0->h2#1": "h0", "h0->h2#2": "h0"}, first_fault_s=10.0)
+    v, ok, _ = evaluate(uneven, "worst_qp_ratio", {"window": [11, 19], "max": 0.1})
+    assert v == pytest.approx(0.5, rel=0.02) and ok is False  # 2 of a mean of 4
+
+
 def test_retire_metrics_and_intact():
     from experiments.fabricstate import FabricTimeline
     from experiments.faults import Fault
