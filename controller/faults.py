@@ -162,14 +162,18 @@ class FaultInjector:
     def _apply(self) -> None:
         new, old, b = desired(self.state, self.plan, self.dataplane), self.applied, self.backend
         fresh = set()  # switches restarted with none of their faults
+        changed = [(key, up) for key, up in new.iface_up.items() if up != old.iface_up[key]]
+        # a host's end of a link goes dark first: a NIC loses carrier the moment its switch dies
+        # or its cable is cut, before anything else about the failure is done (killing a BMv2
+        # process takes a while: meanwhile the host would send into a dead switch)
+        for key, up in changed:
+            if is_host(key[0]) and not up:
+                b.set_iface(*key, up)
         for s, alive in new.alive.items():
             if alive != old.alive[s]:
                 b.set_alive(s, alive)
                 if alive and b.fresh_on_restart:
                     fresh.add(s)
-        # a host's end of a link changes last, after its switch is whole again (routes settled): its
-        # NIC sees carrier only once the switch can forward what it sends
-        changed = [(key, up) for key, up in new.iface_up.items() if up != old.iface_up[key]]
         for key, up in changed:
             if not is_host(key[0]):
                 b.set_iface(*key, up)
@@ -183,8 +187,10 @@ class FaultInjector:
             if s not in dead and on != before:
                 b.set_blackhole(s, on)
         b.settle(new)
+        # and comes back last, after its switch is whole again (routes settled): its NIC sees
+        # carrier only once the switch can forward what it sends
         for key, up in changed:
-            if is_host(key[0]):
+            if is_host(key[0]) and up:
                 b.set_iface(*key, up)
         # a dead switch that loses its faults on restart has none applied meanwhile
         self.applied = Desired(new.iface_up,

@@ -123,6 +123,23 @@ def test_switch_up_does_not_bring_back_a_link_another_fault_holds_down(dp):
     assert fake.matches(inj) == [] and inj.state.healthy
 
 
+@pytest.mark.parametrize("dp", ["linux", "bmv2"])
+def test_a_dying_switch_takes_its_hosts_carrier_first_and_gives_it_back_last(dp):
+    """A NIC sees its carrier go the moment its T0 dies, before the switch is killed (a BMv2
+    process takes a while to go: meanwhile its hosts would send into it), and sees it come back
+    only once the switch is alive again."""
+    fake = FakeDataPlane(dp)
+    inj = FaultInjector(PLAN, dp, fake)
+    inj.set_switch(SW, False)
+    kinds = [(c[0], c[1]) for c in fake.calls]
+    host_down = [i for i, c in enumerate(fake.calls) if c[0] == "iface" and c[1].startswith("h") and not c[3]]
+    assert host_down and max(host_down) < kinds.index(("alive", SW)), fake.calls
+    fake.calls.clear()
+    inj.set_switch(SW, True)
+    host_up = [i for i, c in enumerate(fake.calls) if c[0] == "iface" and c[1].startswith("h") and c[3]]
+    assert host_up and min(host_up) > [(c[0], c[1]) for c in fake.calls].index(("alive", SW)), fake.calls
+
+
 def test_restored_link_gives_back_the_gray_loss_it_covered():
     """A link cut over a gray loss drops everything; restored, it drops the gray share again,
     not nothing (the bug this module fixed)."""
