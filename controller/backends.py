@@ -1,17 +1,14 @@
 """How each data plane realises the fault holds of :mod:`controller.faults`: the
 :class:`~controller.faults.FaultBackend` of a running :class:`~controller.fabric.Fabric`, one class
-per data plane. The injector decides what must change; these say how.
+per data plane. The injector decides what must change; these say how. Each holds the running
+fabric (``fab``, a :class:`~controller.fabric.Fabric`: its emulation, plan, routes and switch
+sessions), which imports this module, so the type is named here, not imported.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from controller import seg6
 from topologies.nodes import Bmv2Switch
-
-if TYPE_CHECKING:
-    from controller.fabric import Fabric
 
 
 class LinuxFaults:
@@ -22,7 +19,7 @@ class LinuxFaults:
 
     fresh_on_restart = False
 
-    def __init__(self, fab: Fabric) -> None:
+    def __init__(self, fab) -> None:
         self.fab = fab
         self.reroute: set[str] = set()
 
@@ -58,7 +55,7 @@ class Bmv2Faults:
 
     fresh_on_restart = True
 
-    def __init__(self, fab: Fabric) -> None:
+    def __init__(self, fab) -> None:
         self.fab = fab
 
     def set_iface(self, node: str, peer: str, up: bool) -> None:

@@ -43,10 +43,11 @@ from controller.fabric import FEATURES, Fabric, available, missing_features
 from controller.queues import path_queue_bound_s
 from experiments import collectives, endpoints
 from experiments.captures import DISSECTOR, HOW_TO_OPEN, Captures, copy_switch_pcaps
+from experiments.collectives import CollectiveRun
+from experiments.expectations import evaluate
 from experiments.fabricstate import FabricTimeline
 from experiments.faults import FAULTS, play
-from experiments.metrics import BIN_S, RunData, baseline_mbps, evaluate
-from experiments.collectives import CollectiveRun
+from experiments.metrics import BIN_S, RunData, baseline_mbps
 from experiments.plots import cdf_plot, ev_state_plot, goodput_plot, iteration_plot, queue_plot, window_plot
 from experiments.scenario import Scenario, load_scenario, parse_set
 from topologies.addressing import AddressPlan

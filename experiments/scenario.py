@@ -33,6 +33,7 @@ import yaml
 from controller.queues import QueueSettings
 from experiments.collectives import CollectiveSpec, parse_collective
 from experiments.faults import FAULTS, Fault, parse_fault
+from experiments.sweepspec import Sweep, parse_sweep
 from topologies.errors import BadInput
 from topologies.schema import Problems, Rule, build, check_mapping, suggest
 from topologies.spec import DEFAULT_TOPO, ClosSpec, SpecError
@@ -130,7 +131,7 @@ class Scenario:
     description: str = ""
     demonstrates: tuple[str, ...] = ()
     collective: CollectiveSpec | None = None
-    sweep: Any = None  # experiments/sweep.py Sweep: the grid this scenario runs over
+    sweep: Sweep | None = None  # the grid this scenario runs over (experiments/sweepspec.py)
     raw: dict = field(default_factory=dict, hash=False, compare=False)
 
     def spec_for(self, dataplane: str) -> ClosSpec:
@@ -273,10 +274,8 @@ def parse_scenario(raw: dict, src: str) -> Scenario:
     bad = [m for m in demo if m not in TransportSettings.MECHANISMS]
     if bad:
         problems.add(f"demonstrates: {', '.join(map(str, bad))}; allowed: {', '.join(TransportSettings.MECHANISMS)}")
+    sweep = parse_sweep(raw, problems)
     problems.raise_if_any(ScenarioError)
-    from experiments.sweep import parse_sweep
-
-    sweep = parse_sweep(raw, src)
     expect = parsed["expect_roce"] if kind == "roce" and "expect_roce" in raw else parsed["expect"]
     return Scenario(
         name=str(raw.get("name", Path(src).stem)), source=src, spec=spec, spec_bmv2=spec_bmv2,

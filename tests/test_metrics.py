@@ -4,7 +4,8 @@ import math
 
 import pytest
 
-from experiments.metrics import RunData, baseline_mbps, evaluate, recovery_time_s
+from experiments.expectations import evaluate
+from experiments.metrics import RunData, baseline_mbps, recovery_time_s
 
 
 def run_with_rate(rate_mbps, duration=20.0, step=0.1):

@@ -10,7 +10,7 @@ from experiments.collectives import CollectiveRun, iterations, summary
 from experiments.metrics import RunData
 from experiments.reproduce import ORDER, report_md
 from experiments.scenario import SCENARIO_DIR, ScenarioError, load_scenario, parse_scenario
-from experiments.sweep import judge, parse_sweep, point
+from experiments.sweep import judge, point
 from traffic.collective import bus_factor, expected_result
 
 RANKS = ("h0", "h4", "h1", "h5")
@@ -84,7 +84,7 @@ def test_bad_sweeps_are_refused(change, msg):
 
 
 def test_sweep_claims_are_ratios_of_bus_bandwidth():
-    sw = parse_sweep(_fig16_raw(), "s.yaml")
+    sw = parse_scenario(_fig16_raw(), "s.yaml").sweep
     pts = [{"variant": v, "loss": x, "busbw_mbps": b} for v, x, b in [
         ("MRC 1 QP", 0.0, 4.0), ("RoCE 1 QP", 0.0, 2.0), ("RoCE 16 QPs", 0.0, 3.0),
         ("MRC 1 QP", 0.01, 1.6), ("RoCE 16 QPs", 0.01, 0.1)]]
