@@ -31,6 +31,7 @@ import shutil
 import socket
 import struct
 import subprocess
+import sysconfig
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -79,7 +80,25 @@ def bpf_missing() -> str | None:
         return "libbpf's headers are not installed (setup.sh installs them: apt-get install libbpf-dev)"
     if _libbpf_path() is None:
         return "libbpf.so.1 is not installed (apt-get install libbpf1)"
+    if asm_include_dir() is None:
+        return ("the kernel's asm headers (/usr/include/<multiarch>/asm/types.h) are not installed "
+                "(setup.sh installs them with libbpf-dev: apt-get install linux-libc-dev)")
     return None
+
+
+def asm_include_dir(root: Path = Path("/usr/include")) -> Path | None:
+    """The directory that holds ``asm/types.h`` for this machine's architecture, or None.
+
+    ``<linux/types.h>`` includes ``<asm/types.h>``, which Debian installs under the multiarch
+    triplet (``/usr/include/x86_64-linux-gnu``); clang's BPF target does not search there by itself.
+    The triplet comes from Python's own build (``sysconfig`` ``MULTIARCH``), not from gcc, which a
+    fresh root that has clang does not have; failing that, the one triplet directory under
+    ``root`` that has the header."""
+    arch = sysconfig.get_config_var("MULTIARCH") or ""
+    if arch and (root / arch / "asm" / "types.h").exists():
+        return root / arch
+    found = sorted(d.parent.parent for d in root.glob("*/asm/types.h"))
+    return found[0] if len(found) == 1 else None
 
 
 def _libbpf_path() -> str | None:
@@ -110,9 +129,7 @@ def compile_bpf(src: Path = SOURCE) -> Path:
     fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=".o", dir=CACHE_ROOT)
     os.close(fd)
     try:
-        arch = subprocess.run(["gcc", "-print-multiarch"], capture_output=True, text=True).stdout.strip() \
-            if shutil.which("gcc") else ""
-        inc = [f"-I/usr/include/{arch}"] if arch else []
+        inc = [f"-I{asm_include_dir()}"]
         r = subprocess.run(["clang", "-O2", "-g", "-Wall", "-target", "bpf", *inc, "-c", str(src), "-o", tmp],
                            capture_output=True, text=True)
         if r.returncode != 0:

@@ -54,3 +54,19 @@ def test_each_htb_class_has_the_links_rate_on_its_own():
     assert len(classes) == 2 and all("parent 1: " in x and "rate 2.0mbit ceil 2.0mbit" in x for x in classes)
     assert any("classid 1:10" in x and "prio 0" in x for x in classes)
     assert any("pfifo limit 40" in x and "parent 1:20" in x for x in lines)
+
+
+def test_the_asm_headers_are_found_without_gcc(tmp_path, monkeypatch):
+    """A fresh Debian root has clang but no gcc: the multiarch include directory comes from
+    Python's build or from the one triplet directory that holds asm/types.h, never from gcc."""
+    monkeypatch.setattr(bpf.shutil, "which", lambda name: None if name == "gcc" else f"/usr/bin/{name}")
+    (tmp_path / "aarch64-linux-gnu" / "asm").mkdir(parents=True)
+    (tmp_path / "aarch64-linux-gnu" / "asm" / "types.h").write_text("")
+    monkeypatch.setattr(bpf.sysconfig, "get_config_var", lambda _k: "aarch64-linux-gnu")
+    assert bpf.asm_include_dir(tmp_path) == tmp_path / "aarch64-linux-gnu"
+    monkeypatch.setattr(bpf.sysconfig, "get_config_var", lambda _k: None)  # a Python built without it
+    assert bpf.asm_include_dir(tmp_path) == tmp_path / "aarch64-linux-gnu"
+    (tmp_path / "x86_64-linux-gnu" / "asm").mkdir(parents=True)
+    (tmp_path / "x86_64-linux-gnu" / "asm" / "types.h").write_text("")
+    assert bpf.asm_include_dir(tmp_path) is None  # two candidates and no triplet: no guess
+    assert bpf.asm_include_dir(tmp_path / "empty") is None
