@@ -1,8 +1,8 @@
 """A raw-socket blaster and sink with no protocol: the ceiling the endpoint is measured against
 (benchmarks only).
 
-    python -m bench.blast --iface h0-eth0 --frame HEX --rate PPS --duration S
-    python -m bench.blast --sink --iface h1-eth0 --length BYTES
+    python -m mrclab.bench.blast --iface h0-eth0 --frame HEX --rate PPS --duration S
+    python -m mrclab.bench.blast --sink --iface h1-eth0 --length BYTES
 
 Run inside the sender's / receiver's namespace. The blaster prints ``sent N in T s``. Pacing: it
 sends the frames the schedule owes so far, in bites of at most 256 so that it keeps looking at the

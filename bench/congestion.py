@@ -24,15 +24,15 @@ import sys
 import tempfile
 from pathlib import Path
 
+from mrclab.controller.fabric import available, missing_features
+from mrclab.experiments import runner
+from mrclab.experiments.metrics import BIN_S, percentile
+from mrclab.experiments.scenario import parse_scenario
+from mrclab.topologies.errors import NotAvailable
+from mrclab.topologies.nodes import toolchain_missing
+from mrclab.traffic.headers import DATA_OVERHEAD
 from rich.console import Console
 from rich.table import Table
-
-from controller.fabric import available
-from experiments import runner
-from experiments.metrics import BIN_S, percentile
-from experiments.scenario import parse_scenario
-from topologies.nodes import toolchain_missing
-from traffic.headers import DATA_OVERHEAD
 
 console = Console(highlight=False)
 DURATION_S = 24.0
@@ -90,11 +90,7 @@ def main(args=None) -> int:
     dps = getattr(args, "dataplane", None) or (["bmv2"] if toolchain_missing() is None else ["linux"])
     dp = dps[0]
     if "congestion" not in available(dp):
-        from controller.fabric import missing_features
-
         why = missing_features(dp).get("congestion", f"the {dp} data plane has no switch queues")
-        from topologies.errors import NotAvailable
-
         raise NotAvailable(f"bench congestion needs switch queues: {why}")
     rows = []
     with tempfile.TemporaryDirectory(prefix="mrclab-bench-cc-") as d:

@@ -25,13 +25,16 @@ from pathlib import Path
 
 import psutil
 import yaml
+from mrclab.controller.fabric import Fabric
+from mrclab.topologies.addressing import AddressPlan
+from mrclab.topologies.cleanup import RunState, cleanup_run, netns_name, stop_processes
+from mrclab.topologies.spec import ClosSpec, load_spec
+from mrclab.traffic import contract as C
+from mrclab.traffic import headers as H
+from mrclab.traffic.pathprobe import probe_frame
+from mrclab.traffic.settings import TransportSettings
 from rich.console import Console
 from rich.table import Table
-
-from topologies.cleanup import RunState, cleanup_run, netns_name, stop_processes
-from traffic import contract as C
-from traffic import headers as H
-from traffic.settings import TransportSettings
 
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 132)  # a log keeps whole rows
 DURATION_S = 4.0
@@ -84,7 +87,7 @@ def one_qp(env, spec: dict, src: str, dst: str, transport: str, payload: int, tm
                                telemetry_path=str(tel[host]), telemetry_interval_s=0.25,
                                start_at_wall=time.time() + 1.5)
         (tmp / f"{host}.json").write_text(cfg.to_json())
-        procs[host] = env.popen(host, [sys.executable, "-m", "traffic.endpoint", "--config", str(tmp / f"{host}.json")],
+        procs[host] = env.popen(host, [sys.executable, "-m", "mrclab.traffic.endpoint", "--config", str(tmp / f"{host}.json")],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         procs[src].wait(timeout=DURATION_S + 30)
@@ -137,13 +140,13 @@ def sized_frame(frame: bytes, length: int) -> bytes:
 def blaster(env, src: str, dst: str, intf_src: str, intf_dst: str, frame: bytes) -> float:
     """Frames per second a receiving process reads while a raw-socket sender sends as fast as it can
     for 3 s: sockets and kernel with no protocol, the ceiling of a raw-socket endpoint."""
-    rx = env.popen(dst, [sys.executable, "-m", "bench.blast", "--sink", "--iface", intf_dst,
+    rx = env.popen(dst, [sys.executable, "-m", "mrclab.bench.blast", "--sink", "--iface", intf_dst,
                          "--length", str(len(frame))], stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         assert rx.stdout is not None
         if rx.stdout.readline().strip() != "ready":
             raise RuntimeError(f"blaster sink on {dst} did not start")
-        subprocess.run(["ip", "netns", "exec", env.netns(src), sys.executable, "-m", "bench.blast",
+        subprocess.run(["ip", "netns", "exec", env.netns(src), sys.executable, "-m", "mrclab.bench.blast",
                         "--iface", intf_src, "--frame", frame.hex(), "--rate", "10000000", "--duration", "3"],
                        capture_output=True, text=True, check=True)
         out, _ = rx.communicate(timeout=35)
@@ -163,10 +166,6 @@ def _median_run(runs: list[dict]) -> dict:
 def measure(env, spec: dict, src: str, dst: str, log) -> dict:
     """Per payload: MRC, RoCE and the blaster in ``ROUNDS`` alternating rounds (so that a slow spell
     of the machine hits all three alike); each figure is the median round."""
-    from topologies.addressing import AddressPlan
-    from topologies.spec import ClosSpec
-    from traffic.pathprobe import probe_frame
-
     plan = AddressPlan(ClosSpec.from_dict(spec))
     res = {}
     with tempfile.TemporaryDirectory(prefix="mrclab-bench-") as d:
@@ -198,9 +197,6 @@ def run(args=None) -> dict:
     finally:
         veth.close()
     console.print("[dim]default linux fabric, h0 -> h2 (4 planes, 3 switches per path)[/dim]")
-    from controller.fabric import Fabric
-    from topologies.spec import load_spec
-
     spec = load_spec()
     with Fabric(spec, "linux", watchdog=False) as fab:
         out["linux fabric"] = measure(fab.emu, spec.to_dict(), "h0", "h2", lambda m: console.print(f"[dim]{m}[/dim]"))

@@ -38,13 +38,15 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from mrclab.controller.compiler import compile_p4
+from mrclab.controller.fabric import Fabric
+from mrclab.controller.p4runtime import DesiredEntry, EntryKey, P4Info, P4Switch
+from mrclab.p4src import FORWARD_P4
+from mrclab.topologies.nodes import toolchain_missing
+from mrclab.topologies.spec import load_spec
+from mrclab.traffic.pathprobe import probe_frame
 from rich.console import Console
 from rich.table import Table
-
-from controller.fabric import Fabric
-from topologies.nodes import toolchain_missing
-from topologies.spec import load_spec
-from traffic.pathprobe import probe_frame
 
 console = Console(highlight=False)
 N_BULK = 3000
@@ -66,7 +68,7 @@ def trial(fab: Fabric, frame: bytes, src: str, dst: str, plane: int, rate: float
     """Offer ``rate`` pps for TRIAL_S; returns (achieved offered pps, loss fraction)."""
     dintf = fab.plan.host_intf(dst, plane)
     before = _rx_packets(fab.netns(dst), dintf)
-    p = subprocess.run(["ip", "netns", "exec", fab.netns(src), sys.executable, "-m", "bench.blast",
+    p = subprocess.run(["ip", "netns", "exec", fab.netns(src), sys.executable, "-m", "mrclab.bench.blast",
                         "--iface", fab.plan.host_intf(src, plane), "--frame", frame.hex(),
                         "--rate", str(rate), "--duration", str(TRIAL_S)], capture_output=True, text=True)
     m = re.search(r"sent (\d+) in ([\d.]+) s", p.stdout)
@@ -149,8 +151,6 @@ def bulk_entries_linux(fab: Fabric, switch: str = "t1-0-0") -> float:
 
 
 def bulk_entries_bmv2(fab: Fabric, switch: str = "t1-0-0") -> float:
-    from controller.p4runtime import DesiredEntry, EntryKey
-
     base = int(ipaddress.IPv6Address("fcbb:bb00:f000::"))
     ents = [DesiredEntry(EntryKey("routing", (((base >> 80) + i, 48),)), "forward",
                          (("port", 1), ("src_mac", 0x02), ("dst_mac", 0x04), ("ecn_k", 8), ("trim_t", 16),
@@ -184,10 +184,6 @@ def trivial_program(fab: Fabric) -> Iterator[None]:
     """``p4src/forward.p4`` on the switches of :data:`PATH` (port to port along it) while in the
     ``with`` block; the mrclab program and its entries come back when it ends. The fabric is held
     exclusively meanwhile (no watchdog pass or fault interleaves)."""
-    from controller.compiler import compile_p4
-    from controller.p4runtime import DesiredEntry, EntryKey, P4Info, P4Switch
-    from p4src import FORWARD_P4
-
     prog = compile_p4(FORWARD_P4)
     info = P4Info(prog.p4info)
     plan = fab.plan

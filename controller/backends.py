@@ -7,8 +7,8 @@ sessions), which imports this module, so the type is named here, not imported.
 
 from __future__ import annotations
 
-from controller import seg6
-from topologies.nodes import Bmv2Switch
+from mrclab.controller import seg6
+from mrclab.topologies.nodes import Bmv2Switch
 
 
 class LinuxFaults:

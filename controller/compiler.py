@@ -15,7 +15,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from topologies.errors import NotAvailable, RunFailed
+from mrclab.topologies.errors import NotAvailable, RunFailed
 
 CACHE_ROOT = Path(os.environ.get("MRCLAB_CACHE", Path.home() / ".cache" / "mrclab")) / "p4"
 

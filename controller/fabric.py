@@ -19,20 +19,27 @@ switches themselves (the benchmarks).
 from __future__ import annotations
 
 import contextlib
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
-from controller import seg6
-from controller.backends import Bmv2Faults, LinuxFaults
-from controller.faults import FaultInjector
-from controller.queues import DEFAULT_FRAME_BYTES, PortQueue, QueueSettings, queue_plan
-from controller.routeplan import RoutePlan, route_plan
-from topologies.addressing import AddressPlan
-from topologies.emulation import Emulation
-from topologies.errors import RunFailed
-from topologies.nodes import default_dataplane
-from topologies.spec import ClosSpec
+from mrclab.controller import bpf, seg6, thrift
+from mrclab.controller.backends import Bmv2Faults, LinuxFaults
+from mrclab.controller.bpf import PortConfig, SwitchBpf, htb_lines
+from mrclab.controller.compiler import compile_p4
+from mrclab.controller.faults import FaultInjector
+from mrclab.controller.p4runtime import MAX_PORTS, P4Info, P4Switch
+from mrclab.controller.queues import DEFAULT_FRAME_BYTES, PortQueue, QueueSettings, queue_plan
+from mrclab.controller.routeplan import RoutePlan, route_plan
+from mrclab.controller.thrift import THRIFT_PORT, SwitchThrift
+from mrclab.p4src import MRCLAB_P4
+from mrclab.topologies.addressing import AddressPlan
+from mrclab.topologies.emulation import Emulation
+from mrclab.topologies.errors import RunFailed
+from mrclab.topologies.nodes import default_dataplane
+from mrclab.topologies.spec import ClosSpec
 
 #: What each data plane can do: faults, and ``congestion`` (switch queues that ECN-mark and trim).
 #: bmv2's congestion needs its Thrift runtime; linux's gray loss and congestion need the tc eBPF
@@ -46,14 +53,10 @@ FEATURES = {
 def missing_features(dataplane: str) -> dict[str, str]:
     """Features of ``dataplane`` this machine lacks, with the reason."""
     if dataplane == "bmv2":
-        from controller.thrift import thrift_missing
-
-        if why := thrift_missing():
+        if why := thrift.thrift_missing():
             return {"congestion": why}
     if dataplane == "linux":
-        from controller.bpf import bpf_missing
-
-        if why := bpf_missing():
+        if why := bpf.bpf_missing():
             return {"congestion": why, "gray_loss": why}
     return {}
 
@@ -82,8 +85,6 @@ class Fabric:
         #: every switch port's rate, depth and thresholds (controller/queues.py), where switches queue
         self.queues: dict[tuple[str, int], PortQueue] = queue_plan(self.plan, queues, frame_bytes) \
             if self.congestion else {}
-        from controller.thrift import THRIFT_PORT
-
         self.emu = Emulation(spec, self.dataplane, debug=debug, progress=self.progress,
                              thrift_port=THRIFT_PORT if self.congestion else None, switch_queues=self.congestion)
         self.thrift: dict = {}  # switch -> SwitchThrift (bmv2 with queues)
@@ -114,14 +115,9 @@ class Fabric:
         try:
             prog = bpf_obj = None
             if self.dataplane == "linux" and self.congestion:
-                from controller.bpf import compile_bpf
-
-                bpf_obj = compile_bpf()  # before anything is built, as p4c's
+                bpf_obj = bpf.compile_bpf()  # before anything is built, as p4c's
                 self.timings["compile_s"] = time.monotonic() - t0
             if self.dataplane == "bmv2":
-                from controller.compiler import compile_p4
-                from p4src import MRCLAB_P4
-
                 prog = compile_p4(MRCLAB_P4)  # before anything is built: a refused program leaves nothing
                 self.timings["compile_s"] = time.monotonic() - t0
             t = time.monotonic()
@@ -150,10 +146,6 @@ class Fabric:
         self.progress(f"fabric up and verified on {self.dataplane} in {self.timings['total_s']:.1f} s")
 
     def _start_bmv2(self, prog) -> None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        from controller.p4runtime import MAX_PORTS, P4Info, P4Switch
-
         info = P4Info(prog.p4info)
         widest = max(max(self.plan.ports(s)) for s in self.spec.switches())
         if widest >= MAX_PORTS:
@@ -182,10 +174,6 @@ class Fabric:
     def _start_linux_queues(self, obj) -> None:
         """Every switch port: a two-class htb at the link's rate and the tc eBPF program
         (controller/bpf.py), configured from the queue plan."""
-        import subprocess
-
-        from controller.bpf import SwitchBpf, htb_lines
-
         t = time.monotonic()
         self.progress(f"attaching the queue program to {len(self.queues)} switch ports (tc eBPF, htb)")
         for sw in self.spec.switches():
@@ -204,8 +192,6 @@ class Fabric:
 
     def port_config(self, switch: str, port: int):
         """The tc eBPF program's settings for one port (linux): its queue plan and gray loss."""
-        from controller.bpf import PortConfig
-
         q = self.queues[(switch, port)]
         return PortConfig(q.rate_pps, q.ecn_k, q.trim_t, q.q_limit, self.port_loss_now.get((switch, port), 0.0),
                           self.loss_salt)
@@ -218,8 +204,6 @@ class Fabric:
         """Both priority queues of every port of ``switch``: the low one at the port's rate in
         full frames, the high one (trimmed packets) at the same bit rate in trimmed frames
         (controller/queues.py); both ``depth`` packets deep."""
-        from controller.thrift import SwitchThrift
-
         old = self.thrift.pop(switch, None)
         if old is not None:
             old.close()

@@ -28,7 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from topologies.addressing import AddressPlan
+from mrclab.topologies.addressing import AddressPlan
 
 Link = tuple[str, str]  # (lower-tier end, upper-tier end), as ClosSpec.links() names them
 

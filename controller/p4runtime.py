@@ -16,13 +16,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import google.protobuf.text_format
+from mrclab.controller.queues import PortQueue
+from mrclab.controller.routeplan import SwitchEntries
+from mrclab.topologies.errors import RunFailed
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
 from p4runtime_sh.p4runtime import P4RuntimeClient, P4RuntimeException, P4RuntimeWriteException
-
-from controller.queues import PortQueue
-from controller.routeplan import SwitchEntries
-from topologies.errors import RunFailed
 
 BATCH = 500  # updates per WriteRequest
 #: Ports a switch may have on bmv2: the size of p4src/mrclab.p4's per-port counters (MAX_PORTS)

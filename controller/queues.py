@@ -35,8 +35,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from topologies.addressing import AddressPlan
-from topologies.schema import rule
+from mrclab.topologies.addressing import AddressPlan
+from mrclab.topologies.schema import rule
 
 #: Packets a BMv2 queue holds beyond the program's limit (its own drops are silent).
 QUEUE_SLACK = 8

@@ -17,8 +17,8 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from topologies.addressing import AddressPlan
-from topologies.spec import parse_switch
+from mrclab.topologies.addressing import AddressPlan
+from mrclab.topologies.spec import parse_switch
 
 
 @dataclass(frozen=True)

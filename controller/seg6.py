@@ -22,9 +22,9 @@ import json
 import subprocess
 from dataclasses import dataclass
 
-from controller.routeplan import SwitchEntries
-from topologies.errors import RunFailed
-from topologies.nodes import SID_DEV
+from mrclab.controller.routeplan import SwitchEntries
+from mrclab.topologies.errors import RunFailed
+from mrclab.topologies.nodes import SID_DEV
 
 NEXTHOP = "fe80::1"
 

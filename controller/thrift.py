@@ -16,7 +16,7 @@ import shutil
 import socket
 import subprocess
 
-from topologies.errors import RunFailed
+from mrclab.topologies.errors import RunFailed
 
 #: The Thrift port of every switch (one per namespace, so they never clash).
 THRIFT_PORT = 9090

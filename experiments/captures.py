@@ -12,7 +12,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from topologies.cleanup import stop_processes
+from mrclab.topologies.cleanup import stop_processes
 
 #: How to read the captures (printed with the run's summary and written beside them).
 HOW_TO_OPEN = ("wireshark -X lua_script:{lua} -o udp.ignore_ipv6_zero_checksum:TRUE {pcap}   "

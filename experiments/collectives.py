@@ -29,10 +29,10 @@ import zlib
 from dataclasses import dataclass
 from typing import Any
 
-from experiments.metrics import RunData, percentile
-from topologies.schema import Problems, Rule, check_mapping, suggest
-from topologies.spec import ClosSpec
-from traffic.collective import bus_factor, expected_result
+from mrclab.experiments.metrics import RunData, percentile
+from mrclab.topologies.schema import Problems, Rule, check_mapping, suggest
+from mrclab.topologies.spec import ClosSpec
+from mrclab.traffic.collective import bus_factor, expected_result
 
 
 @dataclass(frozen=True)

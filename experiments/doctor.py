@@ -14,6 +14,9 @@ import subprocess
 import uuid
 from dataclasses import dataclass
 
+from mrclab.controller import bpf, thrift
+from mrclab.controller.fabric import FEATURES, missing_features
+from mrclab.topologies import nodes
 from rich.console import Console
 from rich.table import Table
 
@@ -69,9 +72,6 @@ def _qdiscs() -> list[Check]:
 
 
 def checks() -> list[Check]:
-    from controller.bpf import bpf_missing
-    from controller.thrift import thrift_missing
-
     out = [Check("root", os.geteuid() == 0, "yes" if os.geteuid() == 0 else "no: namespaces need root",
                  "sudo -i")]
     try:
@@ -86,13 +86,13 @@ def checks() -> list[Check]:
     out.append(Check("kernel SRv6", seg6, "seg6 sysctls present" if seg6 else "no seg6 in this kernel",
                      "a kernel with CONFIG_IPV6_SEG6_LWTUNNEL"))
     out += _qdiscs()
-    why = bpf_missing()
+    why = bpf.bpf_missing()
     out.append(Check("clang + libbpf (linux queues)", why is None, _version(["clang", "--version"]) if why is None else why,
                      APT + " clang libbpf-dev"))
     out.append(_binary("p4c", TOOLCHAIN))
     out.append(_binary("simple_switch_grpc", TOOLCHAIN))
     if shutil.which("simple_switch_grpc"):
-        tw = thrift_missing()
+        tw = thrift.thrift_missing()
         out.append(Check("BMv2 Thrift runtime (bmv2 queues)", tw is None, "ok" if tw is None else tw,
                          TOOLCHAIN + "; then ./setup.sh"))
     out.append(_binary("tcpdump", APT + " tcpdump"))
@@ -102,14 +102,11 @@ def checks() -> list[Check]:
 
 def planes() -> dict[str, tuple[bool, str, str]]:
     """data plane -> (can run, features available, what is missing and why)."""
-    from controller.fabric import FEATURES, missing_features
-    from topologies.nodes import toolchain_missing
-
     root_ok = os.geteuid() == 0 and shutil.which("ip") is not None
     out = {}
     for dp in ("linux", "bmv2"):
         why_not = "" if root_ok else "needs root and iproute2"
-        if dp == "bmv2" and (tm := toolchain_missing()):
+        if dp == "bmv2" and (tm := nodes.toolchain_missing()):
             why_not = tm
         missing = missing_features(dp)
         have = sorted(FEATURES[dp] - set(missing))

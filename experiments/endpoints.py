@@ -1,7 +1,7 @@
 """The runner's side of the endpoint contract (traffic/contract.py).
 
 :func:`configs` builds one :class:`~traffic.contract.EndpointConfig` per host that takes part
-(senders and receivers); :func:`start` writes them and starts ``python -m traffic.endpoint`` in
+(senders and receivers); :func:`start` writes them and starts ``python -m mrclab.traffic.endpoint`` in
 each host's namespace; :func:`collect` turns every host's telemetry into a :class:`RunData` with
 times relative to the timeline's start.
 """
@@ -15,14 +15,13 @@ import time
 from pathlib import Path
 
 import psutil
-
-from experiments.faults import endpoint_seed, ev_path
-from experiments.metrics import RunData
-from experiments.scenario import Scenario
-from topologies.addressing import AddressPlan
-from topologies.cleanup import stop_processes
-from topologies.errors import RunFailed
-from traffic import contract as C
+from mrclab.experiments.faults import endpoint_seed, ev_path
+from mrclab.experiments.metrics import RunData
+from mrclab.experiments.scenario import Scenario
+from mrclab.topologies.addressing import AddressPlan
+from mrclab.topologies.cleanup import stop_processes
+from mrclab.topologies.errors import RunFailed
+from mrclab.traffic import contract as C
 
 
 class EndpointDied(RunFailed):
@@ -66,7 +65,7 @@ def start(fab, cfgs: dict[str, C.EndpointConfig], folder: Path, t0_wall: float) 
         cpath = folder / f"{host}.json"
         cpath.write_text(dataclasses.replace(cfg, start_at_wall=t0_wall).to_json())
         with open(folder / f"{host}.log", "wb") as log:
-            procs[host] = fab.emu.popen(host, [sys.executable, "-m", "traffic.endpoint", "--config", str(cpath)],
+            procs[host] = fab.emu.popen(host, [sys.executable, "-m", "mrclab.traffic.endpoint", "--config", str(cpath)],
                                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     return procs
 

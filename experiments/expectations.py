@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import math
 
-from experiments import collectives, verdicts
-from experiments.metrics import (
+from mrclab.experiments import collectives, verdicts
+from mrclab.experiments.metrics import (
     RunData,
     baseline_mbps,
     ev_share,

@@ -15,8 +15,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from experiments.faults import Fault, ev_path
-from topologies.addressing import AddressPlan, Path
+from mrclab.experiments.faults import Fault, ev_path
+from mrclab.topologies.addressing import AddressPlan, Path
 
 Element = tuple[str, ...]  # ("switch", name) | ("link", lower, upper)
 

@@ -38,10 +38,10 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from topologies.addressing import AddressPlan, Path
-from topologies.schema import Problems, Rule, check_value, suggest
-from topologies.spec import ClosSpec
-from traffic.roce import ecmp_ev
+from mrclab.topologies.addressing import AddressPlan, Path
+from mrclab.topologies.schema import Problems, Rule, check_value, suggest
+from mrclab.topologies.spec import ClosSpec
+from mrclab.traffic.roce import ecmp_ev
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
-
-from experiments.metrics import BIN_S, RunData  # noqa: E402
+from mrclab.experiments.metrics import BIN_S, RunData  # noqa: E402
 
 STATE_COLORS = {"GOOD": "#4caf50", "SKIP": "#ffc107", "ASSUMED_BAD": "#e53935", "DENIED": "#757575",
                 "UNKNOWN": "#bdbdbd"}

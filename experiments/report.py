@@ -12,12 +12,11 @@ import csv
 import json
 from pathlib import Path
 
+from mrclab.experiments.metrics import BIN_S, RunData
+from mrclab.experiments.plots import overlay_plot
+from mrclab.topologies.errors import BadInput
 from rich.console import Console
 from rich.table import Table
-
-from experiments.metrics import BIN_S, RunData
-from experiments.plots import overlay_plot
-from topologies.errors import BadInput
 
 console = Console(highlight=False)
 

@@ -23,12 +23,12 @@ import time
 from datetime import datetime
 from pathlib import Path
 
+from mrclab.controller.fabric import available
+from mrclab.experiments import runner
+from mrclab.experiments.scenario import SCENARIO_DIR, Scenario, load_scenario
+from mrclab.topologies.errors import BadInput
+from mrclab.topologies.nodes import need_root, toolchain_missing
 from rich.console import Console
-
-from controller.fabric import available
-from experiments.scenario import SCENARIO_DIR, Scenario, load_scenario
-from topologies.errors import BadInput
-from topologies.nodes import toolchain_missing
 
 console = Console(highlight=False)
 #: the paper's results, in its order: failures (figs. 9-13), congestion (14, 18), collectives (16-17)
@@ -70,8 +70,6 @@ def _choose(scn: Scenario, dataplane: str | None) -> tuple[str | None, str]:
 def reproduce(out: Path | None = None, *, dataplane: str | None = None, quick: bool = False,
               only: list[str] | None = None, live: bool = False) -> dict:
     """Run the table (see the module docstring); returns the summary (also ``summary.json``)."""
-    from experiments import runner
-
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(out) if out else Path("results") / f"reproduce-{stamp}"
     if out.exists() and any(out.iterdir()):
@@ -165,8 +163,6 @@ def report_md(s: dict) -> str:
 
 def main(args) -> int:
     """``mrclab reproduce``: errors propagate to the command line's one error boundary."""
-    from topologies.nodes import need_root
-
     need_root("mrclab reproduce")
     s = reproduce(Path(args.out) if args.out else None, dataplane=args.dataplane, quick=args.quick,
                   only=args.only, live=False)

@@ -35,25 +35,25 @@ from datetime import datetime
 from pathlib import Path
 
 import yaml
+from mrclab.controller.fabric import FEATURES, Fabric, available, missing_features
+from mrclab.controller.queues import path_queue_bound_s
+from mrclab.experiments import collectives, endpoints
+from mrclab.experiments import sweep as S
+from mrclab.experiments.captures import DISSECTOR, HOW_TO_OPEN, Captures, copy_switch_pcaps
+from mrclab.experiments.collectives import CollectiveRun
+from mrclab.experiments.expectations import evaluate
+from mrclab.experiments.fabricstate import FabricTimeline
+from mrclab.experiments.faults import FAULTS, play
+from mrclab.experiments.metrics import BIN_S, RunData, baseline_mbps
+from mrclab.experiments.plots import cdf_plot, ev_state_plot, goodput_plot, iteration_plot, queue_plot, window_plot
+from mrclab.experiments.scenario import Scenario, load_scenario, parse_set
+from mrclab.topologies.addressing import AddressPlan
+from mrclab.topologies.errors import BadInput, NotAvailable
+from mrclab.topologies.nodes import need_root, toolchain_missing
+from mrclab.traffic.headers import DATA_OVERHEAD
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
-
-from controller.fabric import FEATURES, Fabric, available, missing_features
-from controller.queues import path_queue_bound_s
-from experiments import collectives, endpoints
-from experiments.captures import DISSECTOR, HOW_TO_OPEN, Captures, copy_switch_pcaps
-from experiments.collectives import CollectiveRun
-from experiments.expectations import evaluate
-from experiments.fabricstate import FabricTimeline
-from experiments.faults import FAULTS, play
-from experiments.metrics import BIN_S, RunData, baseline_mbps
-from experiments.plots import cdf_plot, ev_state_plot, goodput_plot, iteration_plot, queue_plot, window_plot
-from experiments.scenario import Scenario, load_scenario, parse_set
-from topologies.addressing import AddressPlan
-from topologies.errors import BadInput, NotAvailable
-from topologies.nodes import need_root, toolchain_missing
-from traffic.headers import DATA_OVERHEAD
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 
@@ -339,8 +339,6 @@ def main(args) -> int:
 def run_sweep(scn: Scenario, out: Path | None = None, *, live: bool = True) -> dict:
     """Every point of ``scn``'s sweep (experiments/sweep.py), each its own run in a subfolder of
     ``out``, then the sweep's table, plot and claims. Returns ``{points, claims, passed}``."""
-    from experiments import sweep as S
-
     sw = scn.sweep
     stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
     out = Path(out) if out else Path("results") / f"{scn.name}-sweep-{stamp}"

@@ -29,16 +29,15 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from controller.queues import QueueSettings
-from experiments.collectives import CollectiveSpec, parse_collective
-from experiments.faults import FAULTS, Fault, parse_fault
-from experiments.sweepspec import Sweep, parse_sweep
-from topologies.errors import BadInput
-from topologies.schema import Problems, Rule, build, check_mapping, suggest
-from topologies.spec import DEFAULT_TOPO, ClosSpec, SpecError
-from traffic.contract import OPS, TRANSPORTS
-from traffic.settings import TransportSettings
+from mrclab.controller.queues import QueueSettings
+from mrclab.experiments.collectives import CollectiveSpec, parse_collective
+from mrclab.experiments.faults import FAULTS, Fault, parse_fault
+from mrclab.experiments.sweepspec import Sweep, parse_sweep
+from mrclab.topologies.errors import BadInput
+from mrclab.topologies.schema import Problems, Rule, build, check_mapping, suggest
+from mrclab.topologies.spec import DEFAULT_TOPO, ClosSpec, SpecError
+from mrclab.traffic.contract import OPS, TRANSPORTS
+from mrclab.traffic.settings import TransportSettings
 
 SCENARIO_DIR = Path(__file__).with_name("scenarios")
 TOPO_DIR = DEFAULT_TOPO.parent

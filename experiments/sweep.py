@@ -15,9 +15,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from experiments.faults import Fault
-from experiments.scenario import Scenario, parse_scenario
-from experiments.sweepspec import Sweep
+from mrclab.experiments.faults import Fault
+from mrclab.experiments.plots import sweep_plot
+from mrclab.experiments.scenario import Scenario, parse_scenario
+from mrclab.experiments.sweepspec import Sweep
 
 
 def point(scn: Scenario, variant: dict, loss: float) -> Scenario:
@@ -69,8 +70,6 @@ def judge(sw: Sweep, points: list[dict]) -> list[dict]:
 def write(out: Path, scn: Scenario, sw: Sweep, points: list[dict], claims: list[dict]) -> None:
     """sweep.csv, sweep.md, sweep.png and sweep.json in ``out``."""
     import csv
-
-    from experiments.plots import sweep_plot
 
     cols = ["variant", "loss", "transport", "qps_per_peer", "iterations", "time_s", "algbw_mbps", "busbw_mbps",
             "correct", "passed", "folder"]

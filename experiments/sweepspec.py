@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from topologies.schema import Problems, Rule, check_mapping
+from mrclab.topologies.schema import Problems, Rule, check_mapping
 
 _VARIANT = {"label": Rule(kind=str, required=True), "transport": Rule(choices=("mrc", "roce")),
             "qps_per_peer": Rule(kind=int, lo=1, hi=64), "message_bytes": Rule(kind=int, lo=1, hi=1 << 30)}

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 
-from experiments.metrics import RunData, baseline_window, window_mean
+from mrclab.experiments.metrics import RunData, baseline_window, window_mean
 
 #: A retirement answers a loss that may have happened up to this long before it (a retransmission
 #: timeout is at most max_rto_s, 1 s, and is usually a few RTTs): a path failed in [t - grace, t]

@@ -19,7 +19,7 @@ import heapq
 import random
 from dataclasses import dataclass, field
 
-from traffic import headers as H
+from mrclab.traffic import headers as H
 
 _DATA_OPS = (H.OP_WRITE, H.OP_WRITE_IMM)
 

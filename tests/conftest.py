@@ -34,7 +34,7 @@ def _clear_the_ground(config) -> str | None:
     """Removes what *crashed* runs left behind (as ``mrclab clean`` does) so one killed session
     cannot fail the next; returns a skip reason while another run is live (its namespaces would
     collide with ours)."""
-    from topologies.cleanup import clean, live_runs
+    from mrclab.topologies.cleanup import clean, live_runs
 
     live = live_runs()
     if live:
@@ -67,7 +67,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def no_leftovers():
     """Asserts that a test leaves no namespace, run directory or process of mrclab behind."""
-    from topologies.cleanup import RUN_ROOT, list_netns
+    from mrclab.topologies.cleanup import RUN_ROOT, list_netns
 
     before = {n for n in list_netns() if n.startswith("mrclab-")}
     yield
@@ -75,6 +75,6 @@ def no_leftovers():
     assert after <= before, f"left behind namespaces: {sorted(after - before)}"
     runs = list(RUN_ROOT.glob("*/state.json")) if RUN_ROOT.is_dir() else []
     assert not runs, f"left behind run state: {runs}"
-    for pattern in ("simple_switch_grpc.*mrclab", "-m traffic.endpoint"):
+    for pattern in ("simple_switch_grpc.*mrclab", "-m mrclab.traffic.endpoint"):
         ps = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True)
         assert not ps.stdout.strip(), f"left behind processes matching {pattern!r}: {ps.stdout}"

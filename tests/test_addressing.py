@@ -6,9 +6,8 @@ import ipaddress
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-
-from controller.routeplan import route_plan
-from topologies.addressing import (
+from mrclab.controller.routeplan import route_plan
+from mrclab.topologies.addressing import (
     AddressPlan,
     decode_usid,
     ev_from_wire,
@@ -17,7 +16,7 @@ from topologies.addressing import (
     ev_to_wire,
     make_ev,
 )
-from topologies.spec import ClosSpec, SpecError, load_spec
+from mrclab.topologies.spec import ClosSpec, SpecError, load_spec
 
 SPECS = [
     load_spec(),
@@ -156,7 +155,7 @@ def test_route_plan_sizes(spec):
 
 
 def test_sizing_matches_the_paper():
-    from topologies.sizing import size_clos
+    from mrclab.topologies.sizing import size_clos
 
     s = size_clos(512, 8)
     assert s.hosts == 131_072 and s.hosts_per_t0 == 256 and s.t0_per_plane == 512 and s.t1_per_plane == 256

@@ -3,9 +3,8 @@ program is one line naming clang's error, the settings reach the program's layou
 behind it gives each class the link's rate on its own."""
 
 import pytest
-
-from controller import bpf
-from controller.bpf import CFG, BpfError, PortConfig, compile_bpf, htb_lines
+from mrclab.controller import bpf
+from mrclab.controller.bpf import CFG, BpfError, PortConfig, compile_bpf, htb_lines
 
 needs_clang = pytest.mark.skipif(bpf.bpf_missing() is not None, reason=f"needs clang and libbpf: {bpf.bpf_missing()}")
 

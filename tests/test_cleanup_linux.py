@@ -5,15 +5,14 @@ import subprocess
 import sys
 
 import pytest
-
-from topologies.cleanup import list_netns
+from mrclab.topologies.cleanup import list_netns
 
 pytestmark = pytest.mark.root
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_killing_mrclab_up_leaves_nothing_behind(no_leftovers, sig):
-    p = subprocess.Popen([sys.executable, "-m", "experiments.cli", "up", "--dataplane", "linux", "--no-cli"],
+    p = subprocess.Popen([sys.executable, "-m", "mrclab.cli", "up", "--dataplane", "linux", "--no-cli"],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
     try:
         line = p.stdout.readline()
@@ -27,11 +26,11 @@ def test_killing_mrclab_up_leaves_nothing_behind(no_leftovers, sig):
 
 
 def test_mrclab_clean_removes_a_crashed_run(no_leftovers):
-    p = subprocess.Popen([sys.executable, "-m", "experiments.cli", "up", "--dataplane", "linux", "--no-cli"],
+    p = subprocess.Popen([sys.executable, "-m", "mrclab.cli", "up", "--dataplane", "linux", "--no-cli"],
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True)
     assert p.stdout.readline().startswith("ready")
     p.send_signal(signal.SIGKILL)  # a crash: no cleanup of its own
     p.wait()
     assert any(n.startswith("mrclab-") for n in list_netns())
-    r = subprocess.run([sys.executable, "-m", "experiments.cli", "clean"], capture_output=True, text=True)
+    r = subprocess.run([sys.executable, "-m", "mrclab.cli", "clean"], capture_output=True, text=True)
     assert r.returncode == 0 and "removed run" in r.stdout

@@ -3,7 +3,7 @@
 import subprocess
 import sys
 
-from experiments.cli import main
+from mrclab.cli.main import main
 
 
 def test_size_prints_the_papers_host_count(capsys):
@@ -20,7 +20,7 @@ def test_size_rejects_odd_radix(capsys):
 def test_bad_topo_file_exits_2(tmp_path):
     bad = tmp_path / "t.yaml"
     bad.write_text("planes: 0\n")
-    r = subprocess.run([sys.executable, "-m", "experiments.cli", "probe", "--topo", str(bad), "--dataplane", "linux"],
+    r = subprocess.run([sys.executable, "-m", "mrclab.cli", "probe", "--topo", str(bad), "--dataplane", "linux"],
                        capture_output=True, text=True)
     if r.returncode == 3:  # not root: refused before reading the spec
         assert "root" in r.stderr

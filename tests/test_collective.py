@@ -7,10 +7,9 @@ import random
 
 import numpy as np
 import pytest
-
-from topologies.addressing import AddressPlan
-from topologies.spec import ClosSpec
-from traffic.collective import (
+from mrclab.topologies.addressing import AddressPlan
+from mrclab.topologies.spec import ClosSpec
+from mrclab.traffic.collective import (
     KINDS,
     QP_BASE,
     Collective,
@@ -19,8 +18,8 @@ from traffic.collective import (
     expected_result,
     initial_data,
 )
-from traffic.host import HostStack
-from traffic.settings import TransportSettings
+from mrclab.traffic.host import HostStack
+from mrclab.traffic.settings import TransportSettings
 
 RANKS = ["h0", "h1", "h2", "h3"]
 

@@ -7,14 +7,13 @@ import random
 
 import pytest
 from channel import Channel
+from mrclab.traffic import headers as H
+from mrclab.traffic.cc import DELAY_EWMA, GAMMA, REF_BDP_BYTES, FixedWindow, Nscc
+from mrclab.traffic.dcqcn import F_STAGES, RAI_FRACTION, Dcqcn, G
+from mrclab.traffic.receiver import MrcReceiver
+from mrclab.traffic.settings import TransportSettings
+from mrclab.traffic.wire import Wire, frame_bytes
 from transport_sim import PLAN, delivered_intact, run
-
-from traffic import headers as H
-from traffic.cc import DELAY_EWMA, GAMMA, REF_BDP_BYTES, FixedWindow, Nscc
-from traffic.dcqcn import F_STAGES, RAI_FRACTION, Dcqcn, G
-from traffic.receiver import MrcReceiver
-from traffic.settings import TransportSettings
-from traffic.wire import Wire, frame_bytes
 
 MSS = 1024 + H.DATA_OVERHEAD
 BASE = 0.010  # base RTT, s
@@ -282,7 +281,7 @@ def _switch_trim(frame: bytes) -> bytes:
 
 @pytest.mark.parametrize("op", [H.OP_WRITE, H.OP_WRITE_IMM])
 def test_a_trimmed_frame_decodes_and_becomes_a_nack_naming_its_psn_and_ev(op):
-    from traffic.packet import Pkt
+    from mrclab.traffic.packet import Pkt
 
     s = TransportSettings(payload_bytes=1024, region_bytes=1 << 20)
     ev = PLAN.paths("h0", "h2")[3].ev | (77 << 16)
@@ -304,7 +303,7 @@ def test_a_trimmed_frame_decodes_and_becomes_a_nack_naming_its_psn_and_ev(op):
 
 
 def test_control_packets_are_not_ecn_capable():
-    from traffic.packet import Pkt
+    from mrclab.traffic.packet import Pkt
 
     ev = PLAN.paths("h2", "h0")[0].ev
     sack = frame_bytes(Wire(PLAN, "h2").encode(Pkt(op=H.OP_SACK, qp=1, ev=ev), "h0")[1])
@@ -313,9 +312,9 @@ def test_control_packets_are_not_ecn_capable():
 
 # ---- the baseline -------------------------------------------------------------------------------
 def test_roce_answers_on_its_own_path_and_dcqcn_slows_it_on_ce():
-    from traffic.host import HostStack
-    from traffic.region import message_source
-    from traffic.roce import ecmp_ev
+    from mrclab.traffic.host import HostStack
+    from mrclab.traffic.region import message_source
+    from mrclab.traffic.roce import ecmp_ev
 
     s = TransportSettings(payload_bytes=1024, window_packets=32, region_bytes=1 << 22, port_mbps=20.0,
                           dcqcn_timer_s=0.005)

@@ -3,9 +3,8 @@ linux (bpfsrc/port_queue.bpf.c in htb) reaches the same verdict on every expecta
 toolchain and the linux plane's queue program."""
 
 import pytest
-
-from controller.fabric import missing_features
-from experiments.scenario import load_scenario
+from mrclab.controller.fabric import missing_features
+from mrclab.experiments.scenario import load_scenario
 
 pytestmark = [pytest.mark.root, pytest.mark.bmv2]
 COMPRESS_TO_S = 14.0
@@ -13,7 +12,7 @@ COMPRESS_TO_S = 14.0
 
 @pytest.mark.parametrize("name", ["ecn-load-balancing", "incast"])
 def test_a_congestion_scenario_gets_the_same_verdicts_on_bmv2_and_linux(name, tmp_path, no_leftovers):
-    from experiments import runner
+    from mrclab.experiments import runner
 
     for dp in ("bmv2", "linux"):
         if why := missing_features(dp).get("congestion"):

@@ -2,7 +2,7 @@
 
 import shutil
 
-from experiments import doctor
+from mrclab.experiments import doctor
 
 
 def test_a_machine_without_the_toolchain_is_told_how_to_get_it(monkeypatch):
@@ -13,18 +13,18 @@ def test_a_machine_without_the_toolchain_is_told_how_to_get_it(monkeypatch):
     assert not by["p4c"].found and "build-toolchain.sh" in by["p4c"].install
     assert not by["simple_switch_grpc"].found and "BMv2 Thrift runtime (bmv2 queues)" not in by
     assert not by["tshark"].found and by["tshark"].install == "apt-get install -y tshark"
-    import topologies.nodes
+    from mrclab.topologies import nodes
 
-    monkeypatch.setattr(topologies.nodes.shutil, "which",
+    monkeypatch.setattr(nodes.shutil, "which",
                         lambda name: None if name in ("p4c", "simple_switch_grpc") else real(name))
     runs, _have, why = doctor.planes()["bmv2"]
     assert not runs and "p4c" in why
 
 
 def test_a_missing_clang_takes_the_linux_queues_and_says_why(monkeypatch):
-    import controller.bpf
+    from mrclab.controller import bpf
 
-    monkeypatch.setattr(controller.bpf, "bpf_missing", lambda: "clang is not installed (setup.sh installs it)")
+    monkeypatch.setattr(bpf, "bpf_missing", lambda: "clang is not installed (setup.sh installs it)")
     c = next(c for c in doctor.checks() if c.name.startswith("clang"))
     assert not c.found and c.install == "apt-get install -y clang libbpf-dev"
     _runs, have, missing = doctor.planes()["linux"]

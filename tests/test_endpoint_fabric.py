@@ -8,12 +8,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from controller.fabric import Fabric
-from topologies.addressing import ev_plane, ev_t1
-from topologies.spec import load_spec
-from traffic import contract as C
-from traffic.settings import TransportSettings
+from mrclab.controller.fabric import Fabric
+from mrclab.topologies.addressing import ev_plane, ev_t1
+from mrclab.topologies.spec import load_spec
+from mrclab.traffic import contract as C
+from mrclab.traffic.settings import TransportSettings
 
 pytestmark = pytest.mark.root
 MIB16 = 16 << 20
@@ -49,7 +48,7 @@ class Transfer:
             cfg = C.EndpointConfig(topo=str(topo), host=host, seed=11, transport=transport, settings=st, qps=qps,
                                    telemetry_path=str(tmp / f"{host}.jsonl"), telemetry_interval_s=0.05)
             (tmp / f"{host}.json").write_text(cfg.to_json())
-            self.procs[host] = fab.emu.popen(host, [sys.executable, "-m", "traffic.endpoint", "--config",
+            self.procs[host] = fab.emu.popen(host, [sys.executable, "-m", "mrclab.traffic.endpoint", "--config",
                                                     str(tmp / f"{host}.json")],
                                              stdout=subprocess.DEVNULL, stderr=open(tmp / f"{host}.err", "w"))
             if host == dst:  # the receiver's sockets must be open before the first packet
@@ -157,8 +156,8 @@ def test_host_port_down_makes_the_peer_stop_using_that_plane(fabric, tmp_path):
 
 
 def test_baseline_completes_on_a_healthy_path_and_stalls_when_its_path_is_cut(fabric, tmp_path):
-    from topologies.addressing import AddressPlan
-    from traffic.roce import ecmp_ev
+    from mrclab.topologies.addressing import AddressPlan
+    from mrclab.traffic.roce import ecmp_ev
 
     ok = Transfer(fabric, tmp_path / "ok" if (tmp_path / "ok").mkdir() is None else None, transport="roce",
                   size=4 << 20)

@@ -15,16 +15,15 @@ from pathlib import Path
 
 import pytest
 import yaml
-
-from experiments.scenario import SCENARIO_DIR
-from topologies.cleanup import list_netns
+from mrclab.experiments.scenario import SCENARIO_DIR
+from mrclab.topologies.cleanup import list_netns
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK = yaml.safe_load((SCENARIO_DIR / "quickstart.yaml").read_text())
 
 
 def mrclab(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "experiments.cli", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "mrclab.cli", *args], capture_output=True, text=True,
                           cwd=ROOT, timeout=timeout, env={**os.environ, **(env or {})})
 
 
@@ -121,7 +120,7 @@ def test_a_bad_option_is_one_line_exit_2():
 
 
 def test_a_switch_without_a_p4runtime_session_is_one_error_and_leaves_the_root_logger_alone(tmp_path, capfd):
-    from controller.p4runtime import P4Info, P4RuntimeError, P4Switch
+    from mrclab.controller.p4runtime import P4Info, P4RuntimeError, P4Switch
 
     root_level = logging.getLogger().level
     info = tmp_path / "x.p4info.txt"
@@ -154,7 +153,7 @@ def test_p4c_refusing_the_program_is_one_line_exit_1_and_builds_nothing(tmp_path
 
 @pytest.mark.root
 def test_a_fabric_already_running_is_one_line_exit_1(tmp_path, no_leftovers):
-    up = subprocess.Popen([sys.executable, "-m", "experiments.cli", "up", "--dataplane", "linux", "--no-cli"],
+    up = subprocess.Popen([sys.executable, "-m", "mrclab.cli", "up", "--dataplane", "linux", "--no-cli"],
                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
     try:
         assert up.stdout.readline().startswith("ready")
@@ -170,7 +169,8 @@ def test_a_fabric_already_running_is_one_line_exit_1(tmp_path, no_leftovers):
 def test_an_endpoint_that_dies_is_one_line_exit_1(tmp_path, monkeypatch, capsys, no_leftovers):
     import dataclasses
 
-    from experiments import cli, endpoints
+    from mrclab.cli import main as cli
+    from mrclab.experiments import endpoints
 
     real = endpoints.configs
 
@@ -205,7 +205,7 @@ def _ours() -> set[str]:
 @pytest.mark.parametrize("cmd", sorted(COMMANDS))
 def test_every_command_that_builds_a_fabric_tears_down_on_a_signal(cmd, sig, tmp_path, no_leftovers):
     args = COMMANDS[cmd] + (["--out", str(tmp_path / "r")] if cmd == "run" else [])
-    p = subprocess.Popen([sys.executable, "-m", "experiments.cli", *args], stdout=subprocess.DEVNULL,
+    p = subprocess.Popen([sys.executable, "-m", "mrclab.cli", *args], stdout=subprocess.DEVNULL,
                          stderr=subprocess.PIPE, stdin=subprocess.DEVNULL, text=True, cwd=tmp_path,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     try:
@@ -230,7 +230,7 @@ def test_every_command_that_builds_a_fabric_tears_down_on_a_signal(cmd, sig, tmp
 def test_clean_leaves_alone_a_process_whose_pid_was_reused(tmp_path, monkeypatch):
     """A crashed run recorded two processes; one pid now belongs to another process (a different
     start time). `mrclab clean` stops the one that is still the run's and leaves the other alone."""
-    from topologies import cleanup
+    from mrclab.topologies import cleanup
 
     monkeypatch.setattr(cleanup, "RUN_ROOT", tmp_path)
     # hermetic: the namespaces of a fabric running meanwhile belong to no run under tmp_path, and

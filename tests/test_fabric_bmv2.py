@@ -4,10 +4,9 @@ equivalence with the linux data plane."""
 import time
 
 import pytest
-
-from controller.fabric import Fabric
-from topologies.spec import load_spec
-from traffic.pathprobe import implicate, probe_paths
+from mrclab.controller.fabric import Fabric
+from mrclab.topologies.spec import load_spec
+from mrclab.traffic.pathprobe import implicate, probe_paths
 
 pytestmark = pytest.mark.bmv2
 
@@ -30,7 +29,7 @@ def test_every_path_delivers_through_the_switches_its_address_names(fabric):
 
 
 def test_read_back_equals_route_plan(fabric):
-    from controller.p4runtime import desired_entries
+    from mrclab.controller.p4runtime import desired_entries
 
     for e in fabric.routes.switches:
         have = fabric.p4[e.switch].read_entries(["my_sid", "routing"])

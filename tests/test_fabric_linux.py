@@ -3,12 +3,11 @@
 import subprocess
 
 import pytest
-
-from controller import seg6
-from controller.fabric import Fabric, FabricError
-from topologies.emulation import EmulationError
-from topologies.spec import load_spec
-from traffic.pathprobe import implicate, probe_paths
+from mrclab.controller import seg6
+from mrclab.controller.fabric import Fabric, FabricError
+from mrclab.topologies.emulation import EmulationError
+from mrclab.topologies.spec import load_spec
+from mrclab.traffic.pathprobe import implicate, probe_paths
 
 pytestmark = pytest.mark.root
 
@@ -76,9 +75,9 @@ def test_cut_link_is_implicated(fabric):
 
 
 def test_gray_loss_is_refused_on_linux_without_its_ebpf_program(fabric, monkeypatch):
-    import controller.bpf
+    from mrclab.controller import bpf
 
-    monkeypatch.setattr(controller.bpf, "bpf_missing", lambda: "clang is not installed")
+    monkeypatch.setattr(bpf, "bpf_missing", lambda: "clang is not installed")
     with pytest.raises(FabricError, match="gray loss needs the tc eBPF program.*clang is not installed"):
         fabric.link_loss("t0-0-0", "t1-0-0", 0.2)
     with pytest.raises(FabricError, match="unknown switch"):

@@ -5,10 +5,9 @@ want it after every step, and healthy at the end. No root needed."""
 import itertools
 
 import pytest
-
-from controller.faults import FaultInjector, desired
-from topologies.addressing import AddressPlan
-from topologies.spec import load_spec
+from mrclab.controller.faults import FaultInjector, desired
+from mrclab.topologies.addressing import AddressPlan
+from mrclab.topologies.spec import load_spec
 
 PLAN = AddressPlan(load_spec())
 LINK = ("t0-1-0", "t1-1-0")  # between two switches

@@ -3,9 +3,8 @@
 import math
 
 import pytest
-
-from experiments.expectations import evaluate
-from experiments.metrics import RunData, baseline_mbps, recovery_time_s
+from mrclab.experiments.expectations import evaluate
+from mrclab.experiments.metrics import RunData, baseline_mbps, recovery_time_s
 
 
 def run_with_rate(rate_mbps, duration=20.0, step=0.1):
@@ -62,10 +61,10 @@ def test_worst_qp_ratio_sees_a_stalled_qp_that_total_goodput_hides():
 
 
 def test_retire_metrics_and_intact():
-    from experiments.fabricstate import FabricTimeline
-    from experiments.faults import Fault
-    from topologies.addressing import AddressPlan
-    from topologies.spec import load_spec
+    from mrclab.experiments.fabricstate import FabricTimeline
+    from mrclab.experiments.faults import Fault
+    from mrclab.topologies.addressing import AddressPlan
+    from mrclab.topologies.spec import load_spec
 
     d = run_with_rate(lambda t: 8.0)
     d.rtt_us = 500.0

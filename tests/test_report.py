@@ -4,8 +4,7 @@ import json
 import types
 
 import pytest
-
-from experiments.report import ReportError, load_result, main
+from mrclab.experiments.report import ReportError, load_result, main
 
 
 def make_result(folder, transport, mbps):
@@ -40,6 +39,6 @@ def test_report_compares_and_plots(tmp_path, capsys):
 def test_report_refuses_a_folder_that_is_not_a_result(tmp_path):
     with pytest.raises(ReportError, match="not a results folder"):
         load_result(tmp_path)
-    from experiments.cli import main as mrclab
+    from mrclab.cli.main import main as mrclab
 
     assert mrclab(["report", str(tmp_path)]) == 2  # one line through the command line's error boundary

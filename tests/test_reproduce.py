@@ -5,13 +5,12 @@ import json
 import zlib
 
 import pytest
-
-from experiments.collectives import CollectiveRun, iterations, summary
-from experiments.metrics import RunData
-from experiments.reproduce import ORDER, report_md
-from experiments.scenario import SCENARIO_DIR, ScenarioError, load_scenario, parse_scenario
-from experiments.sweep import judge, point
-from traffic.collective import bus_factor, expected_result
+from mrclab.experiments.collectives import CollectiveRun, iterations, summary
+from mrclab.experiments.metrics import RunData
+from mrclab.experiments.reproduce import ORDER, report_md
+from mrclab.experiments.scenario import SCENARIO_DIR, ScenarioError, load_scenario, parse_scenario
+from mrclab.experiments.sweep import judge, point
+from mrclab.traffic.collective import bus_factor, expected_result
 
 RANKS = ("h0", "h4", "h1", "h5")
 
@@ -108,8 +107,8 @@ def test_every_paper_scenario_is_in_the_reproduce_table_and_the_report_has_a_row
 
 @pytest.mark.root
 def test_reproduce_quick_on_linux_runs_the_whole_table_and_writes_its_report(tmp_path, no_leftovers):
-    from controller.fabric import missing_features
-    from experiments.reproduce import reproduce
+    from mrclab.controller.fabric import missing_features
+    from mrclab.experiments.reproduce import reproduce
 
     if missing_features("linux"):
         pytest.skip(f"the linux data plane lacks {missing_features('linux')}")

@@ -5,9 +5,8 @@ import csv
 import json
 
 import pytest
-
-from experiments import runner
-from experiments.scenario import load_scenario
+from mrclab.experiments import runner
+from mrclab.experiments.scenario import load_scenario
 
 pytestmark = pytest.mark.root
 

@@ -5,9 +5,8 @@ import copy
 
 import pytest
 import yaml
-
-from experiments.runner import RunRefused, choose_dataplane
-from experiments.scenario import SCENARIO_DIR, ScenarioError, load_scenario, parse_scenario
+from mrclab.experiments.runner import RunRefused, choose_dataplane
+from mrclab.experiments.scenario import SCENARIO_DIR, ScenarioError, load_scenario, parse_scenario
 
 BASE = yaml.safe_load((SCENARIO_DIR / "quickstart.yaml").read_text())
 
@@ -79,11 +78,11 @@ def test_flap_expands_into_downs_and_ups():
 
 
 def test_gray_loss_is_refused_on_linux_without_its_ebpf_program_before_anything_starts(monkeypatch):
-    import controller.bpf
+    from mrclab.controller import bpf
 
     s = load_scenario("ev-loss", dataplane="linux")
-    assert choose_dataplane(s) == "linux" or controller.bpf.bpf_missing()  # with clang and libbpf: runs
-    monkeypatch.setattr(controller.bpf, "bpf_missing", lambda: "clang is not installed")
+    assert choose_dataplane(s) == "linux" or bpf.bpf_missing()  # with clang and libbpf: runs
+    monkeypatch.setattr(bpf, "bpf_missing", lambda: "clang is not installed")
     with pytest.raises(RunRefused, match=r"linux data plane cannot do gray_loss \(clang is not installed\).*ev_loss"):
         choose_dataplane(s)
 

@@ -1,8 +1,7 @@
 """Fabric spec validation: every impossible spec is refused naming the field and the allowed range."""
 
 import pytest
-
-from topologies.spec import DEFAULT_TOPO, ClosSpec, SpecError, load_spec
+from mrclab.topologies.spec import DEFAULT_TOPO, ClosSpec, SpecError, load_spec
 
 
 def test_default_lab_fabric_shape():

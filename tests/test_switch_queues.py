@@ -12,13 +12,12 @@ import time
 from pathlib import Path
 
 import pytest
-
-from controller.fabric import Fabric
-from controller.queues import QueueSettings, mbps_to_pps
-from topologies.spec import ClosSpec
-from traffic import headers as H
-from traffic.packet import Pkt, rkey_for
-from traffic.wire import Wire, frame_bytes
+from mrclab.controller.fabric import Fabric
+from mrclab.controller.queues import QueueSettings, mbps_to_pps
+from mrclab.topologies.spec import ClosSpec
+from mrclab.traffic import headers as H
+from mrclab.traffic.packet import Pkt, rkey_for
+from mrclab.traffic.wire import Wire, frame_bytes
 
 pytestmark = [pytest.mark.root]
 DATAPLANES = [pytest.param("bmv2", marks=pytest.mark.bmv2), "linux"]
@@ -28,7 +27,7 @@ PAYLOAD = 1024
 
 
 def needs_queues(dp: str) -> None:
-    from controller.fabric import missing_features
+    from mrclab.controller.fabric import missing_features
 
     if why := missing_features(dp).get("congestion"):
         pytest.skip(f"{dp} has no switch queues here: {why}")
@@ -82,7 +81,7 @@ class Capture:
 def blast(fab, src: str, frames: list[bytes], rate_pps: float, duration_s: float, tmp: Path) -> subprocess.Popen:
     f = tmp / f"{src}.frames"
     f.write_text("\n".join(x.hex() for x in frames))
-    return subprocess.Popen(["ip", "netns", "exec", fab.netns(src), sys.executable, "-m", "bench.blast", "--iface",
+    return subprocess.Popen(["ip", "netns", "exec", fab.netns(src), sys.executable, "-m", "mrclab.bench.blast", "--iface",
                              f"{src}-eth0", "--frames", str(f), "--rate", str(rate_pps), "--duration", str(duration_s)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
 
@@ -183,7 +182,7 @@ def test_gray_loss_drops_its_share(dp, tmp_path):
 def test_ev_loss_hits_only_that_evs_path(dp, tmp_path):
     """Two EVs from h0 to h2 through different T1s; the ``ev_loss`` fault (experiments/faults.py)
     on one: it loses about its rate, the other nothing."""
-    from experiments.faults import FAULTS
+    from mrclab.experiments.faults import FAULTS
 
     needs_queues(dp)
     rate = 0.5 * mbps_to_pps(16.0)  # each path at a quarter of its uplink's rate: no queue

@@ -8,13 +8,12 @@ import pytest
 from channel import Channel
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mrclab.traffic import headers as H
+from mrclab.traffic.receiver import SACK_COALESCE_MAX, MrcReceiver
+from mrclab.traffic.sender import make_sender
+from mrclab.traffic.settings import TransportSettings
+from mrclab.traffic.wire import Wire, frame_bytes
 from transport_sim import PLAN, delivered_intact, reverse_evs, run
-
-from traffic import headers as H
-from traffic.receiver import SACK_COALESCE_MAX, MrcReceiver
-from traffic.sender import make_sender
-from traffic.settings import TransportSettings
-from traffic.wire import Wire, frame_bytes
 
 messages_st = st.lists(st.integers(0, 9000), min_size=1, max_size=6).flatmap(
     lambda sizes: st.tuples(*[st.binary(min_size=n, max_size=n) for n in sizes]))
@@ -181,7 +180,7 @@ def test_plane_shares_stay_equal_under_retirements():
 
 
 def test_denied_evs_are_never_used():
-    from topologies.addressing import make_ev
+    from mrclab.topologies.addressing import make_ev
 
     deny = frozenset({make_ev(1, 0)})
     import itertools
@@ -306,7 +305,7 @@ class OnTheWire(Channel):
 def test_psns_wrap_at_24_bits_without_losing_or_repeating_a_message(ch, before):
     # the wire carries 24-bit PSNs (BTH): both ends extend them to full PSNs, the receiver nearest to
     # its cum_psn, the sender at or below its next PSN. Start `before` PSNs short of the wrap.
-    from traffic.packet import PSN_MOD
+    from mrclab.traffic.packet import PSN_MOD
 
     start = PSN_MOD - before
 

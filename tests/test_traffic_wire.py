@@ -8,16 +8,15 @@ import zlib
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mrclab.topologies.addressing import AddressPlan, make_ev
+from mrclab.topologies.spec import load_spec
+from mrclab.traffic import headers as H
+from mrclab.traffic.host import HostStack
+from mrclab.traffic.packet import Pkt
+from mrclab.traffic.region import message_source
+from mrclab.traffic.settings import TransportSettings
+from mrclab.traffic.wire import Wire, frame_bytes
 from scapy.layers.l2 import Ether
-
-from topologies.addressing import AddressPlan, make_ev
-from topologies.spec import load_spec
-from traffic import headers as H
-from traffic.host import HostStack
-from traffic.packet import Pkt
-from traffic.region import message_source
-from traffic.settings import TransportSettings
-from traffic.wire import Wire, frame_bytes
 
 PLAN = AddressPlan(load_spec())
 S = TransportSettings(payload_bytes=512, window_packets=16, region_bytes=1 << 16)
@@ -179,7 +178,7 @@ def test_unknown_qp_and_out_of_window_are_counted():
 
 
 def test_reverse_evs_through_a_dead_path_leave_the_rotation_and_come_back():
-    from topologies.addressing import ev_from_wire, ev_plane, ev_t1
+    from mrclab.topologies.addressing import ev_from_wire, ev_plane, ev_t1
 
     a = HostStack(PLAN, "h0", S, seed=1)
     b = HostStack(PLAN, "h2", S, seed=2)

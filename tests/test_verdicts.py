@@ -5,16 +5,15 @@ mechanisms switched off. The verdict functions themselves on hand-made runs (no 
 import math
 
 import pytest
-
-from controller.fabric import available
-from experiments.fabricstate import FabricTimeline
-from experiments.faults import Fault, roce_path
-from experiments.metrics import RunData
-from experiments.scenario import SCENARIO_DIR, load_scenario
-from experiments.verdicts import capacity_ratio, false_retirements, retire_time_rtts, revival_s
-from topologies.addressing import AddressPlan, make_ev
-from topologies.nodes import toolchain_missing
-from traffic.settings import TransportSettings
+from mrclab.controller.fabric import available
+from mrclab.experiments.fabricstate import FabricTimeline
+from mrclab.experiments.faults import Fault, roce_path
+from mrclab.experiments.metrics import RunData
+from mrclab.experiments.scenario import SCENARIO_DIR, load_scenario
+from mrclab.experiments.verdicts import capacity_ratio, false_retirements, retire_time_rtts, revival_s
+from mrclab.topologies.addressing import AddressPlan, make_ev
+from mrclab.topologies.nodes import toolchain_missing
+from mrclab.traffic.settings import TransportSettings
 
 SHIPPED = sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
 
@@ -132,7 +131,7 @@ COMPRESS_TO_S = 14.0
 @pytest.mark.parametrize("name,dp,off", _cases())
 def test_scenario_passes_as_shipped_and_fails_with_each_mechanism_it_demonstrates_off(name, dp, off, tmp_path,
                                                                                          no_leftovers):
-    from experiments import runner
+    from mrclab.experiments import runner
 
     scn = load_scenario(name, duration_s=COMPRESS_TO_S, dataplane=dp, settings={off: False} if off else None)
     m = runner.run(scn, tmp_path, live=False)

@@ -24,15 +24,14 @@ from pathlib import Path
 
 import pytest
 import yaml
+from mrclab.topologies.addressing import AddressPlan
+from mrclab.topologies.spec import load_spec
+from mrclab.traffic import headers as H
+from mrclab.traffic.packet import Pkt
+from mrclab.traffic.wire import Wire, frame_bytes
 from scapy.layers.l2 import Ether
 from scapy.utils import rdpcap, wrpcap
 from test_congestion import _switch_trim  # what a trimming switch does to a data packet
-
-from topologies.addressing import AddressPlan
-from topologies.spec import load_spec
-from traffic import headers as H
-from traffic.packet import Pkt
-from traffic.wire import Wire, frame_bytes
 
 ROOT = Path(__file__).resolve().parent.parent
 LUA = ROOT / "traffic" / "wireshark" / "mrc.lua"
@@ -296,8 +295,8 @@ def _read(p: Path) -> str:
 
 def _transfer(fab, tmp: Path, transport: str, qp, timeout: float = 60.0) -> None:
     """h0 sends ``qp`` to h2 with endpoint processes in the namespaces; returns when h0 is done."""
-    from traffic import contract as C
-    from traffic.settings import TransportSettings
+    from mrclab.traffic import contract as C
+    from mrclab.traffic.settings import TransportSettings
 
     tmp.mkdir()
     topo = tmp / "fabric.yaml"
@@ -310,7 +309,7 @@ def _transfer(fab, tmp: Path, transport: str, qp, timeout: float = 60.0) -> None
                                    telemetry_path=str(tmp / f"{host}.jsonl"), telemetry_interval_s=0.1)
             (tmp / f"{host}.json").write_text(cfg.to_json())
             with open(tmp / f"{host}.err", "w") as err:  # the child keeps its own descriptor
-                procs[host] = fab.emu.popen(host, [sys.executable, "-m", "traffic.endpoint", "--config",
+                procs[host] = fab.emu.popen(host, [sys.executable, "-m", "mrclab.traffic.endpoint", "--config",
                                                    str(tmp / f"{host}.json")], stdout=subprocess.DEVNULL, stderr=err)
             if host == "h2":  # the receiver's sockets must be open before the first packet
                 deadline = time.monotonic() + 20
@@ -329,12 +328,12 @@ def _transfer(fab, tmp: Path, transport: str, qp, timeout: float = 60.0) -> None
 @pytest.mark.root
 @needs_tshark
 def test_a_capture_of_mrc_and_roce_transfers_dissects_as_the_decoder_reads_it(tmp_path, no_leftovers):
-    from controller.fabric import Fabric
-    from traffic import contract as C
+    from mrclab.controller.fabric import Fabric
+    from mrclab.traffic import contract as C
 
     if shutil.which("tcpdump") is None:
         pytest.skip("needs tcpdump")
-    from experiments.captures import Captures
+    from mrclab.experiments.captures import Captures
 
     with Fabric(load_spec(), "linux") as fab:
         ports = [f"h2-eth{p}" for p in range(fab.spec.planes)]

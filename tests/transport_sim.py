@@ -7,16 +7,15 @@ import random
 from dataclasses import dataclass
 
 from channel import Channel
-
-from topologies.addressing import AddressPlan, make_ev
-from topologies.spec import load_spec
-from traffic import headers as H
-from traffic.contract import event_fields
-from traffic.receiver import MrcReceiver, probe_reply
-from traffic.region import RegionRing
-from traffic.roce import RoceReceiver, RoceSender, ecmp_ev
-from traffic.sender import make_sender
-from traffic.settings import TransportSettings
+from mrclab.topologies.addressing import AddressPlan, make_ev
+from mrclab.topologies.spec import load_spec
+from mrclab.traffic import headers as H
+from mrclab.traffic.contract import event_fields
+from mrclab.traffic.receiver import MrcReceiver, probe_reply
+from mrclab.traffic.region import RegionRing
+from mrclab.traffic.roce import RoceReceiver, RoceSender, ecmp_ev
+from mrclab.traffic.sender import make_sender
+from mrclab.traffic.settings import TransportSettings
 
 PLAN = AddressPlan(load_spec())
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from topologies.spec import ClosSpec, SpecError, parse_switch, t0_name, t1_name
+from mrclab.topologies.spec import ClosSpec, SpecError, parse_switch, t0_name, t1_name
 
 TIER_T0 = 0b01
 TIER_T1 = 0b10

@@ -17,11 +17,10 @@ from pathlib import Path
 from mininet.link import Link
 from mininet.log import setLogLevel
 from mininet.net import Mininet
-
-from topologies.addressing import AddressPlan
-from topologies.cleanup import RunState, cleanup_run, list_netns, live_runs, stop_processes
-from topologies.errors import NotAvailable
-from topologies.nodes import (
+from mrclab.topologies.addressing import AddressPlan
+from mrclab.topologies.cleanup import RunState, cleanup_run, list_netns, live_runs, stop_processes
+from mrclab.topologies.errors import NotAvailable
+from mrclab.topologies.nodes import (
     SID_DEV,
     Bmv2Switch,
     EmulationError,
@@ -32,7 +31,7 @@ from topologies.nodes import (
     need_root,
     toolchain_missing,
 )
-from topologies.spec import ClosSpec
+from mrclab.topologies.spec import ClosSpec
 
 DATAPLANES = ("bmv2", "linux")
 #: Every emulated link carries jumbo frames, so 8 KiB payloads plus MRC's 158 bytes of headers (with IMM) fit.

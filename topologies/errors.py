@@ -1,6 +1,6 @@
 """Every error a user of mrclab can cause, under one base class that carries the exit code.
 
-``mrclab`` catches :class:`MrclabError` once (``experiments/cli.py``) and prints its message as one
+``mrclab`` catches :class:`MrclabError` once (``cli/main.py``) and prints its message as one
 line on stderr, never a traceback. Each module raises the subclass that says what went wrong:
 
 * :class:`BadInput` (exit 2): a file or option that cannot be used: a spec, a scenario, an endpoint

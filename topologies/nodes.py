@@ -22,10 +22,9 @@ import time
 from pathlib import Path
 
 from mininet.node import Host, Switch
-
-from topologies.cleanup import netns_name
-from topologies.errors import NotAvailable, RunFailed
-from topologies.spec import ClosSpec
+from mrclab.topologies.cleanup import netns_name
+from mrclab.topologies.errors import NotAvailable, RunFailed
+from mrclab.topologies.spec import ClosSpec
 
 BMV2_BINARY = "simple_switch_grpc"
 #: Device that anchors a linux switch's SRv6 SIDs: a veth pair local to the namespace (this kernel

@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from topologies.errors import BadInput
+from mrclab.topologies.errors import BadInput
 
 T = TypeVar("T")
 _TYPE_WORDS = {int: "an integer", float: "a number", str: "a string", bool: "true or false", list: "a list",

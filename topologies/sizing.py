@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from topologies.spec import MAX_HOSTS, MAX_INDEX, MAX_PLANES
+from mrclab.topologies.spec import MAX_HOSTS, MAX_INDEX, MAX_PLANES
 
 
 @dataclass(frozen=True)

@@ -26,9 +26,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-
-from topologies.errors import BadInput
-from topologies.schema import Problems, check_mapping, field_rules, rule
+from mrclab.topologies.errors import BadInput
+from mrclab.topologies.schema import Problems, check_mapping, field_rules, rule
 
 #: The default fabric shipped with the project (issue 2): 4 planes, 2 T0 groups, 2 T1 per plane,
 #: 2 hosts per T0 group -> 4 hosts, 16 switches.

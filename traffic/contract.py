@@ -21,11 +21,11 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from topologies.errors import BadInput
-from topologies.schema import Problems, build, check_mapping, field_rules, rule
-from traffic.evs import EvState
-from traffic.settings import TransportSettings
-from traffic.stats import ReceiverStats, SenderStats
+from mrclab.topologies.errors import BadInput
+from mrclab.topologies.schema import Problems, build, check_mapping, field_rules, rule
+from mrclab.traffic.evs import EvState
+from mrclab.traffic.settings import TransportSettings
+from mrclab.traffic.stats import ReceiverStats, SenderStats
 
 #: Bumped whenever a field changes meaning or goes away.
 VERSION = 4
@@ -70,7 +70,7 @@ class CollectiveConfig:
 
 @dataclass(frozen=True)
 class EndpointConfig:
-    """Everything one endpoint process needs (``python -m traffic.endpoint --config FILE``).
+    """Everything one endpoint process needs (``python -m mrclab.traffic.endpoint --config FILE``).
 
     ``topo``: path of the fabric YAML; ``host``: this host; ``seed`` seeds the EV draws and the
     message contents; ``denylist``: EVs this host must not use (DENIED); ``start_at_wall``: the

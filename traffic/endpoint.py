@@ -1,6 +1,6 @@
 """The MRC endpoint process: one per host, inside the host's network namespace.
 
-    python -m traffic.endpoint --config CONFIG.json
+    python -m mrclab.traffic.endpoint --config CONFIG.json
 
 The config is a :class:`traffic.contract.EndpointConfig` (the runner writes it); the endpoint writes
 the telemetry records of :mod:`traffic.contract` to ``telemetry_path``: ``start`` once its sockets
@@ -26,14 +26,14 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-from topologies.addressing import AddressPlan
-from topologies.errors import BadInput
-from topologies.spec import load_spec
-from traffic import contract as C
-from traffic.collective import Collective, Iteration
-from traffic.host import HostStack
-from traffic.region import message_source
-from traffic.transport import Sender
+from mrclab.topologies.addressing import AddressPlan
+from mrclab.topologies.errors import BadInput
+from mrclab.topologies.spec import load_spec
+from mrclab.traffic import contract as C
+from mrclab.traffic.collective import Collective, Iteration
+from mrclab.traffic.host import HostStack
+from mrclab.traffic.region import message_source
+from mrclab.traffic.transport import Sender
 
 ETH_P_ALL = 0x0003
 PACKET_IGNORE_OUTGOING = 23

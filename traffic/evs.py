@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from topologies.addressing import AddressPlan, ev_plane, make_ev
+from mrclab.topologies.addressing import AddressPlan, ev_plane, make_ev
 
 
 class EvState(StrEnum):

@@ -20,19 +20,19 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from topologies.addressing import AddressPlan, ev_plane, make_ev
-from traffic import headers as H
-from traffic.contract import Event, PortsChanged, ReverseEvChanged
-from traffic.evs import EvState
-from traffic.packet import Pkt
-from traffic.ports import ALL_UP
-from traffic.probes import ProbeScheduler
-from traffic.receiver import MrcReceiver, probe_reply
-from traffic.roce import RoceReceiver, RoceSender, ecmp_ev
-from traffic.sender import make_sender
-from traffic.settings import TransportSettings
-from traffic.transport import Receiver, Sender
-from traffic.wire import Wire
+from mrclab.topologies.addressing import AddressPlan, ev_plane, make_ev
+from mrclab.traffic import headers as H
+from mrclab.traffic.contract import Event, PortsChanged, ReverseEvChanged
+from mrclab.traffic.evs import EvState
+from mrclab.traffic.packet import Pkt
+from mrclab.traffic.ports import ALL_UP
+from mrclab.traffic.probes import ProbeScheduler
+from mrclab.traffic.receiver import MrcReceiver, probe_reply
+from mrclab.traffic.roce import RoceReceiver, RoceSender, ecmp_ev
+from mrclab.traffic.sender import make_sender
+from mrclab.traffic.settings import TransportSettings
+from mrclab.traffic.transport import Receiver, Sender
+from mrclab.traffic.wire import Wire
 
 _DATA_OPS = (H.OP_WRITE, H.OP_WRITE_IMM)
 #: Receivers one host creates at most (one per (peer, QP) that sends to it).

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from traffic import headers as H
-from traffic.region import RegionRing
-from traffic.settings import TransportSettings
-from traffic.stats import SenderStats
+from mrclab.traffic import headers as H
+from mrclab.traffic.region import RegionRing
+from mrclab.traffic.settings import TransportSettings
+from mrclab.traffic.stats import SenderStats
 
 
 class Outbox:

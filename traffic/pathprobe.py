@@ -25,12 +25,11 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from mrclab.topologies.addressing import AddressPlan, Path, ev_to_wire
 from pyroute2 import netns as pr_netns
 from scapy.layers.inet import UDP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
-
-from topologies.addressing import AddressPlan, Path, ev_to_wire
 
 ETH_P_IPV6 = 0x86DD
 PROBE_UDP_PORT = 4792

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from traffic import headers as H
-from traffic.contract import Event, MessageCorrupt, Trimmed
-from traffic.packet import PSN_MOD, SACK_BITMAP_BITS, Pkt, rkey_for
-from traffic.ports import ALL_UP
-from traffic.region import ReceiveRegion
-from traffic.settings import TransportSettings
-from traffic.stats import ReceiverStats
+from mrclab.traffic import headers as H
+from mrclab.traffic.contract import Event, MessageCorrupt, Trimmed
+from mrclab.traffic.packet import PSN_MOD, SACK_BITMAP_BITS, Pkt, rkey_for
+from mrclab.traffic.ports import ALL_UP
+from mrclab.traffic.region import ReceiveRegion
+from mrclab.traffic.settings import TransportSettings
+from mrclab.traffic.stats import ReceiverStats
 
 #: A receiver never holds more than this many arrivals unacknowledged while it works through a
 #: receive batch: half the SACK bitmap, so one SACK still reports every arrival above cum_psn when

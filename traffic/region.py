@@ -13,8 +13,8 @@ import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from traffic import headers as H
-from traffic.stats import ReceiverStats
+from mrclab.traffic import headers as H
+from mrclab.traffic.stats import ReceiverStats
 
 #: Messages a receiver assembles at once beyond the next one to complete (an MSN window).
 MSN_WINDOW = 4096

@@ -19,17 +19,17 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable, Iterator
 
-from topologies.addressing import AddressPlan
-from traffic import headers as H
-from traffic.contract import Event, Nacked, TimedOut
-from traffic.dcqcn import Dcqcn, Pacer
-from traffic.evs import EvState
-from traffic.packet import PSN_MOD, Pkt, psn_near, rkey_for
-from traffic.receiver import MrcReceiver
-from traffic.region import RegionRing
-from traffic.rtt import RttEstimator
-from traffic.settings import TransportSettings
-from traffic.stats import SenderStats
+from mrclab.topologies.addressing import AddressPlan
+from mrclab.traffic import headers as H
+from mrclab.traffic.contract import Event, Nacked, TimedOut
+from mrclab.traffic.dcqcn import Dcqcn, Pacer
+from mrclab.traffic.evs import EvState
+from mrclab.traffic.packet import PSN_MOD, Pkt, psn_near, rkey_for
+from mrclab.traffic.receiver import MrcReceiver
+from mrclab.traffic.region import RegionRing
+from mrclab.traffic.rtt import RttEstimator
+from mrclab.traffic.settings import TransportSettings
+from mrclab.traffic.stats import SenderStats
 
 
 def ecmp_ev(plan: AddressPlan, src: str, dst: str, qp: int, seed: int) -> int:

@@ -12,7 +12,7 @@ timer come down.
 
 from __future__ import annotations
 
-from traffic.settings import TransportSettings
+from mrclab.traffic.settings import TransportSettings
 
 #: Half-life (s) of the RTT peak under the retransmission timer: a few RTTs of a full queue in this
 #: lab, so a dead path is still found within a few RTTs.

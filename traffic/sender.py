@@ -34,18 +34,18 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from topologies.addressing import AddressPlan
-from traffic import headers as H
-from traffic.cc import FixedWindow, Nscc
-from traffic.contract import Event, EvStateChanged, GapFound, Nacked, PacketLost, PlaneChanged, TimedOut
-from traffic.evs import EvSet, EvState
-from traffic.outbox import Outbox
-from traffic.packet import SACK_BITMAP_BITS, Pkt, psn_at_or_below, rkey_for
-from traffic.ports import PortState
-from traffic.probes import ProbeScheduler
-from traffic.rtt import RttEstimator
-from traffic.settings import TransportSettings
-from traffic.stats import SenderStats
+from mrclab.topologies.addressing import AddressPlan
+from mrclab.traffic import headers as H
+from mrclab.traffic.cc import FixedWindow, Nscc
+from mrclab.traffic.contract import Event, EvStateChanged, GapFound, Nacked, PacketLost, PlaneChanged, TimedOut
+from mrclab.traffic.evs import EvSet, EvState
+from mrclab.traffic.outbox import Outbox
+from mrclab.traffic.packet import SACK_BITMAP_BITS, Pkt, psn_at_or_below, rkey_for
+from mrclab.traffic.ports import PortState
+from mrclab.traffic.probes import ProbeScheduler
+from mrclab.traffic.rtt import RttEstimator
+from mrclab.traffic.settings import TransportSettings
+from mrclab.traffic.stats import SenderStats
 
 EventSink = Callable[[Event], None]
 

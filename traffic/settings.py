@@ -9,8 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from topologies.errors import BadInput
-from topologies.schema import Problems, build, rule
+from mrclab.topologies.errors import BadInput
+from mrclab.topologies.schema import Problems, build, rule
 
 #: Largest payload a data packet carries: jumbo frames of 9000 bytes hold 8 KiB plus the headers.
 MAX_PAYLOAD_BYTES = 8192

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from traffic.evs import EvState
-from traffic.packet import Pkt
-from traffic.stats import ReceiverStats, SenderStats
+from mrclab.traffic.evs import EvState
+from mrclab.traffic.packet import Pkt
+from mrclab.traffic.stats import ReceiverStats, SenderStats
 
 
 class Sender(Protocol):

@@ -14,13 +14,12 @@ from __future__ import annotations
 
 import struct
 
+from mrclab.topologies.addressing import AddressPlan
+from mrclab.traffic import headers as H
+from mrclab.traffic.packet import Pkt
 from scapy.layers.inet import UDP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
-
-from topologies.addressing import AddressPlan
-from traffic import headers as H
-from traffic.packet import Pkt
 
 _U32 = struct.Struct("!I")
 _crc32 = H.crc32

@@ -4,7 +4,8 @@
 # Builds and installs into a prefix (default /usr/local):
 #   PI                p4lang/PI               v0.1.2     (--with-proto: P4Runtime gRPC server)
 #   behavioral-model  p4lang/behavioral-model 1.15.5     (--with-pi --with-thrift: simple_switch,
-#                                                         simple_switch_grpc, simple_switch_CLI)
+#                                                         simple_switch_grpc, simple_switch_CLI),
+#                                                         twice: a forwarding and a logging build
 #   p4c               p4lang/p4c              v1.2.4.8   (bmv2 backend + p4test, `p4c` driver)
 # with the P4Runtime protos from p4lang/p4runtime at the exact commits PI and p4c pin
 # (PI v0.1.2 submodule: ec4eb5ef, p4c v1.2.4.8 FetchContent: 1e771c4e; both are between the
@@ -18,6 +19,27 @@
 # the local p4runtime clone (FETCHCONTENT_FULLY_DISCONNECTED) with Debian's protobuf; p4c's
 # backends that fetch more (ebpf, ubpf, p4tc, dpdk, graphs, p4tools, gtests) are switched off.
 #
+# BMv2 is built twice from the pinned source, each build in its own fresh copy of the tree:
+#   forwarding  PREFIX/bin/simple_switch_grpc, simple_switch, simple_switch_CLI: the ones on PATH,
+#               the ones mrclab runs. Configured as p4lang's docs/performance.md says for the
+#               highest throughput: 'CXXFLAGS=-g -O3' 'CFLAGS=-g -O3' --disable-logging-macros
+#               --disable-elogger. With the logging macros compiled in, every packet pays for its
+#               debug and trace lines whatever --log-level says: their arguments are formatted
+#               before the level is looked at, so every table lookup formats its key (and a hit its
+#               entry) for a log nobody reads. The nanomsg event logger (--nanolog) goes with them.
+#   logging     PREFIX/lib/mrclab/bmv2-logging/bin/simple_switch_grpc (and simple_switch,
+#               simple_switch_CLI there): p4lang's default flags (-g -O2, logging macros and
+#               event logger on), for debugging a P4 program (--log-console, --log-level trace,
+#               --nanolog). Run it by its full path. It is a prefix of its own: its libraries
+#               (libbmpi, libsimpleswitch_*, libruntimestubs, ...) have the same names as the
+#               forwarding build's in PREFIX/lib, so they are not in ld.so.conf and are found by
+#               the rpath (DT_RPATH, which also covers libraries loaded by libraries) of its
+#               binaries and libraries. Both builds share PI from PREFIX/lib.
+# Both are configured with --disable-static (libtool compiles each file once, not twice) and make
+# and install only what mrclab runs: simple_switch, simple_switch_grpc, simple_switch_CLI and
+# runtime_CLI (Thrift, Python) with the libraries they need, and the headers; not psa_switch,
+# pna_nic, simple_router, l2_switch, bm_apps nor any test.
+#
 # Options:
 #   --git-base TEMPLATE  clone URL template; {name} becomes the repository name (PI,
 #                        behavioral-model, p4c, p4runtime, gnmi) and {owner} its GitHub owner
@@ -25,17 +47,20 @@
 #                        Default: https://github.com/p4lang/{name}
 #   --gnmi-url URL       where to clone openconfig/gnmi from. Default: --git-base if it has
 #                        {owner}, else https://github.com/openconfig/gnmi
-#   --prefix DIR         install prefix (default /usr/local)
+#   --prefix DIR         install prefix (default /usr/local); the logging BMv2 goes to
+#                        PREFIX/lib/mrclab/bmv2-logging
 #   --workdir DIR        sources, build trees, logs and stamps (default /var/cache/mrclab-toolchain)
 #   --jobs N             parallel make jobs (default: nproc)
 #   --skip-deps          do not apt-get install the build dependencies
-#   --only STEP...       run only these steps (or groups: pi, bmv2, p4c), even if already done
+#   --only STEP...       run only these steps (or groups: pi, bmv2, bmv2-fwd, bmv2-log, p4c),
+#                        even if already done
 #   -h, --help           this help
 #
-# Steps: deps sources pi-configure pi-build bmv2-configure bmv2-build p4c-configure p4c-build
-# verify. Each step logs to WORKDIR/logs/<step>.log and leaves WORKDIR/stamps/<step>.done when it
-# succeeds; a rerun skips finished steps (rerunning a step invalidates the steps after it), so
-# after a failure fix the cause and run the same command again.
+# Steps: deps sources pi-configure pi-build bmv2-fwd-configure bmv2-fwd-build bmv2-log-configure
+# bmv2-log-build p4c-configure p4c-build verify. Each step logs to WORKDIR/logs/<step>.log and
+# leaves WORKDIR/stamps/<step>.done when it succeeds; a rerun skips finished steps (rerunning a
+# step invalidates the steps after it), so after a failure fix the cause and run the same command
+# again. The two BMv2 builds are made in WORKDIR/src/bmv2-forwarding and WORKDIR/src/bmv2-logging.
 #
 # It never puts toolchain code into the repository: everything goes to the workdir, which is
 # outside it by default, and to the prefix. Run as root (apt-get, make install, ldconfig).
@@ -65,8 +90,18 @@ readonly DEPS_P4C=(bison flex libfl-dev libgc-dev libboost-iostreams-dev)
 # Files left out of every checkout (not needed to build).
 readonly SPARSE_EXCLUDE=('*.pptx' '*.pdf')
 
-readonly STEPS=(deps sources pi-configure pi-build bmv2-configure bmv2-build p4c-configure
-  p4c-build verify)
+# BMv2: configure arguments of both builds, then of each; the subdirectories made (in this order)
+# and installed: only simple_switch, simple_switch_grpc, the CLIs and what they need.
+readonly BMV2_CONFIGURE=(--with-pi --with-thrift --disable-static)
+readonly BMV2_FWD_CONFIGURE=('CXXFLAGS=-g -O3' 'CFLAGS=-g -O3' --disable-logging-macros
+  --disable-elogger)
+readonly BMV2_MAKE_DIRS=(thrift_src proto src/BMI src/bm_sim src/bm_runtime PI services
+  targets/simple_switch targets/simple_switch_grpc tools)
+readonly BMV2_INSTALL_DIRS=(thrift_src include third_party/spdlog PI services
+  targets/simple_switch targets/simple_switch_grpc tools)
+
+readonly STEPS=(deps sources pi-configure pi-build bmv2-fwd-configure bmv2-fwd-build
+  bmv2-log-configure bmv2-log-build p4c-configure p4c-build verify)
 
 GIT_BASE='https://github.com/p4lang/{name}'
 GNMI_URL=''
@@ -114,6 +149,9 @@ WORKDIR=$(realpath -m "$WORKDIR")
 SRC=$WORKDIR/src
 LOGS=$WORKDIR/logs
 STAMPS=$WORKDIR/stamps
+BMV2_LOG_PREFIX=$PREFIX/lib/mrclab/bmv2-logging
+BMV2_FWD_TREE=$SRC/bmv2-forwarding
+BMV2_LOG_TREE=$SRC/bmv2-logging
 mkdir -p "$SRC" "$LOGS" "$STAMPS"
 
 # Expand the URL template for one repository.
@@ -198,6 +236,49 @@ install_ldconfig() {
   ldconfig
 }
 
+# A fresh copy of the pinned BMv2 checkout in DIR (p4lang: "do a fresh clone"), configured in
+# place for PREFIX with the common and the given arguments. The checkout itself is never built in,
+# so the two builds share no generated file (a VPATH build would: simple_switch_grpc's Makefile
+# finds bm/config.h in the source tree only).
+bmv2_configure() { # dir prefix configure-arg...
+  local dir=$1 prefix=$2
+  shift 2
+  # Leftovers of an in-tree build by an earlier version of this script must not be copied.
+  git -C "$SRC/behavioral-model" clean -fdxq
+  rm -rf "$dir"
+  cp -a "$SRC/behavioral-model" "$dir"
+  cd "$dir"
+  ./autogen.sh
+  ./configure --prefix="$prefix" "${BMV2_CONFIGURE[@]}" "$@"
+  grep -q '^#define THRIFT_ON' config.h || die "behavioral-model configured without Thrift"
+  grep -q '^build_old_libs=no' libtool || die "behavioral-model configured with static libraries"
+}
+
+# Make and install only the parts of BMv2 in BMV2_MAKE_DIRS / BMV2_INSTALL_DIRS.
+bmv2_build() { # dir
+  local d
+  for d in "${BMV2_MAKE_DIRS[@]}"; do
+    make -C "$1/$d" -j"$JOBS"
+  done
+  for d in "${BMV2_INSTALL_DIRS[@]}"; do
+    make -C "$1/$d" install
+  done
+}
+
+# Every library BIN needs is found, and each one whose name is in LIBDIR is loaded from LIBDIR.
+check_ldd() { # bin libdir
+  local bin=$1 libdir=$2 out name arrow path own=0
+  out=$(env -u LD_LIBRARY_PATH ldd "$bin") || die "ldd $bin failed"
+  [[ $out != *'not found'* ]] || die "$bin: libraries not found:"$'\n'"$out"
+  while read -r name arrow path _; do
+    [[ $arrow == '=>' && -e $libdir/$name ]] || continue
+    [[ $path -ef $libdir/$name ]] || die "$bin loads $name from $path, not from $libdir"
+    echo "  $name => $path"
+    own=$((own + 1))
+  done <<<"$out"
+  ((own > 0)) || die "$bin loads no library from $libdir"
+}
+
 fmt_secs() {
   local s=$1
   if ((s >= 3600)); then
@@ -259,19 +340,34 @@ step_pi_build() {
   install_ldconfig
 }
 
-step_bmv2_configure() {
-  cd "$SRC/behavioral-model"
-  ./autogen.sh
-  ./configure --prefix="$PREFIX" --with-pi --with-thrift
-  grep -q '^#define THRIFT_ON' config.h || die "behavioral-model configured without Thrift"
+step_bmv2_fwd_configure() {
+  bmv2_configure "$BMV2_FWD_TREE" "$PREFIX" "${BMV2_FWD_CONFIGURE[@]}"
+  ! grep -Eq '^#define (LOG_DEBUG_ON|LOG_TRACE_ON|ELOG_ON)' config.h ||
+    die "the forwarding build was configured with logging macros or the event logger"
 }
 
-step_bmv2_build() {
-  cd "$SRC/behavioral-model"
-  make -j"$JOBS"
-  make install
+step_bmv2_fwd_build() {
+  bmv2_build "$BMV2_FWD_TREE"
   install_ldconfig
   [[ -x $PREFIX/bin/simple_switch_grpc ]] || die "simple_switch_grpc was not installed"
+}
+
+step_bmv2_log_configure() {
+  # Its own lib first, for the links and libtool's relinks at install; DT_RPATH to it in every
+  # binary and library, so they never load the forwarding build's libraries in PREFIX/lib.
+  bmv2_configure "$BMV2_LOG_TREE" "$BMV2_LOG_PREFIX" \
+    "LDFLAGS=-L$BMV2_LOG_PREFIX/lib -Wl,-rpath,$BMV2_LOG_PREFIX/lib -Wl,--disable-new-dtags $LDFLAGS"
+  if ! grep -q '^#define LOG_DEBUG_ON' config.h || ! grep -q '^#define ELOG_ON' config.h; then
+    die "the logging build was configured without logging macros or the event logger"
+  fi
+}
+
+step_bmv2_log_build() {
+  # The prefix is this build's alone: nothing stale from an earlier install stays in it.
+  rm -rf "$BMV2_LOG_PREFIX"
+  bmv2_build "$BMV2_LOG_TREE"
+  [[ -x $BMV2_LOG_PREFIX/bin/simple_switch_grpc ]] ||
+    die "the logging simple_switch_grpc was not installed"
 }
 
 step_p4c_configure() {
@@ -294,6 +390,28 @@ step_p4c_build() {
   install_ldconfig
 }
 
+# One BMv2 build: its switches run and have Thrift, its CLI runs, its libraries are its own, and
+# its installed bm/config.h says whether the logging macros are in (yes|no).
+verify_bmv2() { # name bindir libdir includedir logging
+  local name=$1 bindir=$2 libdir=$3 includedir=$4 logging=$5 sw help has
+  echo "BMv2 $name build:"
+  for sw in simple_switch simple_switch_grpc; do
+    [[ -x $bindir/$sw ]] || die "$bindir/$sw missing"
+    # Not `| grep -q`: with pipefail, grep leaving early would fail the pipeline by SIGPIPE.
+    help=$("$bindir/$sw" --help 2>&1) || die "$bindir/$sw --help failed:"$'\n'"$help"
+    [[ $help == *--thrift-port* ]] || die "$bindir/$sw lacks --thrift-port"
+    echo "$bindir/$sw: --help lists --thrift-port"
+    check_ldd "$bindir/$sw" "$libdir"
+  done
+  "$SYS_PYTHON" "$bindir/simple_switch_CLI" --help >/dev/null ||
+    die "$bindir/simple_switch_CLI does not run with $SYS_PYTHON"
+  echo "$bindir/simple_switch_CLI: runs"
+  has=no
+  grep -q '^#define BM_LOG_DEBUG_ON' "$includedir/bm/config.h" && has=yes
+  [[ $has == "$logging" ]] || die "$includedir/bm/config.h: logging macros $has, expected $logging"
+  echo "$includedir/bm/config.h: logging macros $has"
+}
+
 step_verify() {
   hash -r
   local p4c sswitch_grpc ss_cli
@@ -302,14 +420,11 @@ step_verify() {
   ss_cli=$(command -v simple_switch_CLI) || die "simple_switch_CLI not on PATH"
   echo "p4c: $p4c"
   "$p4c" --version
-  echo "simple_switch_grpc: $sswitch_grpc"
-  # Not `| grep -q`: with pipefail, grep leaving early would fail the pipeline by SIGPIPE.
-  local help
-  help=$("$sswitch_grpc" --help 2>&1)
-  [[ $help == *--thrift-port* ]] || die "simple_switch_grpc lacks --thrift-port"
-  echo "  --help lists --thrift-port"
-  echo "simple_switch_CLI: $ss_cli"
-  "$SYS_PYTHON" "$ss_cli" --help >/dev/null || die "simple_switch_CLI does not run with $SYS_PYTHON"
+  echo "simple_switch_grpc on PATH: $sswitch_grpc, simple_switch_CLI on PATH: $ss_cli"
+  [[ $sswitch_grpc -ef $PREFIX/bin/simple_switch_grpc ]] ||
+    die "simple_switch_grpc on PATH is not the forwarding build's $PREFIX/bin/simple_switch_grpc"
+  verify_bmv2 forwarding "$PREFIX/bin" "$PREFIX/lib" "$PREFIX/include" no
+  verify_bmv2 logging "$BMV2_LOG_PREFIX/bin" "$BMV2_LOG_PREFIX/lib" "$BMV2_LOG_PREFIX/include" yes
   # A compile of a small v1model program with P4Runtime output, as mrclab does it.
   local t
   t=$(mktemp -d)
@@ -346,8 +461,10 @@ step_label() {
     sources) echo "sources: fetch pinned commits" ;;
     pi-configure) echo "PI $PI_REF: autogen + configure" ;;
     pi-build) echo "PI $PI_REF: make + install" ;;
-    bmv2-configure) echo "behavioral-model $BMV2_REF: autogen + configure" ;;
-    bmv2-build) echo "behavioral-model $BMV2_REF: make + install" ;;
+    bmv2-fwd-configure) echo "BMv2 $BMV2_REF forwarding: autogen + configure" ;;
+    bmv2-fwd-build) echo "BMv2 $BMV2_REF forwarding: make + install" ;;
+    bmv2-log-configure) echo "BMv2 $BMV2_REF logging: autogen + configure" ;;
+    bmv2-log-build) echo "BMv2 $BMV2_REF logging: make + install" ;;
     p4c-configure) echo "p4c $P4C_REF: cmake" ;;
     p4c-build) echo "p4c $P4C_REF: make + install" ;;
     verify) echo "verify" ;;
@@ -358,6 +475,8 @@ step_key() { # step
   case $1 in
     deps) echo "${DEPS_COMMON[*]} ${DEPS_PI[*]} ${DEPS_BMV2[*]} ${DEPS_P4C[*]}" ;;
     sources) echo "$PI_REF $BMV2_REF $P4C_REF $P4RUNTIME_PI_COMMIT $P4RUNTIME_P4C_COMMIT $GNMI_COMMIT" ;;
+    bmv2-fwd-*) echo "$PREFIX ${BMV2_CONFIGURE[*]} ${BMV2_FWD_CONFIGURE[*]} ${BMV2_MAKE_DIRS[*]}" ;;
+    bmv2-log-*) echo "$BMV2_LOG_PREFIX ${BMV2_CONFIGURE[*]} ${BMV2_MAKE_DIRS[*]}" ;;
     *-configure | *-build) echo "$PREFIX" ;;
     *) echo "" ;;
   esac
@@ -369,8 +488,9 @@ selected() { # step
     [[ $1 == deps && $SKIP_DEPS == 1 ]] && return 1
     return 0
   fi
+  # A group is a step name's prefix up to a dash: pi, bmv2, bmv2-fwd, bmv2-log, p4c.
   for s in "${ONLY[@]}"; do
-    [[ $s == "$1" || $s == "${1%%-*}" ]] && return 0
+    [[ $1 == "$s" || $1 == "$s"-* ]] && return 0
   done
   return 1
 }
@@ -378,8 +498,8 @@ selected() { # step
 if ((${#ONLY[@]})); then
   for o in "${ONLY[@]}"; do
     ok=0
-    for s in "${STEPS[@]}"; do [[ $o == "$s" || $o == "${s%%-*}" ]] && ok=1; done
-    ((ok)) || die "unknown step: $o (steps: ${STEPS[*]}; groups: pi bmv2 p4c)"
+    for s in "${STEPS[@]}"; do [[ $s == "$o" || $s == "$o"-* ]] && ok=1; done
+    ((ok)) || die "unknown step: $o (steps: ${STEPS[*]}; groups: pi bmv2 bmv2-fwd bmv2-log p4c)"
   done
 fi
 
@@ -454,5 +574,7 @@ echo "  total: $(fmt_secs $((SECONDS - total_start))) this run," \
   "$(fmt_secs "$steps_total") for all selected steps including earlier runs"
 if selected verify; then
   echo "  $(p4c --version 2>/dev/null | head -n 2 | tr '\n' ' ')"
-  echo "  simple_switch_grpc: $(command -v simple_switch_grpc), simple_switch_CLI: $(command -v simple_switch_CLI)"
+  echo "  forwarding BMv2 (on PATH): simple_switch_grpc: $(command -v simple_switch_grpc)," \
+    "simple_switch_CLI: $(command -v simple_switch_CLI)"
+  echo "  logging BMv2: $BMV2_LOG_PREFIX/bin/simple_switch_grpc"
 fi

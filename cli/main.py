@@ -1,13 +1,15 @@
-"""The ``mrclab`` command line.
+"""mrclab: emulate a multi-plane SRv6 Clos, run MRC (or RoCE) on it, break it and measure.
 
-    mrclab up     [--topo FILE] [--dataplane bmv2|linux] [--debug] [--no-cli]
-    mrclab probe  [--topo FILE] [--dataplane bmv2|linux] [--evidence] [--json FILE]
-    mrclab size   --ports N --planes P
-    mrclab shell  SWITCH
-    mrclab clean  [--force]
-    mrclab bench  fabric|endpoint|congestion
-    mrclab run    [SCENARIO] [--out DIR] [--duration S]
-    mrclab report RESULTS...
+    mrclab up        [--topo FILE] [--dataplane bmv2|linux] [--debug] [--no-cli]
+    mrclab probe     [--topo FILE] [--dataplane bmv2|linux] [--evidence] [--json FILE]
+    mrclab size      --ports N [--planes P]
+    mrclab shell     SWITCH
+    mrclab clean     [--force]
+    mrclab bench     fabric|endpoint|congestion [--dataplane bmv2|linux]
+    mrclab run       [SCENARIO] [--out DIR] [--duration S] [--dataplane D] [--transport mrc|roce] [--set K=V]
+    mrclab reproduce [--quick] [--dataplane D] [--only SCENARIO...] [--out DIR]
+    mrclab doctor
+    mrclab report    RESULTS...
 
 Exit codes: 0 success; 1 a run failed or a check did not hold (a path, an expectation); 2 bad
 input (the message says which file and field); 3 this machine cannot do it (not root, toolchain
@@ -26,13 +28,21 @@ import signal
 import sys
 from pathlib import Path
 
+from mrclab.bench import congestion as bench_congestion
+from mrclab.bench import endpoint as bench_endpoint
+from mrclab.bench import fabric as bench_fabric
+from mrclab.controller.fabric import Fabric
+from mrclab.experiments import doctor, report, reproduce, runner
+from mrclab.topologies.addressing import AddressPlan
+from mrclab.topologies.cleanup import clean, live_runs
+from mrclab.topologies.errors import BadInput, MrclabError, NotAvailable
+from mrclab.topologies.nodes import bmv2_device, bmv2_grpc_addr, default_dataplane, need_root, toolchain_missing
+from mrclab.topologies.sizing import size_clos
+from mrclab.topologies.spec import ClosSpec, load_spec
+from mrclab.traffic.pathprobe import implicate, probe_paths
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
-
-from topologies.errors import BadInput, MrclabError, NotAvailable
-from topologies.nodes import need_root
-from topologies.spec import load_spec
 
 console = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False)
@@ -63,7 +73,6 @@ def teardown_on_signals() -> dict:
 
 # ---- up -------------------------------------------------------------------------------------------
 def cmd_up(args) -> int:
-    from controller.fabric import Fabric
 
     spec = load_spec(args.topo)
     need_root("mrclab up")
@@ -89,7 +98,6 @@ def cmd_up(args) -> int:
 
 
 def _choose_dataplane(requested: str | None) -> str:
-    from topologies.nodes import default_dataplane, toolchain_missing
 
     if requested is None:
         dp = default_dataplane()
@@ -103,15 +111,11 @@ def _choose_dataplane(requested: str | None) -> str:
 
 # ---- probe ----------------------------------------------------------------------------------------
 def cmd_probe(args) -> int:
-    from topologies.addressing import AddressPlan
-    from topologies.cleanup import live_runs
-    from traffic.pathprobe import implicate, probe_paths
 
     need_root("mrclab probe")
     running = live_runs()
     if running and args.topo is None and args.dataplane is None:
         st = running[0]
-        from topologies.spec import ClosSpec
 
         spec = ClosSpec.from_dict(st.topo, source=f"{st.run_dir}/state.json")
         plan = AddressPlan(spec)
@@ -121,7 +125,6 @@ def cmd_probe(args) -> int:
         results = probe_paths(plan, lambda n: f"mrclab-{n}", timeout_s=args.timeout)
         return _report_probe(spec, results, implicate, args)
     spec = load_spec(args.topo)
-    from controller.fabric import Fabric
 
     dp = _choose_dataplane(args.dataplane)
     with Fabric(spec, dp, progress=_progress, watchdog=False) as fab:
@@ -172,7 +175,6 @@ def _report_probe(spec, results, implicate, args) -> int:
 
 # ---- size / clean / shell -------------------------------------------------------------------------
 def cmd_size(args) -> int:
-    from topologies.sizing import size_clos
 
     try:
         s = size_clos(args.ports, args.planes)
@@ -194,7 +196,6 @@ def cmd_size(args) -> int:
 
 
 def cmd_clean(args) -> int:
-    from topologies.cleanup import clean
 
     need_root("mrclab clean")
     removed = clean(force=args.force)
@@ -206,9 +207,6 @@ def cmd_clean(args) -> int:
 
 
 def cmd_shell(args) -> int:
-    from topologies.cleanup import live_runs
-    from topologies.nodes import bmv2_device, bmv2_grpc_addr
-    from topologies.spec import ClosSpec
 
     runs = [r for r in live_runs() if r.dataplane == "bmv2"]
     if not runs:
@@ -226,37 +224,24 @@ def cmd_shell(args) -> int:
 # ---- bench / run / report (experiments) -----------------------------------------------------------
 def cmd_bench(args) -> int:
     need_root(f"mrclab bench {args.what}")
-    if args.what == "fabric":
-        from bench.fabric import main as bench
-    elif args.what == "congestion":
-        from bench.congestion import main as bench
-    else:
-        from bench.endpoint import main as bench
-    return bench(args)
+    bench = {"fabric": bench_fabric, "congestion": bench_congestion, "endpoint": bench_endpoint}[args.what]
+    return bench.main(args)
 
 
 def cmd_run(args) -> int:
-    from experiments.runner import main as run_main
-
-    return run_main(args)
+    return runner.main(args)
 
 
 def cmd_reproduce(args) -> int:
-    from experiments.reproduce import main as reproduce_main
-
-    return reproduce_main(args)
+    return reproduce.main(args)
 
 
 def cmd_doctor(args) -> int:
-    from experiments.doctor import main as doctor_main
-
-    return doctor_main(args)
+    return doctor.main(args)
 
 
 def cmd_report(args) -> int:
-    from experiments.report import main as report_main
-
-    return report_main(args)
+    return report.main(args)
 
 
 class _Parser(argparse.ArgumentParser):
