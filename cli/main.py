@@ -33,6 +33,7 @@ from mrclab.bench import endpoint as bench_endpoint
 from mrclab.bench import fabric as bench_fabric
 from mrclab.controller.fabric import Fabric
 from mrclab.experiments import doctor, report, reproduce, runner
+from mrclab.experiments.expectations import metric_help
 from mrclab.topologies.addressing import AddressPlan
 from mrclab.topologies.cleanup import clean, live_runs
 from mrclab.topologies.errors import BadInput, MrclabError, NotAvailable
@@ -291,7 +292,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="data plane(s) to measure (default: every available one)")
     s.set_defaults(fn=cmd_bench)
 
-    s = sub.add_parser("run", help="run a failure-injection scenario (default: the quickstart)")
+    s = sub.add_parser("run", help="run a failure-injection scenario (default: the quickstart)",
+                       formatter_class=argparse.RawDescriptionHelpFormatter,
+                       epilog="metrics a scenario's expectations can bound (expect: [{metric: NAME, ...}]):\n"
+                              + metric_help())
     s.add_argument("scenario", nargs="?", help="scenario YAML or the name of a shipped one")
     s.add_argument("--out", help="results folder (default: results/<scenario>-<time>)")
     s.add_argument("--duration", type=float,

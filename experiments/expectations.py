@@ -1,14 +1,21 @@
-"""An expectation's value and verdict: one metric of a run (experiments/metrics.py for the
-definitions), bounded by the scenario's ``min`` / ``max``. The metrics live where their concept
-does: goodput, completion times and EV counts in :mod:`experiments.metrics`, what the faults left
-of the fabric in :mod:`experiments.verdicts`, a collective's figures in
-:mod:`experiments.collectives`; this module only dispatches, so none of them imports another's
-caller.
+"""The metric registry: every metric a scenario's expectation can bound, in one table.
+
+Each :class:`Metric` row names its arguments (required and optional, each an :class:`Arg` with its
+allowed values), the function that computes its value from a run, its unit and a one-line doc.
+The scenario validator (:func:`check_expectation`), the dispatcher (:func:`evaluate`), the command
+line's ``mrclab run --help`` (:func:`metric_help`) and the metric list in docs/design.md all read
+this table, and a test holds the docs to it: adding a metric is one row here and, if its value is a
+new concept, one function where that concept lives (goodput, completion times and EV counts in
+:mod:`mrclab.experiments.metrics`, what the faults left of the fabric in
+:mod:`mrclab.experiments.verdicts`, a collective's figures in :mod:`mrclab.experiments.collectives`).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 from mrclab.experiments import collectives, verdicts
 from mrclab.experiments.metrics import (
@@ -17,61 +24,224 @@ from mrclab.experiments.metrics import (
     ev_share,
     recovery_time_s,
     retired,
+    retransmit_fraction,
     window_mean,
     worst_qp_ratio,
 )
+from mrclab.topologies.spec import ClosSpec
+
+
+@dataclass(frozen=True)
+class ArgContext:
+    """What an argument is checked against: the scenario's duration (s) and fabric."""
+
+    duration_s: float
+    spec: ClosSpec
+
+
+@dataclass(frozen=True)
+class Arg:
+    """One argument of a metric: ``ok(value, context)`` says whether a value is allowed and
+    ``allowed(context)`` says, in words, what is."""
+
+    name: str
+    ok: Callable[[Any, ArgContext], bool]
+    allowed: Callable[[ArgContext], str]
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _window(v: Any, c: ArgContext) -> bool:
+    return isinstance(v, list) and len(v) == 2 and all(_number(x) for x in v) and 0 <= v[0] < v[1] <= c.duration_s
+
+
+PERCENTILES = (50, 90, 99, 99.9)
+COUNTERS = ("marked", "trimmed", "queue_full")  # the switch port counters (controller/queues.py)
+
+#: Every argument a metric may take, checked the same way whichever metric takes it.
+ARGS: dict[str, Arg] = {a.name: a for a in (
+    Arg("window", _window, lambda c: f"[start, end] within 0..duration_s ({c.duration_s:g})"),
+    Arg("baseline", _window, lambda c: f"[start, end] within 0..duration_s ({c.duration_s:g})"),
+    Arg("after", lambda v, c: _number(v) and 0 <= v <= c.duration_s,
+        lambda c: f"a time within 0..duration_s ({c.duration_s:g})"),
+    Arg("within_s", lambda v, c: _number(v) and v > 0, lambda c: "a number of seconds > 0"),
+    Arg("host", lambda v, c: v in c.spec.hosts(), lambda c: f"a host ({', '.join(c.spec.hosts())})"),
+    Arg("switch", lambda v, c: v in c.spec.switches(), lambda c: "a switch of the fabric (mrclab up lists them)"),
+    Arg("plane", lambda v, c: isinstance(v, int) and not isinstance(v, bool) and 0 <= v < c.spec.planes,
+        lambda c: f"0..{c.spec.planes - 1}"),
+    Arg("t1", lambda v, c: isinstance(v, int) and not isinstance(v, bool) and 0 <= v < c.spec.t1_per_plane,
+        lambda c: f"0..{c.spec.t1_per_plane - 1}"),
+    Arg("percentile", lambda v, c: v in PERCENTILES, lambda c: ", ".join(f"{p:g}" for p in PERCENTILES)),
+    Arg("counter", lambda v, c: v in COUNTERS, lambda c: ", ".join(COUNTERS)),
+    Arg("fraction", lambda v, c: _number(v) and 0 < v <= 1, lambda c: "a number in (0, 1]"),
+    Arg("min", lambda v, c: _number(v), lambda c: "a number"),
+    Arg("max", lambda v, c: _number(v), lambda c: "a number"),
+    Arg("equals", lambda v, c: v == "all", lambda c: "all"),
+)}
+
+#: A metric's value: the run and the expectation's arguments -> a number, or (number, passed, bound
+#: text) for a metric that judges itself rather than being bounded by min / max.
+Value = Callable[[RunData, dict], "float | tuple[float, bool, str]"]
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One row of the registry: name, required and optional argument names (each in :data:`ARGS`),
+    the function computing its value, its unit and a one-line doc."""
+
+    name: str
+    value: Value
+    unit: str
+    doc: str
+    required: tuple[str, ...] = ()
+    optional: tuple[str, ...] = field(default=("min", "max"))
+
+
+def _goodput_ratio(d: RunData, a: dict) -> float:
+    g = d.goodput_mbps(a.get("host"))
+    base = window_mean(g, *a["baseline"]) if "baseline" in a else baseline_mbps(d, a.get("host"))
+    return window_mean(g, *a["window"]) / base if base > 0 else 0.0
+
+
+def _retransmit_fraction(d: RunData, a: dict) -> float:
+    return retransmit_fraction(d.totals)
+
+
+def _messages_intact(d: RunData, a: dict) -> tuple[float, bool, str]:
+    done = sum(t.get("messages_delivered", 0) for t in d.totals.values())
+    bad = sum(t.get("messages_corrupt", 0) for t in d.totals.values())
+    return float(done - bad), bad == 0 and done > 0, f"all intact ({done} delivered, {bad} corrupt)"
+
+
+def _evs_retired(d: RunData, a: dict) -> float:
+    after = a.get("after", d.first_fault_s or 0.0) if "after" in a or "within_s" in a else 0.0
+    within = a.get("within_s", d.duration_s)
+    return float(len({(e.get("host"), e.get("qp"), e.get("ev")) for e in retired(d, after, within)}))
+
+
+def _after(d: RunData, a: dict) -> float:
+    return a.get("after", d.first_fault_s or 0.0)
+
+
+def _collective(name: str) -> Value:
+    def value(d: RunData, a: dict) -> float:
+        return collectives.evaluate(d, d.collective, name, a)  # type: ignore[arg-type]
+    return value
+
+
+def _collective_correct(d: RunData, a: dict) -> tuple[float, bool, str]:
+    v = collectives.evaluate(d, d.collective, "collective_correct", a)  # type: ignore[arg-type]
+    return v, v == 1.0, "every host's buffer as the collective defines it, every iteration"
+
+
+_BOUND = ("min", "max")
+
+#: The registry: metric name -> :class:`Metric`.
+METRICS: dict[str, Metric] = {m.name: m for m in (
+    Metric("goodput_ratio", _goodput_ratio, "ratio",
+           "mean goodput in window over the baseline (the mean before the first fault, or over baseline=[a, b])",
+           ("window",), (*_BOUND, "host", "baseline")),
+    Metric("goodput_mbps", lambda d, a: window_mean(d.goodput_mbps(a.get("host")), *a["window"]), "Mb/s",
+           "mean goodput in window", ("window",), (*_BOUND, "host")),
+    Metric("goodput_ports",
+           lambda d, a: window_mean(d.goodput_mbps(a.get("host")), *a["window"]) / d.port_mbps
+           if d.port_mbps else math.inf, "NIC ports",
+           "mean goodput in window in units of one NIC port's rate", ("window",), (*_BOUND, "host")),
+    Metric("mct_s", lambda d, a: d.mct_percentiles(a.get("host")).get(f"p{a['percentile']:g}", math.inf), "s",
+           "message completion time (first packet sent to last acknowledged) at a percentile",
+           ("percentile",), (*_BOUND, "host")),
+    Metric("ev_share", lambda d, a: ev_share(d, a["host"], a["plane"], a.get("t1"), *a["window"]), "ratio",
+           "share of host's data packets in window sent on EVs of that plane (and T1)",
+           ("host", "plane", "window"), ("t1", *_BOUND)),
+    Metric("port_total", lambda d, a: float(d.port_totals(a.get("switch")).get(a["counter"], 0)), "packets",
+           "switch ports' marked | trimmed | queue_full packets over the run (of one switch if given)",
+           ("counter",), (*_BOUND, "switch")),
+    Metric("worst_qp_ratio", lambda d, a: worst_qp_ratio(d, *a["window"]), "ratio",
+           "the slowest QP's goodput in window over the mean QP's (0 when a QP stalls)", ("window",)),
+    Metric("recovery_time_s", lambda d, a: recovery_time_s(d, a["after"], a.get("fraction", 0.9), a.get("host")),
+           "s", "from after until the 0.5 s moving mean of goodput is back above fraction x baseline",
+           ("after",), ("fraction", "max", "host")),
+    Metric("retransmit_fraction", _retransmit_fraction, "ratio",
+           "retransmitted data packets over data packets sent", (), ("max", "min")),
+    Metric("messages_intact", _messages_intact, "messages",
+           "every message that completed arrived byte-identical (and at least one did)", (), ("equals",)),
+    Metric("evs_retired", _evs_retired, "EVs",
+           "EVs that went ASSUMED_BAD in [after, after + within_s] (over the run with neither)",
+           (), ("after", "within_s", *_BOUND)),
+    Metric("retire_time_rtts", lambda d, a: verdicts.retire_time_rtts(d, _after(d, a)), "RTTs",
+           "smoothed RTTs from the first packet lost through an element failed at after to its EV's retirement; the slowest", (), ("after", "max")),
+    Metric("false_retirements", lambda d, a: verdicts.false_retirements(d), "EVs",
+           "EVs retired while their path crossed no failed element in the last second", (), ("max",)),
+    Metric("revival_s", lambda d, a: verdicts.revival_s(d, a["after"]), "s",
+           "from the repair at after until every EV retired through a repaired element is GOOD again", ("after",), ("max",)),
+    Metric("capacity_ratio", lambda d, a: verdicts.capacity_ratio(d, *a["window"], a.get("host")), "ratio",
+           "goodput in window as a share of the capacity the faults left, over that share before the first fault", ("window",), (*_BOUND, "host")),
+    Metric("busbw_mbps", _collective("busbw_mbps"), "Mb/s", "the collective's bus bandwidth (nccl-tests)"),
+    Metric("iteration_s", _collective("iteration_s"), "s", "the collective's iteration time at a percentile",
+           ("percentile",)),
+    Metric("iterations", _collective("iterations"), "iterations", "the collective's completed iterations"),
+    Metric("collective_correct", _collective_correct, "-",
+           "every host's buffer as the collective defines it, every iteration", (), ()),
+)}
+
+
+def check_expectation(metric: Any, args: dict, ctx: ArgContext) -> list[str]:
+    """Every problem of one expectation (an unknown metric, missing or unknown arguments, values
+    not allowed), each as ``field ...; allowed: ...`` text without the location; [] when fine."""
+    if metric not in METRICS:
+        return [f"metric = {metric!r}; allowed: {', '.join(METRICS)}"]
+    m = METRICS[metric]
+    missing = sorted(set(m.required) - set(args))
+    bad = sorted(set(args) - set(m.required) - set(m.optional))
+    out = []
+    if missing or bad:
+        out.append(f"({metric}): missing {missing or 'nothing'}, unknown {bad or 'nothing'}; "
+                   f"allowed: {', '.join(sorted({*m.required, *m.optional}))}")
+    for k, v in args.items():
+        if k in ARGS and k not in bad and not ARGS[k].ok(v, ctx):
+            out.append(f".{k} = {v!r}; allowed: {ARGS[k].allowed(ctx)}")
+    return out
 
 
 def evaluate(d: RunData, metric: str, args: dict) -> tuple[float, bool | None, str]:
-    """(value, passed or None when unbounded, bound text) of one expectation."""
-    host = args.get("host")
-    if metric == "goodput_ratio":
-        g = d.goodput_mbps(host)
-        base = window_mean(g, *args["baseline"]) if "baseline" in args else baseline_mbps(d, host)
-        v = window_mean(g, *args["window"]) / base if base > 0 else 0.0
-    elif metric == "goodput_ports":
-        v = window_mean(d.goodput_mbps(host), *args["window"]) / d.port_mbps if d.port_mbps else math.inf
-    elif metric == "mct_s":
-        v = d.mct_percentiles(host).get(f"p{args['percentile']:g}", math.inf)
-    elif metric == "ev_share":
-        v = ev_share(d, host, args["plane"], args.get("t1"), *args["window"])
-    elif metric == "port_total":
-        v = float(d.port_totals(args.get("switch")).get(args["counter"], 0))
-    elif metric == "worst_qp_ratio":
-        v = worst_qp_ratio(d, *args["window"])
-    elif metric == "goodput_mbps":
-        v = window_mean(d.goodput_mbps(host), *args["window"])
-    elif metric == "recovery_time_s":
-        v = recovery_time_s(d, args["after"], args.get("fraction", 0.9), host)
-    elif metric == "retransmit_fraction":
-        sent = sum(t.get("data_packets", 0) for t in d.totals.values())
-        rtx = sum(t.get("retransmits", 0) for t in d.totals.values())
-        v = rtx / sent if sent else 0.0
-    elif metric == "messages_intact":
-        done = sum(t.get("messages_delivered", 0) for t in d.totals.values())
-        bad = sum(t.get("messages_corrupt", 0) for t in d.totals.values())
-        v = float(done - bad)
-        ok = bad == 0 and done > 0
-        return v, ok, f"all intact ({done} delivered, {bad} corrupt)"
-    elif metric == "evs_retired":
-        after = args.get("after", d.first_fault_s or 0.0) if "after" in args or "within_s" in args else 0.0
-        within = args.get("within_s", d.duration_s)
-        v = float(len({(e.get("host"), e.get("qp"), e.get("ev")) for e in retired(d, after, within)}))
-    elif metric in ("retire_time_rtts", "false_retirements", "revival_s", "capacity_ratio"):
-        after = args.get("after", d.first_fault_s or 0.0)
-        v = {"retire_time_rtts": lambda: verdicts.retire_time_rtts(d, after),
-             "false_retirements": lambda: verdicts.false_retirements(d),
-             "revival_s": lambda: verdicts.revival_s(d, after),
-             "capacity_ratio": lambda: verdicts.capacity_ratio(d, *args.get("window", (0, 0)), host)}[metric]()
-    elif metric in ("busbw_mbps", "iterations", "iteration_s", "collective_correct"):
-        v = collectives.evaluate(d, d.collective, metric, args)  # type: ignore[arg-type]
-        if metric == "collective_correct":
-            return v, v == 1.0, "every host's buffer as the collective defines it, every iteration"
-    else:  # validated by the scenario loader
-        raise KeyError(metric)
+    """(value, passed or None when unbounded, bound text) of one expectation. Raises KeyError for
+    a metric not in :data:`METRICS` (the scenario loader refuses those before a run)."""
+    got = METRICS[metric].value(d, args)
+    if isinstance(got, tuple):
+        return got
+    v = got
     lo, hi = args.get("min"), args.get("max")
     if lo is None and hi is None:
         return v, None, "reported"
     ok = (lo is None or v >= lo) and (hi is None or v <= hi)
     bound = " and ".join(x for x in [f">= {lo}" if lo is not None else "", f"<= {hi}" if hi is not None else ""] if x)
     return v, ok, bound
+
+
+def verdict_word(passed: bool | None, *, rich: bool = False) -> str:
+    """How a verdict reads: ``pass``, ``FAIL``, or ``-`` for a reported (unbounded) figure; with
+    ``rich``, in the terminal's colours (rich markup)."""
+    word = {True: "pass", False: "FAIL", None: "-"}[passed]
+    if rich and passed is not None:
+        return f"[{'green' if passed else 'red'}]{word}[/{'green' if passed else 'red'}]"
+    return word
+
+
+def metric_help() -> str:
+    """The registry as plain text, one metric a line: ``name(args) [unit]: doc``."""
+    lines = []
+    for m in METRICS.values():
+        args = ", ".join([*m.required, *(f"[{o}]" for o in m.optional)])
+        lines.append(f"  {m.name}({args}) [{m.unit}]: {m.doc}")
+    return "\n".join(lines)
+
+
+def metric_table() -> str:
+    """The registry as a Markdown table (the metric list in docs/design.md is this text)."""
+    rows = ["| metric | arguments | unit | what it is |", "| --- | --- | --- | --- |"]
+    for m in METRICS.values():
+        args = ", ".join([*m.required, *(f"[{o}]" for o in m.optional)])
+        rows.append(f"| `{m.name}` | {args} | {m.unit} | {m.doc} |")
+    return "\n".join(rows)

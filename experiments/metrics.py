@@ -181,6 +181,14 @@ def recovery_time_s(d: RunData, after: float, fraction: float = 0.9, host: str |
     return math.inf
 
 
+def retransmit_fraction(totals: dict[str, dict]) -> float:
+    """Retransmitted data packets over data packets sent, summed over ``totals`` (QP -> the
+    endpoint's per-QP totals, as in metrics.json); 0.0 when nothing was sent."""
+    sent = sum(t.get("data_packets", 0) for t in totals.values())
+    rtx = sum(t.get("retransmits", 0) for t in totals.values())
+    return rtx / sent if sent else 0.0
+
+
 def retired(d: RunData, after: float, within_s: float) -> list[dict]:
     return [e for e in d.events if e.get("kind") == "ev_state" and e.get("new") == "ASSUMED_BAD"
             and after <= e["t"] <= after + within_s]

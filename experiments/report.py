@@ -12,7 +12,8 @@ import csv
 import json
 from pathlib import Path
 
-from mrclab.experiments.metrics import BIN_S, RunData
+from mrclab.experiments.expectations import verdict_word
+from mrclab.experiments.metrics import BIN_S, RunData, retransmit_fraction
 from mrclab.experiments.plots import overlay_plot
 from mrclab.topologies.errors import BadInput
 from rich.console import Console
@@ -61,12 +62,10 @@ def main(args) -> int:
               "verdict"):
         t.add_column(c)
     for folder, m, d, _ in runs:
-        sent = sum(x.get("data_packets", 0) for x in m["totals"].values())
-        rtx = sum(x.get("retransmits", 0) for x in m["totals"].values())
         exp = "; ".join(f"{v['metric']}={'inf' if v['value'] is None else format(v['value'], '.3g')}"
-                        + {True: " ok", False: " FAIL", None: ""}[v["passed"]] for v in m["expectations"])
+                        + ("" if v["passed"] is None else " " + verdict_word(v["passed"])) for v in m["expectations"])
         t.add_row(folder.name, m["scenario"], m["transport"], m["dataplane"], f"{m['baseline_mbps']:.1f}", exp,
-                  f"{rtx / sent:.2%}" if sent else "-", "[green]pass[/green]" if m["passed"] else "[red]FAIL[/red]")
+                  f"{retransmit_fraction(m['totals']):.2%}", verdict_word(m["passed"], rich=True))
     console.print(t)
     out = Path(args.out) if args.out else runs[0][0]
     out.mkdir(parents=True, exist_ok=True)

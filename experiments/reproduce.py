@@ -25,6 +25,7 @@ from pathlib import Path
 
 from mrclab.controller.fabric import available
 from mrclab.experiments import runner
+from mrclab.experiments.expectations import verdict_word
 from mrclab.experiments.scenario import SCENARIO_DIR, Scenario, load_scenario
 from mrclab.topologies.errors import BadInput
 from mrclab.topologies.nodes import need_root, toolchain_missing
@@ -101,7 +102,7 @@ def reproduce(out: Path | None = None, *, dataplane: str | None = None, quick: b
             row.update({
                 "mrc": "; ".join(f"{p['variant']} @ {p['loss']:g}: busbw {p['busbw_mbps']:.2f} Mb/s" for p in mrc),
                 "roce": "; ".join(f"{p['variant']} @ {p['loss']:g}: busbw {p['busbw_mbps']:.2f} Mb/s" for p in roce),
-                "verdict": "pass" if res["passed"] else "FAIL", "claims": res["claims"],
+                "verdict": verdict_word(res["passed"]), "claims": res["claims"],
                 "points": list(by.values()), "plots": [f"plots/{name}.png"]})
         else:
             runs = {}
@@ -112,7 +113,7 @@ def reproduce(out: Path | None = None, *, dataplane: str | None = None, quick: b
             h_mrc = _headline(runs["mrc"]["expectations"])
             h_roce = _headline(runs["roce"]["expectations"], h_mrc["metric"] if h_mrc else None)
             ok = runs["mrc"]["passed"] and runs["roce"]["passed"]
-            row.update({"mrc": _fmt(h_mrc), "roce": _fmt(h_roce), "verdict": "pass" if ok else "FAIL",
+            row.update({"mrc": _fmt(h_mrc), "roce": _fmt(h_roce), "verdict": verdict_word(ok),
                         "expectations": {tr: m["expectations"] for tr, m in runs.items()},
                         "plots": [f"plots/{name}-mrc.png", f"plots/{name}-roce.png"]})
         rows.append(row)
@@ -151,13 +152,13 @@ def report_md(s: dict) -> str:
         if "claims" in r:
             lines += ["", "| claim | value | bound | verdict |", "| --- | --- | --- | --- |"]
             lines += [f"| {c['claim']} | {c['value']:.2f} | {c['bound']} | "
-                      f"{ {True: 'pass', False: 'FAIL', None: '-'}[c['passed']]} |" for c in r["claims"]]
+                      f"{verdict_word(c['passed'])} |" for c in r["claims"]]
         for tr, exps in r.get("expectations", {}).items():
             lines += ["", f"{tr.upper()}:", "", "| expectation | value | bound | verdict |", "| --- | --- | --- | --- |"]
             for v in exps:
                 val = "inf" if v["value"] is None else f"{v['value']:.3g}"
                 lines.append(f"| {v['expectation']} | {val} | {v['bound']} | "
-                             f"{ {True: 'pass', False: 'FAIL', None: '-'}[v['passed']]} |")
+                             f"{verdict_word(v['passed'])} |")
     return "\n".join(lines) + "\n"
 
 

@@ -41,7 +41,7 @@ from mrclab.experiments import collectives, endpoints
 from mrclab.experiments import sweep as S
 from mrclab.experiments.captures import DISSECTOR, HOW_TO_OPEN, Captures, copy_switch_pcaps
 from mrclab.experiments.collectives import CollectiveRun
-from mrclab.experiments.expectations import evaluate
+from mrclab.experiments.expectations import evaluate, verdict_word
 from mrclab.experiments.fabricstate import FabricTimeline
 from mrclab.experiments.faults import FAULTS, play
 from mrclab.experiments.metrics import BIN_S, RunData, baseline_mbps
@@ -290,7 +290,7 @@ def _summary(m: dict, out: Path) -> None:
     t.add_column("verdict")
     for v in m["expectations"]:
         val = "inf" if v["value"] is None else f"{v['value']:.3g}"
-        verdict = {True: "[green]pass[/green]", False: "[red]FAIL[/red]", None: "-"}[v["passed"]]
+        verdict = verdict_word(v["passed"], rich=True)
         t.add_row(v["expectation"], val, v["bound"], verdict)
     Console(highlight=False).print(t)
     tot = m["totals"]
@@ -359,10 +359,10 @@ def run_sweep(scn: Scenario, out: Path | None = None, *, live: bool = True) -> d
         t.add_column(col)
     for p in points:
         t.add_row(p["variant"], f"{p['loss']:g}", str(p["iterations"]), f"{p['busbw_mbps']:.2f}",
-                  "yes" if p["correct"] else "[red]NO[/red]", "pass" if p["passed"] else "[red]FAIL[/red]")
+                  "yes" if p["correct"] else "[red]NO[/red]", verdict_word(p["passed"], rich=True))
     for c in claims:
         t.add_row(c["claim"], "", "", f"{c['value']:.2f}", c["bound"],
-                  {True: "[green]pass[/green]", False: "[red]FAIL[/red]", None: "-"}[c["passed"]])
+                  verdict_word(c["passed"], rich=True))
     console.print(t)
     console.print(f"sweep results in {out}/ (sweep.md, sweep.png)")
     passed = all(p["passed"] for p in points) and all(c["passed"] is not False for c in claims)

@@ -31,6 +31,7 @@ from typing import Any
 import yaml
 from mrclab.controller.queues import QueueSettings
 from mrclab.experiments.collectives import CollectiveSpec, parse_collective
+from mrclab.experiments.expectations import METRICS, ArgContext, check_expectation
 from mrclab.experiments.faults import FAULTS, Fault, parse_fault
 from mrclab.experiments.sweepspec import Sweep, parse_sweep
 from mrclab.topologies.errors import BadInput
@@ -44,28 +45,6 @@ TOPO_DIR = DEFAULT_TOPO.parent
 QUICKSTART = "quickstart"
 
 #: metric -> (required keys, optional keys). See experiments/metrics.py for their definitions.
-METRICS: dict[str, tuple[set[str], set[str]]] = {
-    "goodput_ratio": ({"window"}, {"min", "max", "host", "baseline"}),
-    "mct_s": ({"percentile"}, {"min", "max", "host"}),
-    "goodput_ports": ({"window"}, {"min", "max", "host"}),
-    "ev_share": ({"host", "plane", "window"}, {"t1", "min", "max"}),
-    "port_total": ({"counter"}, {"min", "max", "switch"}),
-    "recovery_time_s": ({"after"}, {"fraction", "max", "host"}),
-    "retransmit_fraction": (set(), {"max", "min"}),
-    "messages_intact": (set(), {"equals"}),
-    "evs_retired": (set(), {"after", "within_s", "min", "max"}),
-    "retire_time_rtts": (set(), {"after", "max"}),
-    "false_retirements": (set(), {"max"}),
-    "revival_s": ({"after"}, {"max"}),
-    "capacity_ratio": ({"window"}, {"min", "max", "host"}),
-    "goodput_mbps": ({"window"}, {"min", "max", "host"}),
-    "worst_qp_ratio": ({"window"}, {"min", "max"}),
-    "busbw_mbps": (set(), {"min", "max"}),
-    "iteration_s": ({"percentile"}, {"min", "max"}),
-    "iterations": (set(), {"min", "max"}),
-    "collective_correct": (set(), set()),
-}
-
 DATAPLANES = ("auto", "bmv2", "linux")
 _NUMBER = Rule(kind=float)
 TOP = {
@@ -331,51 +310,24 @@ def _workload(wl: Any, spec: ClosSpec, dur: float, problems: Problems) -> list[F
 
 
 def _expectations(items: Any, key: str, dur: float, spec: ClosSpec, problems: Problems) -> list[Expectation]:
+    """The scenario's ``expect`` / ``expect_roce`` list, each checked against the metric registry
+    (experiments/expectations.py); every problem goes into ``problems``."""
     if not isinstance(items, list):
         problems.add(f"{key}: a list of {{metric: NAME, ...}}; metrics: {', '.join(METRICS)}")
         return []
-    hosts = spec.hosts()
+    ctx = ArgContext(dur, spec)
     expect = []
     for i, e in enumerate(items):
         where = f"{key}[{i}]"
-        if not isinstance(e, dict) or e.get("metric") not in METRICS:
-            m = e.get("metric") if isinstance(e, dict) else e
-            problems.add(f"{where}.metric = {m!r}; allowed: {', '.join(METRICS)}{suggest(m, METRICS)}")
+        if not isinstance(e, dict):
+            problems.add(f"{where} = {e!r}; allowed: {{metric: NAME, ...}}; metrics: {', '.join(METRICS)}")
             continue
-        req, opt = METRICS[e["metric"]]
         args = {k: v for k, v in e.items() if k != "metric"}
-        missing = sorted(req - set(args))
-        bad = sorted(set(args) - req - opt)
-        n = len(problems)
-        if missing or bad:
-            problems.add(f"{where} ({e['metric']}): missing {missing or 'nothing'}, unknown {bad or 'nothing'}; "
-                         f"allowed: {', '.join(sorted(req | opt))}")
-        if "window" in args:
-            w = args["window"]
-            if not (isinstance(w, list) and len(w) == 2 and all(isinstance(x, (int, float)) for x in w)
-                    and 0 <= w[0] < w[1] <= dur):
-                problems.add(f"{where}.window = {w!r}; allowed: [start, end] within 0..duration_s ({dur:g})")
-        if "after" in args and not (isinstance(args["after"], (int, float)) and 0 <= args["after"] <= dur):
-            problems.add(f"{where}.after = {args['after']!r}; allowed: a time within 0..duration_s ({dur:g})")
-        if "host" in args and args["host"] not in hosts:
-            problems.add(f"{where}.host = {args['host']!r}: unknown host; hosts are {', '.join(hosts)}")
-        if "baseline" in args:
-            w = args["baseline"]
-            if not (isinstance(w, list) and len(w) == 2 and all(isinstance(x, (int, float)) for x in w)
-                    and 0 <= w[0] < w[1] <= dur):
-                problems.add(f"{where}.baseline = {w!r}; allowed: [start, end] within 0..duration_s ({dur:g})")
-        if "percentile" in args and args["percentile"] not in (50, 90, 99, 99.9):
-            problems.add(f"{where}.percentile = {args['percentile']!r}; allowed: 50, 90, 99, 99.9")
-        if "counter" in args and args["counter"] not in ("marked", "trimmed", "queue_full"):
-            problems.add(f"{where}.counter = {args['counter']!r}; allowed: marked, trimmed, queue_full")
-        if "switch" in args and args["switch"] not in spec.switches():
-            problems.add(f"{where}.switch = {args['switch']!r}: unknown switch")
-        if "plane" in args and not (isinstance(args["plane"], int) and 0 <= args["plane"] < spec.planes):
-            problems.add(f"{where}.plane = {args['plane']!r}; allowed: 0..{spec.planes - 1}")
-        for k in ("min", "max", "fraction", "within_s"):
-            if k in args and (not isinstance(args[k], (int, float)) or isinstance(args[k], bool)):
-                problems.add(f"{where}.{k} = {args[k]!r}; allowed: a number")
-        if len(problems) == n:
+        said = check_expectation(e.get("metric"), args, ctx)
+        for x in said:
+            problems.add(f"{where}{'' if x.startswith(('.', '(')) else '.'}{x}"
+                         + (suggest(e.get("metric"), METRICS) if x.startswith("metric =") else ""))
+        if not said:
             expect.append(Expectation(e["metric"], args))
     return expect
 

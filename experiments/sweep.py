@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from mrclab.experiments.expectations import verdict_word
 from mrclab.experiments.faults import Fault
 from mrclab.experiments.plots import sweep_plot
 from mrclab.experiments.scenario import Scenario, parse_scenario
@@ -83,11 +84,11 @@ def write(out: Path, scn: Scenario, sw: Sweep, points: list[dict], claims: list[
         t = "-" if p.get("time_s") is None else f"{p['time_s'] * 1e3:.0f}"
         lines.append(f"| {p['variant']} | {p['loss']:g} | {p.get('iterations', 0)} | {t} | "
                      f"{p.get('algbw_mbps', 0):.2f} | {p.get('busbw_mbps', 0):.2f} | "
-                     f"{'yes' if p.get('correct') else 'NO'} | {'pass' if p['passed'] else 'FAIL'} |")
+                     f"{'yes' if p.get('correct') else 'NO'} | {verdict_word(p['passed'])} |")
     if claims:
         lines += ["", "| claim | value | bound | verdict |", "| --- | --- | --- | --- |"]
         lines += [f"| {c['claim']} | {c['value']:.2f} | {c['bound']} | "
-                  f"{ {True: 'pass', False: 'FAIL', None: '-'}[c['passed']]} |" for c in claims]
+                  f"{verdict_word(c['passed'])} |" for c in claims]
     (out / "sweep.md").write_text("\n".join(lines) + "\n")
     sweep_plot(points, [v["label"] for v in sw.variants], list(sw.loss), out / "sweep.png", scn.name)
     (out / "sweep.json").write_text(json.dumps({"scenario": scn.name, "paper": scn.paper, "points": points,
