@@ -6,7 +6,8 @@ against capacity) read it; it knows the plan and the timeline, never the run's o
 Elements are switches and links, a link as ``(lower, upper)`` like ``ClosSpec.links()``. A switch
 down or blackholed is failed; a link down (``link_down``, ``port_down``, a flap) is failed; a link
 or one direction of it losing packets (``gray_loss``, ``ev_loss``) is failed too: paths through it
-lose packets. A fault holds its element from the time it was played until the time its undo was
+lose packets. What each event does comes from the fault table alone (experiments/faults.py: its
+effect, what it undoes, the elements it names). A fault holds its element from the time it was played until the time its undo was
 played (the run's own times, not the scenario's).
 """
 
@@ -15,29 +16,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from mrclab.experiments.faults import Fault, ev_path
+from mrclab.experiments.faults import FAULTS, Element, Fault
 from mrclab.topologies.addressing import AddressPlan, Path
-
-Element = tuple[str, ...]  # ("switch", name) | ("link", lower, upper)
-
-_UNDO = {"link_down": "link_up", "links_down": "links_up", "switch_down": "switch_up",
-         "blackhole_on": "blackhole_off", "port_down": "port_up"}
-
-
-def _elements(plan: AddressPlan, f: Fault) -> list[Element]:
-    a = f.args
-    if "switch" in a:
-        return [("switch", a["switch"])]
-    if "link" in a:
-        return [("link", *a["link"])]
-    if "links" in a:
-        return [("link", *x) for x in a["links"]]
-    if "host" in a and "plane" in a:
-        return [("link", a["host"], plan.host_t0(a["host"], a["plane"]))]
-    if f.event == "ev_loss":
-        p = ev_path(plan, a)
-        return [("link", *p.links[0])]
-    return []
 
 
 @dataclass
@@ -51,16 +31,13 @@ class FabricTimeline:
     def from_played(cls, plan: AddressPlan, played: list[tuple[float, Fault]]) -> FabricTimeline:
         tl = cls(plan)
         for t, f in sorted(played, key=lambda x: x[0]):
-            ev = f.event
-            if ev in _UNDO or ev in ("gray_loss", "ev_loss"):
-                lossy = ev in ("gray_loss", "ev_loss")
-                for el in _elements(plan, f):
-                    if lossy and f.args.get("rate", 0) == 0:
-                        tl._close(el, t)
-                    else:
-                        tl.intervals.setdefault(el, []).append([t, math.inf])
-            elif ev in _UNDO.values():
-                for el in _elements(plan, f):
+            kind = FAULTS[f.event]  # what the event does, from the fault table alone
+            opens = kind.effect == "fail" or (kind.effect == "loss" and f.args.get("rate", 0) > 0)
+            closes = kind.effect == "repair" or (kind.effect == "loss" and not opens)
+            for el in kind.elements(plan, f.args):
+                if opens:
+                    tl.intervals.setdefault(el, []).append([t, math.inf])
+                elif closes:
                     tl._close(el, t)
         return tl
 

@@ -57,15 +57,50 @@ class Fault:
         return f"{self.event} {a}".strip()
 
 
+Element = tuple[str, ...]  # ("switch", name) | ("link", lower, upper): what a fault can fail
+
+#: What an event does to the elements it names (what the verdicts read, experiments/fabricstate.py):
+#: ``fail`` holds them failed until the event that ``undoes`` it; ``repair`` ends that hold; ``loss``
+#: holds them failed (they lose packets) while its rate is above 0 and a rate of 0 ends it; ``none``
+#: fails no element (a static denial read at start; random loss spread over every port, which is the
+#: sweep's variable, not a failure to map out).
+EFFECTS = ("fail", "repair", "loss", "none")
+
+
 @dataclass(frozen=True)
 class FaultKind:
     """A fault event: its ``required`` and ``optional`` fields, the data-plane ``feature`` it
-    needs (controller.fabric.FEATURES) and ``play(fabric, args) -> description``."""
+    needs (controller.fabric.FEATURES), ``play(fabric, args) -> description``, its ``effect`` on
+    the elements it names (:data:`EFFECTS`), the event a ``repair`` undoes, and
+    ``elements(plan, args)``, the switches and links it touches."""
 
     required: tuple[str, ...]
     optional: tuple[str, ...]
     feature: str
     play: Callable[[Any, dict], str]
+    effect: str = "none"
+    undoes: str | None = None
+    elements: Callable[[AddressPlan, dict], list[Element]] = lambda _plan, _a: []
+
+
+def _switch_el(_plan: AddressPlan, a: dict) -> list[Element]:
+    return [("switch", a["switch"])]
+
+
+def _link_el(_plan: AddressPlan, a: dict) -> list[Element]:
+    return [("link", *a["link"])]
+
+
+def _links_el(_plan: AddressPlan, a: dict) -> list[Element]:
+    return [("link", *x) for x in a["links"]]
+
+
+def _port_el(plan: AddressPlan, a: dict) -> list[Element]:
+    return [("link", a["host"], plan.host_t0(a["host"], a["plane"]))]
+
+
+def _ev_loss_el(plan: AddressPlan, a: dict) -> list[Element]:
+    return [("link", *ev_path(plan, a).links[0])]
 
 
 def _link_name(link: tuple[str, str]) -> str:
@@ -111,31 +146,42 @@ def _flap_not_played(_fab, _a: dict) -> str:
 
 FAULTS: dict[str, FaultKind] = {
     "link_down": FaultKind(("link",), (), "link",
-                           lambda fab, a: (fab.set_link(*a["link"], up=False), f"link_down {_link_name(a['link'])}")[1]),
+                           lambda fab, a: (fab.set_link(*a["link"], up=False), f"link_down {_link_name(a['link'])}")[1],
+                           "fail", None, _link_el),
     "link_up": FaultKind(("link",), (), "link",
-                         lambda fab, a: (fab.set_link(*a["link"], up=True), f"link_up {_link_name(a['link'])}")[1]),
-    "links_down": FaultKind(("links",), (), "link", _links(False)),
-    "links_up": FaultKind(("links",), (), "link", _links(True)),
+                         lambda fab, a: (fab.set_link(*a["link"], up=True), f"link_up {_link_name(a['link'])}")[1],
+                         "repair", "link_down", _link_el),
+    "links_down": FaultKind(("links",), (), "link", _links(False), "fail", None, _links_el),
+    "links_up": FaultKind(("links",), (), "link", _links(True), "repair", "links_down", _links_el),
+    # flaps are expanded into link_down / link_up (links_down / links_up) events by the loader
     "link_flap": FaultKind(("link",), ("period_s", "count"), "link", _flap_not_played),
     "links_flap": FaultKind(("links",), ("period_s", "count"), "link", _flap_not_played),
     "switch_down": FaultKind(("switch",), (), "switch",
-                             lambda fab, a: (fab.switch_down(a["switch"]), f"switch_down {a['switch']}")[1]),
+                             lambda fab, a: (fab.switch_down(a["switch"]), f"switch_down {a['switch']}")[1],
+                             "fail", None, _switch_el),
     "switch_up": FaultKind(("switch",), (), "switch",
-                           lambda fab, a: (fab.switch_up(a["switch"]), f"switch_up {a['switch']}")[1]),
+                           lambda fab, a: (fab.switch_up(a["switch"]), f"switch_up {a['switch']}")[1],
+                           "repair", "switch_down", _switch_el),
     "blackhole_on": FaultKind(("switch",), (), "blackhole",
-                              lambda fab, a: (fab.blackhole(a["switch"], True), f"blackhole_on {a['switch']}")[1]),
+                              lambda fab, a: (fab.blackhole(a["switch"], True), f"blackhole_on {a['switch']}")[1],
+                              "fail", None, _switch_el),
     "blackhole_off": FaultKind(("switch",), (), "blackhole",
-                               lambda fab, a: (fab.blackhole(a["switch"], False), f"blackhole_off {a['switch']}")[1]),
+                               lambda fab, a: (fab.blackhole(a["switch"], False), f"blackhole_off {a['switch']}")[1],
+                               "repair", "blackhole_on", _switch_el),
     "gray_loss": FaultKind(("link", "rate"), (), "gray_loss",
                            lambda fab, a: (fab.link_loss(*a["link"], rate=a["rate"]),
-                                           f"gray_loss {_link_name(a['link'])} {a['rate']:.0%}")[1]),
-    "ev_loss": FaultKind(("src", "dst", "plane", "rate"), ("t1",), "gray_loss", _ev_loss),
+                                           f"gray_loss {_link_name(a['link'])} {a['rate']:.0%}")[1],
+                           "loss", None, _link_el),
+    "ev_loss": FaultKind(("src", "dst", "plane", "rate"), ("t1",), "gray_loss", _ev_loss, "loss", None, _ev_loss_el),
     "random_loss": FaultKind(("rate",), (), "gray_loss", _random_loss),
-    "port_down": FaultKind(("host", "plane"), (), "link", _port(False)),
-    "port_up": FaultKind(("host", "plane"), (), "link", _port(True)),
+    "port_down": FaultKind(("host", "plane"), (), "link", _port(False), "fail", None, _port_el),
+    "port_up": FaultKind(("host", "plane"), (), "link", _port(True), "repair", "port_down", _port_el),
     "deny": FaultKind(("src", "dst", "plane"), ("t1",), "link",
                       lambda fab, a: f"deny plane {a['plane']} T1 {a.get('t1')} for {a['src']}->{a['dst']} (at start)"),
 }
+
+#: fail event -> the event that repairs it, derived from the table
+UNDO: dict[str, str] = {k.undoes: name for name, k in FAULTS.items() if k.effect == "repair" and k.undoes}
 
 
 def play(fab, f: Fault) -> str:

@@ -171,3 +171,46 @@ def test_unknown_elements_are_refused():
     with pytest.raises(ValueError, match="allowed: 0.0 to 1.0"):
         inj.set_loss(*LINK, 1.5)
     assert inj.state.healthy
+
+
+def test_every_fault_kind_says_what_it_does_to_the_fabric():
+    """The fault table alone decides what the verdicts read: every event that fails an element has
+    exactly one repair that undoes it, every repair undoes a failing event, a loss has a rate, and
+    each event that touches the fabric names its elements."""
+    from mrclab.experiments.faults import EFFECTS, FAULTS, UNDO
+    from mrclab.topologies.addressing import AddressPlan
+    from mrclab.topologies.spec import load_spec
+
+    plan = AddressPlan(load_spec(None))
+    sample = {"link": ("t0-0-0", "t1-0-0"), "links": [("t0-0-0", "t1-0-0")], "switch": "t1-0-0", "host": "h0",
+              "plane": 0, "src": "h0", "dst": "h2", "rate": 0.5, "t1": 0}
+    for name, k in FAULTS.items():
+        assert k.effect in EFFECTS, name
+        if k.effect == "fail":
+            assert [r for r, x in FAULTS.items() if x.undoes == name] == [UNDO[name]], name
+        if k.effect == "repair":
+            assert FAULTS[k.undoes].effect == "fail" and set(FAULTS[k.undoes].required) == set(k.required), name
+        if k.effect == "loss":
+            assert "rate" in k.required, name
+        if k.effect != "none":
+            els = k.elements(plan, {f: sample[f] for f in (*k.required, *k.optional) if f in sample})
+            assert els and all(e[0] in ("switch", "link") for e in els), name
+
+
+def test_the_timeline_follows_the_fault_table():
+    """A fault kind's effect is all FabricTimeline needs: a fail opens, its repair closes, a loss
+    at rate 0 closes, an event of effect none fails nothing."""
+    from mrclab.experiments.fabricstate import FabricTimeline
+    from mrclab.experiments.faults import Fault
+    from mrclab.topologies.addressing import AddressPlan
+    from mrclab.topologies.spec import load_spec
+
+    plan = AddressPlan(load_spec(None))
+    link = ("t0-0-0", "t1-0-0")
+    played = [(1.0, Fault(1.0, "blackhole_on", {"switch": "t1-0-0"})), (2.0, Fault(2.0, "blackhole_off", {"switch": "t1-0-0"})),
+              (3.0, Fault(3.0, "gray_loss", {"link": link, "rate": 0.2})), (4.0, Fault(4.0, "gray_loss", {"link": link, "rate": 0})),
+              (5.0, Fault(5.0, "random_loss", {"rate": 0.01}))]
+    tl = FabricTimeline.from_played(plan, played)
+    assert tl.failed(("switch", "t1-0-0"), 1.5, 1.6) and not tl.failed(("switch", "t1-0-0"), 2.5, 9)
+    assert tl.failed(("link", *link), 3.5, 3.6) and not tl.failed(("link", *link), 4.5, 9)
+    assert set(tl.intervals) == {("switch", "t1-0-0"), ("link", *link)}
