@@ -46,7 +46,7 @@ QUEUE_SLACK = 8
 #: sender like an untrimmed loss).
 HIGH_DEPTH_FACTOR = 4
 #: A full data frame of the default 1 KiB payload: 1024 + 154 bytes (traffic/headers.py DATA_OVERHEAD).
-DEFAULT_FRAME_BYTES = 1178
+DEFAULT_FRAME_BYTES = 1178  # bound to payload_bytes + DATA_OVERHEAD by tests/test_wire_constants.py
 #: A trimmed packet: its first 150 bytes (p4src/mrclab.p4 TRIM_BYTES, traffic/headers.py TRIM_BYTES).
 TRIM_FRAME_BYTES = 150
 
