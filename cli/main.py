@@ -297,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog="metrics a scenario's expectations can bound (expect: [{metric: NAME, ...}]):\n"
                               + metric_help())
     s.add_argument("scenario", nargs="?", help="scenario YAML or the name of a shipped one")
-    s.add_argument("--out", help="results folder (default: results/<scenario>-<time>)")
+    s.add_argument("--out", help="results folder (default: results/<scenario>-<transport>-<dataplane>-<time>)")
     s.add_argument("--duration", type=float,
                    help="run the timeline compressed (or stretched) to this many seconds: fault times, "
                         "windows and start times scale with it")

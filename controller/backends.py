@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from mrclab.controller import seg6
 from mrclab.topologies.nodes import Bmv2Switch
+from mrclab.topologies.spec import is_host
 
 
 class LinuxFaults:
@@ -25,7 +26,7 @@ class LinuxFaults:
 
     def set_iface(self, node: str, peer: str, up: bool) -> None:
         self.fab.emu.set_iface(node, peer, up)
-        if up and not node.startswith("h"):
+        if up and not is_host(node):
             self.reroute.add(node)
 
     def settle(self, now) -> None:

@@ -39,7 +39,7 @@ from mrclab.topologies.addressing import AddressPlan
 from mrclab.topologies.emulation import Emulation
 from mrclab.topologies.errors import RunFailed
 from mrclab.topologies.nodes import default_dataplane
-from mrclab.topologies.spec import ClosSpec
+from mrclab.topologies.spec import ClosSpec, is_host
 
 #: What each data plane can do: faults, and ``congestion`` (switch queues that ECN-mark and trim).
 #: bmv2's congestion needs its Thrift runtime; linux's gray loss and congestion need the tc eBPF
@@ -300,7 +300,7 @@ class Fabric:
 
     def link_loss(self, a: str, b: str, rate: float) -> None:
         """Gray failure: drop ``rate`` of the packets each switch end of link ``a``-``b`` sends on it."""
-        for sw in (n for n in (a, b) if not n.startswith("h")):
+        for sw in (n for n in (a, b) if not is_host(n)):
             self.port_loss(sw, b if sw == a else a, rate)
 
     def port_loss(self, switch: str, peer: str, rate: float) -> None:

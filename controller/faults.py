@@ -29,12 +29,9 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from mrclab.topologies.addressing import AddressPlan
+from mrclab.topologies.spec import is_host
 
 Link = tuple[str, str]  # (lower-tier end, upper-tier end), as ClosSpec.links() names them
-
-
-def is_host(node: str) -> bool:
-    return node.startswith("h")
 
 
 @dataclass

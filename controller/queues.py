@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 from mrclab.topologies.addressing import AddressPlan
 from mrclab.topologies.schema import rule
+from mrclab.topologies.spec import is_host
 
 #: Packets a BMv2 queue holds beyond the program's limit (its own drops are silent).
 QUEUE_SLACK = 8
@@ -88,7 +89,7 @@ class PortQueue:
 
     @property
     def host_facing(self) -> bool:
-        return self.peer.startswith("h")
+        return is_host(self.peer)
 
 
 def mbps_to_pps(mbps: float, frame_bytes: int = DEFAULT_FRAME_BYTES) -> int:
@@ -107,7 +108,7 @@ def queue_plan(plan: AddressPlan, qs: QueueSettings = QueueSettings(),
     out = {}
     for sw in plan.spec.switches():
         for port, peer in plan.ports(sw).items():
-            down_to_host = peer.startswith("h")
+            down_to_host = is_host(peer)
             mbps = link.bandwidth_mbps if down_to_host else (link.t0_t1_bandwidth_mbps or link.bandwidth_mbps)
             k = ecn_k if (not down_to_host or qs.ecn_last_hop is True) else 0
             out[(sw, port)] = PortQueue(sw, port, peer, mbps, mbps_to_pps(mbps, frame_bytes),

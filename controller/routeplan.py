@@ -18,7 +18,7 @@ import ipaddress
 from dataclasses import dataclass
 
 from mrclab.topologies.addressing import AddressPlan
-from mrclab.topologies.spec import parse_switch
+from mrclab.topologies.spec import is_host, parse_switch
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ def route_plan(plan: AddressPlan) -> RoutePlan:
         tier, plane, _ = parse_switch(sw)
         routes = []
         for port, peer in plan.ports(sw).items():
-            if peer.startswith("h"):
+            if is_host(peer):
                 dest_usid = plan.downlink_usid(peer)[plane]
             else:
                 dest_usid = plan.switch_usid(peer)

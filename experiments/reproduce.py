@@ -20,12 +20,12 @@ import json
 import math
 import shutil
 import time
-from datetime import datetime
 from pathlib import Path
 
 from mrclab.controller.fabric import available
 from mrclab.experiments import runner
 from mrclab.experiments.expectations import verdict_word
+from mrclab.experiments.results import results_folder
 from mrclab.experiments.scenario import SCENARIO_DIR, Scenario, load_scenario
 from mrclab.topologies.errors import BadInput
 from mrclab.topologies.nodes import need_root, toolchain_missing
@@ -71,14 +71,11 @@ def _choose(scn: Scenario, dataplane: str | None) -> tuple[str | None, str]:
 def reproduce(out: Path | None = None, *, dataplane: str | None = None, quick: bool = False,
               only: list[str] | None = None, live: bool = False) -> dict:
     """Run the table (see the module docstring); returns the summary (also ``summary.json``)."""
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    out = Path(out) if out else Path("results") / f"reproduce-{stamp}"
-    if out.exists() and any(out.iterdir()):
-        raise BadInput(f"results folder {out} exists and is not empty; choose another --out (nothing overwritten)")
     names = list(only or ORDER)
     unknown = [n for n in names if not (SCENARIO_DIR / f"{n}.yaml").exists()]
     if unknown:
         raise BadInput(f"no shipped scenario {', '.join(unknown)}; allowed: {', '.join(ORDER)}")
+    out = results_folder(out, "reproduce")
     (out / "plots").mkdir(parents=True, exist_ok=True)
     rows, t_start = [], time.monotonic()
     for k, name in enumerate(names, 1):

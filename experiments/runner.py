@@ -1,7 +1,7 @@
 """``mrclab run``: bring the fabric up, start the endpoints, play the fault timeline on time, sample
 goodput every 100 ms, tear everything down whatever happens, and write a results folder.
 
-Results folder (``results/<scenario>-<YYYYmmdd-HHMMSS>`` unless ``--out``):
+Results folder (``results/<scenario>-<transport>-<dataplane>-<YYYYmmdd-HHMMSS>`` unless ``--out``):
 
 * ``scenario.yaml``   the scenario as run (after command-line overrides), with the data plane chosen
 * ``metrics.json``    baseline, every expectation (value, bound, verdict), totals per QP
@@ -31,7 +31,6 @@ import subprocess
 import sys
 import threading
 import time
-from datetime import datetime
 from pathlib import Path
 
 import yaml
@@ -46,9 +45,10 @@ from mrclab.experiments.fabricstate import FabricTimeline
 from mrclab.experiments.faults import FAULTS, play
 from mrclab.experiments.metrics import BIN_S, RunData, baseline_mbps
 from mrclab.experiments.plots import cdf_plot, ev_state_plot, goodput_plot, iteration_plot, queue_plot, window_plot
+from mrclab.experiments.results import results_folder
 from mrclab.experiments.scenario import Scenario, load_scenario, parse_set
 from mrclab.topologies.addressing import AddressPlan
-from mrclab.topologies.errors import BadInput, NotAvailable
+from mrclab.topologies.errors import NotAvailable
 from mrclab.topologies.nodes import need_root, toolchain_missing
 from mrclab.traffic.headers import DATA_OVERHEAD
 from rich.console import Console
@@ -103,11 +103,7 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
                   debug: bool = False) -> tuple[dict, RunData]:
     """:func:`run`, also returning the run's normalised data (for benchmarks and sweeps)."""
     dp = choose_dataplane(scn)
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    out = Path(out) if out else Path("results") / f"{scn.name}-{scn.transport}-{dp}-{stamp}"
-    if out.exists() and any(out.iterdir()):
-        raise BadInput(f"results folder {out} exists and is not empty; choose another --out (nothing overwritten)")
-    out.mkdir(parents=True, exist_ok=True)
+    out = results_folder(out, f"{scn.name}-{scn.transport}-{dp}")
     (out / "endpoints").mkdir(exist_ok=True)
     as_run = dict(scn.raw, dataplane=dp)
     (out / "scenario.yaml").write_text(yaml.safe_dump(as_run, sort_keys=False))
@@ -340,11 +336,7 @@ def run_sweep(scn: Scenario, out: Path | None = None, *, live: bool = True) -> d
     """Every point of ``scn``'s sweep (experiments/sweep.py), each its own run in a subfolder of
     ``out``, then the sweep's table, plot and claims. Returns ``{points, claims, passed}``."""
     sw = scn.sweep
-    stamp = datetime.now().strftime("%Y%m%d-%H%M%S")
-    out = Path(out) if out else Path("results") / f"{scn.name}-sweep-{stamp}"
-    if out.exists() and any(out.iterdir()):
-        raise BadInput(f"results folder {out} exists and is not empty; choose another --out (nothing overwritten)")
-    out.mkdir(parents=True, exist_ok=True)
+    out = results_folder(out, f"{scn.name}-sweep")
     grid = [(v, x) for x in sw.loss for v in sw.variants]
     points = []
     for k, (v, x) in enumerate(grid, 1):

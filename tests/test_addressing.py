@@ -107,7 +107,6 @@ def test_bad_path_arguments():
 
 def forward(rp, plan, path, max_hops=8):
     """Pure uN model (docs/mrc.md): match block+own uSID -> shift; LPM; follow the port's link."""
-    spec = plan.spec
     node = plan.host_t0(path.src, path.plane)
     addr = int(path.outer_dst)
     visited = []

@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-
 from mrclab.controller import bpf, p4runtime, queues
 from mrclab.traffic import headers as H
 

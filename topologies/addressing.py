@@ -31,7 +31,7 @@ from __future__ import annotations
 import ipaddress
 from dataclasses import dataclass
 
-from mrclab.topologies.spec import ClosSpec, SpecError, parse_switch, t0_name, t1_name
+from mrclab.topologies.spec import ClosSpec, SpecError, is_host, parse_switch, t0_name, t1_name
 
 TIER_T0 = 0b01
 TIER_T1 = 0b10
@@ -192,7 +192,7 @@ class AddressPlan:
         """MAC of the interface on the far end of ``switch``'s ``port``."""
         peer = self.ports(switch)[port]
         _, plane, _ = parse_switch(switch)
-        if peer.startswith("h"):
+        if is_host(peer):
             return self.host_mac(peer, plane)
         return self.switch_mac(peer, self.port_to(peer, switch))
 

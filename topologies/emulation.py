@@ -31,7 +31,7 @@ from mrclab.topologies.nodes import (
     need_root,
     toolchain_missing,
 )
-from mrclab.topologies.spec import ClosSpec
+from mrclab.topologies.spec import ClosSpec, is_host
 
 DATAPLANES = ("bmv2", "linux")
 #: Every emulated link carries jumbo frames, so 8 KiB payloads plus MRC's 158 bytes of headers (with IMM) fit.
@@ -127,7 +127,7 @@ class Emulation:
             self._track(node)
         self.progress(f"creating {spec.n_links} links")
         for a, b in spec.links():
-            if a.startswith("h"):
+            if is_host(a):
                 plane = int(b.split("-")[1])
                 pa, pb = plane, plan.port_to(b, a)
                 maca, macb = plan.host_mac(a, plane), plan.switch_mac(b, pb)
@@ -197,12 +197,12 @@ class Emulation:
         per_ns: dict[str, list[str]] = {}
         switch_queues = self.switch_queues
         for a, b in self.spec.links():
-            mbps = link.bandwidth_mbps if a.startswith("h") else (link.t0_t1_bandwidth_mbps or link.bandwidth_mbps)
+            mbps = link.bandwidth_mbps if is_host(a) else (link.t0_t1_bandwidth_mbps or link.bandwidth_mbps)
             if mbps <= 0:
                 continue
             burst = max(3000, int(mbps * 1e6 / 8 / 250))
             for ns, intf in self.link_intfs(a, b):
-                if switch_queues and not intf.startswith("h"):
+                if switch_queues and not is_host(intf):
                     continue
                 per_ns.setdefault(ns, []).append(f"qdisc replace dev {intf} root tbf rate {mbps}mbit burst {burst} limit {limit}")
         where = ("host NIC ports (tbf); switch ports are " +

@@ -112,7 +112,7 @@ class ClosSpec:
         return self.host_index(host) // self.hosts_per_t0
 
     def host_index(self, host: str) -> int:
-        if not host.startswith("h") or not host[1:].isdigit() or int(host[1:]) >= self.n_hosts:
+        if not is_host(host) or not host[1:].isdigit() or int(host[1:]) >= self.n_hosts:
             raise SpecError(f"{self.source}: unknown host {host!r}; hosts are h0..h{self.n_hosts - 1}")
         return int(host[1:])
 
@@ -181,7 +181,13 @@ def load_spec(path: str | Path | None = None) -> ClosSpec:
 
 
 def host_name(i: int) -> str:
+    """The name of host ``i``: ``h<i>``."""
     return f"h{i}"
+
+
+def is_host(node: str) -> bool:
+    """True for a host's name (``h<i>``), False for a switch's (``t0-…``, ``t1-…``)."""
+    return node.startswith("h")
 
 
 def t0_name(plane: int, group: int) -> str:

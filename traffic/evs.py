@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from mrclab.topologies.addressing import AddressPlan, ev_plane, make_ev
+from mrclab.topologies.addressing import AddressPlan, ev_plane, ev_t1, make_ev
 
 
 class EvState(StrEnum):
@@ -87,9 +87,9 @@ class EvSet:
             for k, ev in enumerate(chosen):
                 evs[ev] = EvInfo(ev, plane, active=k < evs_per_plane)
         # a denied path (entropy 0 or not) also denies every drawn EV that names the same path
-        denied_paths = {(ev_plane(d), d & 0xFFF) for d in denylist}
+        denied_paths = {(ev_plane(d), ev_t1(d)) for d in denylist}
         for e in evs.values():
-            if (e.plane, e.ev & 0xFFF) in denied_paths:
+            if (e.plane, ev_t1(e.ev)) in denied_paths:
                 e.state, e.active = DENIED, False
         s = cls(evs=evs, planes=plan.spec.planes, evs_per_plane=evs_per_plane,
                 on_change=on_change or (lambda *a: None))
@@ -172,12 +172,12 @@ class EvSet:
         path of the plane unused."""
         live = [e for e in self.evs.values() if e.active and e.plane == plane and e.state in (GOOD, SKIP)]
         spare = [e for e in self.evs.values() if e.plane == plane and not e.active and e.state == GOOD]
-        suspect = {e.ev & 0xFFF for e in self.evs.values() if e.plane == plane and e.state == ASSUMED_BAD}
+        suspect = {ev_t1(e.ev) for e in self.evs.values() if e.plane == plane and e.state == ASSUMED_BAD}
         while len(live) < self.evs_per_plane and spare:
             use = {}
             for e in live:
-                use[e.ev & 0xFFF] = use.get(e.ev & 0xFFF, 0) + 1
-            best = min(spare, key=lambda e: ((e.ev & 0xFFF) in suspect, use.get(e.ev & 0xFFF, 0)))
+                use[ev_t1(e.ev)] = use.get(ev_t1(e.ev), 0) + 1
+            best = min(spare, key=lambda e: (ev_t1(e.ev) in suspect, use.get(ev_t1(e.ev), 0)))
             spare.remove(best)
             best.active = True
             live.append(best)

@@ -20,7 +20,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from mrclab.topologies.addressing import AddressPlan, ev_plane, make_ev
+from mrclab.topologies.addressing import AddressPlan, ev_entropy, ev_plane, ev_t1, make_ev
 from mrclab.traffic import headers as H
 from mrclab.traffic.contract import Event, PortsChanged, ReverseEvChanged
 from mrclab.traffic.evs import EvState
@@ -199,7 +199,7 @@ class HostStack:
                 self._out(peer, acks, out)
         elif p.op == H.OP_PROBE and not p.is_reply:
             self.peer_ports[peer] = p.port_state
-            mirror = make_ev(ev_plane(p.ev), p.ev & 0xFFF, (p.ev >> 16) & 0xFFFF)  # same plane and T1, back
+            mirror = make_ev(ev_plane(p.ev), ev_t1(p.ev), ev_entropy(p.ev))  # same plane and T1, back
             self._out(peer, [probe_reply(p, mirror, self.local_ports)], out)
         elif p.op == H.OP_PROBE and p.qp == 0:
             self._on_reverse_reply(p)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from mrclab.topologies.addressing import ev_t1
 from mrclab.traffic import headers as H
 from mrclab.traffic.contract import Event, MessageCorrupt, Trimmed
 from mrclab.traffic.packet import PSN_MOD, SACK_BITMAP_BITS, Pkt, rkey_for
@@ -166,7 +167,7 @@ class MrcReceiver:
         back = self.reverse_ev()
         if other_path:  # a repeat: through another T1 than the SACK before it, if the set has one
             for _ in range(8):
-                if (back & 0xFFF) != (self._last_back & 0xFFF):
+                if ev_t1(back) != ev_t1(self._last_back):
                     break
                 back = self.reverse_ev()
         self._last_back = back
