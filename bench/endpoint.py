@@ -20,12 +20,13 @@ import re
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import psutil
 import yaml
 from mrclab.controller.fabric import Fabric
+from mrclab.experiments import endpoints
+from mrclab.topologies import kernel
 from mrclab.topologies.addressing import AddressPlan
 from mrclab.topologies.cleanup import RunState, cleanup_run, netns_name, stop_processes
 from mrclab.topologies.spec import ClosSpec, load_spec
@@ -43,10 +44,6 @@ PAYLOADS = (1024, 4096)
 HDR = H.DATA_OVERHEAD  # what a data packet adds to its payload on the wire (headers + ICRC)
 
 
-def _sh(*args: str) -> None:
-    subprocess.run(args, check=True, capture_output=True)
-
-
 class VethPair:
     """Two namespaces joined by one veth (h0-eth0 <-> h1-eth0), recorded for `mrclab clean`."""
 
@@ -54,20 +51,19 @@ class VethPair:
         self.state = RunState.create("bench", {})
         self.ns = {"h0": netns_name("bench-a"), "h1": netns_name("bench-b")}
         for ns in self.ns.values():
-            _sh("ip", "netns", "add", ns)
-            self.state.add_netns(ns)
-        _sh("ip", "link", "add", "h0-eth0", "netns", self.ns["h0"], "type", "veth", "peer", "h1-eth0", "netns",
-            self.ns["h1"])
+            self.state.add_netns(ns)  # recorded first: a signal in between still leaves it to cleanup
+            kernel.netns_add(ns)
+        kernel.veth_add(self.ns["h0"], "h0-eth0", self.ns["h1"], "h1-eth0")
         for h, ns in self.ns.items():
-            _sh("ip", "netns", "exec", ns, "sysctl", "-qw", f"net.ipv6.conf.{h}-eth0.disable_ipv6=1")
-            _sh("ip", "-n", ns, "link", "set", f"{h}-eth0", "mtu", "9000", "up")
+            kernel.sysctl(ns, [f"net.ipv6.conf.{h}-eth0.disable_ipv6=1"])
+            kernel.link_set(ns, f"{h}-eth0", mtu=9000, up=True)
         self.spec = {"name": "veth", "planes": 1, "t0_per_plane": 1, "t1_per_plane": 1, "hosts_per_t0": 2}
 
     def netns(self, h: str) -> str:
         return self.ns[h]
 
     def popen(self, h: str, argv: list[str], **kw) -> subprocess.Popen:
-        return subprocess.Popen(["ip", "netns", "exec", self.ns[h], *argv], **kw)
+        return kernel.netns_popen(self.ns[h], argv, **kw)
 
     def close(self) -> None:
         cleanup_run(self.state)
@@ -79,17 +75,20 @@ def one_qp(env, spec: dict, src: str, dst: str, transport: str, payload: int, tm
     topo.write_text(yaml.safe_dump(spec))
     settings = TransportSettings(payload_bytes=payload, region_bytes=64 << 20, window_packets=256)
     procs = {}
+    (tmp / endpoints.GO_FILE).unlink(missing_ok=True)
     tel = {h: tmp / f"{h}-{transport}-{payload}.jsonl" for h in (src, dst)}
     for path in tel.values():  # endpoints append to their telemetry: start each run from none
         path.unlink(missing_ok=True)
     for host, qps in ((dst, ()), (src, (C.QpConfig(qp=1, peer=dst, message_bytes=1 << 20, duration_s=DURATION_S),))):
         cfg = C.EndpointConfig(topo=str(topo), host=host, seed=5, transport=transport, settings=settings, qps=qps,
                                telemetry_path=str(tel[host]), telemetry_interval_s=0.25,
-                               start_at_wall=time.time() + 1.5)
+                               go_path=str(tmp / endpoints.GO_FILE))
         (tmp / f"{host}.json").write_text(cfg.to_json())
         procs[host] = env.popen(host, [sys.executable, "-m", "mrclab.traffic.endpoint", "--config", str(tmp / f"{host}.json")],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
+        endpoints.wait_ready(procs, tmp, endpoints.ready_bound_s(2), telemetry=tel)
+        endpoints.go(tmp)
         procs[src].wait(timeout=DURATION_S + 30)
     finally:
         stop_processes([psutil.Process(p.pid) for p in procs.values() if p.poll() is None], grace_s=10)
@@ -146,7 +145,7 @@ def blaster(env, src: str, dst: str, intf_src: str, intf_dst: str, frame: bytes)
         assert rx.stdout is not None
         if rx.stdout.readline().strip() != "ready":
             raise RuntimeError(f"blaster sink on {dst} did not start")
-        subprocess.run(["ip", "netns", "exec", env.netns(src), sys.executable, "-m", "mrclab.bench.blast",
+        kernel.netns_exec(env.netns(src), [sys.executable, "-m", "mrclab.bench.blast",
                         "--iface", intf_src, "--frame", frame.hex(), "--rate", "10000000", "--duration", "3"],
                        capture_output=True, text=True, check=True)
         out, _ = rx.communicate(timeout=35)

@@ -28,20 +28,18 @@ from __future__ import annotations
 
 import contextlib
 import ipaddress
-import json
-import os
 import re
 import statistics
-import subprocess
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
+import psutil
 from mrclab.controller.compiler import compile_p4
 from mrclab.controller.fabric import Fabric
 from mrclab.controller.p4runtime import DesiredEntry, EntryKey, P4Info, P4Switch
 from mrclab.p4src import FORWARD_P4
+from mrclab.topologies import kernel
 from mrclab.topologies.nodes import toolchain_missing
 from mrclab.topologies.spec import load_spec
 from mrclab.traffic.pathprobe import probe_frame
@@ -60,15 +58,14 @@ PATH = ("h0", "h2", 0, 0)
 
 
 def _rx_packets(netns: str, intf: str) -> int:
-    r = subprocess.run(["ip", "-n", netns, "-s", "-j", "link", "show", intf], capture_output=True, text=True)
-    return int(json.loads(r.stdout)[0]["stats64"]["rx"]["packets"])
+    return kernel.link_stats(netns, intf)["rx_packets"]
 
 
 def trial(fab: Fabric, frame: bytes, src: str, dst: str, plane: int, rate: float) -> tuple[float, float]:
     """Offer ``rate`` pps for TRIAL_S; returns (achieved offered pps, loss fraction)."""
     dintf = fab.plan.host_intf(dst, plane)
     before = _rx_packets(fab.netns(dst), dintf)
-    p = subprocess.run(["ip", "netns", "exec", fab.netns(src), sys.executable, "-m", "mrclab.bench.blast",
+    p = kernel.netns_exec(fab.netns(src), [sys.executable, "-m", "mrclab.bench.blast",
                         "--iface", fab.plan.host_intf(src, plane), "--frame", frame.hex(),
                         "--rate", str(rate), "--duration", str(TRIAL_S)], capture_output=True, text=True)
     m = re.search(r"sent (\d+) in ([\d.]+) s", p.stdout)
@@ -143,10 +140,9 @@ def bulk_entries_linux(fab: Fabric, switch: str = "t1-0-0") -> float:
     nets = [ipaddress.IPv6Network((base + (i << 80), 48)) for i in range(N_BULK)]
     lines = [f"route replace {n} via fe80::1 dev {switch}-eth1" for n in nets]
     t = time.monotonic()
-    subprocess.run(["ip", "-n", ns, "-batch", "-"], input="\n".join(lines) + "\n", text=True, check=True)
+    kernel.ip_batch(ns, lines)
     dt = time.monotonic() - t
-    subprocess.run(["ip", "-n", ns, "-batch", "-"], text=True, check=True,
-                   input="\n".join(f"route del {n} dev {switch}-eth1" for n in nets) + "\n")
+    kernel.ip_batch(ns, [f"route del {n} dev {switch}-eth1" for n in nets])
     return N_BULK / dt
 
 
@@ -164,9 +160,9 @@ def bulk_entries_bmv2(fab: Fabric, switch: str = "t1-0-0") -> float:
 
 
 def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of a process so far (``/proc/<pid>/stat``)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    """User + system CPU seconds of a process so far (psutil's ``cpu_times``)."""
+    t = psutil.Process(pid).cpu_times()
+    return t.user + t.system
 
 
 def cpu_us_per_packet(fab: Fabric, rate: float = CPU_RATE_PPS) -> float:

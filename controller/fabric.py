@@ -19,7 +19,6 @@ switches themselves (the benchmarks).
 from __future__ import annotations
 
 import contextlib
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -35,6 +34,7 @@ from mrclab.controller.queues import DEFAULT_FRAME_BYTES, PortQueue, QueueSettin
 from mrclab.controller.routeplan import RoutePlan, route_plan
 from mrclab.controller.thrift import THRIFT_PORT, SwitchThrift
 from mrclab.p4src import MRCLAB_P4
+from mrclab.topologies import kernel
 from mrclab.topologies.addressing import AddressPlan
 from mrclab.topologies.emulation import Emulation
 from mrclab.topologies.errors import RunFailed
@@ -180,11 +180,10 @@ class Fabric:
             ns, ports = self.emu.netns(sw), self.port_queues(sw)
             lines = [x for port, q in sorted(ports.items()) if q.rate_mbps > 0
                      for x in htb_lines(f"{sw}-eth{port}", q.rate_mbps, q.depth, q.depth_high)]
-            if lines:
-                r = subprocess.run(["tc", "-n", ns, "-batch", "-"], input="\n".join(lines) + "\n",
-                                   capture_output=True, text=True)
-                if r.returncode != 0:
-                    raise FabricError(f"{sw}: tc refused the port queues: {r.stderr.strip()}")
+            try:
+                kernel.tc_batch(ns, lines)
+            except kernel.KernelError as e:
+                raise FabricError(f"{sw}: tc refused the port queues: {e}") from None
             self.bpf[sw] = SwitchBpf(sw, ns, obj, [f"{sw}-eth{p}" for p in sorted(ports)])
             for port in ports:
                 self.bpf[sw].configure(f"{sw}-eth{port}", self.port_config(sw, port))

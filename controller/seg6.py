@@ -18,18 +18,16 @@ from __future__ import annotations
 
 import dataclasses
 import ipaddress
-import json
-import subprocess
 from dataclasses import dataclass
 
 from mrclab.controller.routeplan import SwitchEntries
-from mrclab.topologies.errors import RunFailed
+from mrclab.topologies import kernel
 from mrclab.topologies.nodes import SID_DEV
 
 NEXTHOP = "fe80::1"
 
 
-class Seg6Error(RunFailed):
+class Seg6Error(kernel.KernelError):
     """The kernel refused an SRv6 route or the read-back differs from the plan."""
 
 
@@ -69,16 +67,9 @@ def expected(entries: SwitchEntries) -> set[tuple[str, bool, str]]:
     return out
 
 
-def _ip(netns: str, args: list[str], stdin: str | None = None) -> str:
-    r = subprocess.run(["ip", "-n", netns, *args], input=stdin, capture_output=True, text=True)
-    if r.returncode != 0:
-        raise Seg6Error(f"ip -n {netns} {' '.join(args)}: {r.stderr.strip()}")
-    return r.stdout
-
-
 def read_back(netns: str, block: ipaddress.IPv6Network) -> list[KernelRoute]:
     """Every route of ``block`` in ``netns``'s main table, with SID packet counters."""
-    data = json.loads(_ip(netns, ["-s", "-j", "-6", "route", "show"]) or "[]")
+    data = kernel.ip_json(netns, ["-s", "-6", "route", "show"])
     out = []
     for r in data:
         dst = r.get("dst", "")
@@ -104,7 +95,7 @@ def apply(netns: str, entries: SwitchEntries, block: ipaddress.IPv6Network,
     want = expected(entries)
     stale = [r for r in read_back(netns, block) if r.key() not in want]
     lines = [f"route del {r.prefix} dev {r.dev}" for r in stale] + batch_lines(entries)
-    _ip(netns, ["-batch", "-"], stdin="\n".join(lines) + "\n")
+    kernel.ip_batch(netns, lines)  # bulk, and uN's next-csid flavour (topologies/kernel.py)
     return len(lines)
 
 
@@ -130,6 +121,6 @@ def sid_packets(netns: str, entries: SwitchEntries, block: ipaddress.IPv6Network
 def set_blackhole(netns: str, on: bool) -> None:
     """Make the switch forward nothing (a policy rule that blackholes every IPv6 lookup) or undo it."""
     if on:
-        _ip(netns, ["-6", "rule", "add", "pref", "10", "blackhole"])
+        kernel.ip(netns, ["-6", "rule", "add", "pref", "10", "blackhole"])
     else:
-        subprocess.run(["ip", "-n", netns, "-6", "rule", "del", "pref", "10"], capture_output=True)
+        kernel.ip(netns, ["-6", "rule", "del", "pref", "10"], check=False)

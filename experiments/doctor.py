@@ -16,7 +16,7 @@ from dataclasses import dataclass
 
 from mrclab.controller import bpf, thrift
 from mrclab.controller.fabric import FEATURES, missing_features
-from mrclab.topologies import nodes
+from mrclab.topologies import kernel, nodes
 from rich.console import Console
 from rich.table import Table
 
@@ -56,18 +56,19 @@ def _qdiscs() -> list[Check]:
     ns = f"mrclab-doctor-{uuid.uuid4().hex[:6]}"
     out = []
     try:
-        subprocess.run(["ip", "netns", "add", ns], check=True, capture_output=True)
-        subprocess.run(["ip", "-n", ns, "link", "add", "d0", "type", "veth", "peer", "name", "d1"], check=True,
-                       capture_output=True)
+        kernel.netns_add(ns)
+        kernel.veth_add(ns, "d0", ns, "d1")
         for q, args in (("tbf", ["root", "tbf", "rate", "1mbit", "burst", "3000", "limit", "30000"]),
                         ("htb", ["root", "handle", "1:", "htb"]), ("clsact", ["clsact"])):
-            r = subprocess.run(["tc", "-n", ns, "qdisc", "replace", "dev", "d0", *args], capture_output=True, text=True)
-            out.append(Check(f"qdisc {q}", r.returncode == 0, "ok" if r.returncode == 0 else r.stderr.strip()[:60],
-                             "a kernel with CONFIG_NET_SCH_" + q.upper()))
-    except (OSError, subprocess.CalledProcessError) as e:
+            try:
+                kernel.tc(ns, ["qdisc", "replace", "dev", "d0", *args])
+                out.append(Check(f"qdisc {q}", True, "ok", "a kernel with CONFIG_NET_SCH_" + q.upper()))
+            except kernel.KernelError as e:
+                out.append(Check(f"qdisc {q}", False, str(e).split(": ")[-1][:60], "a kernel with CONFIG_NET_SCH_" + q.upper()))
+    except (OSError, kernel.KernelError) as e:
         out.append(Check("qdiscs", False, f"cannot make a test namespace ({e})", "run as root with iproute2"))
     finally:
-        subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+        kernel.netns_delete(ns)
     return out
 
 

@@ -9,6 +9,7 @@ times relative to the timeline's start.
 from __future__ import annotations
 
 import dataclasses
+import os
 import subprocess
 import sys
 import time
@@ -20,12 +21,16 @@ from mrclab.experiments.metrics import RunData
 from mrclab.experiments.scenario import Scenario
 from mrclab.topologies.addressing import AddressPlan
 from mrclab.topologies.cleanup import stop_processes
-from mrclab.topologies.errors import RunFailed
+from mrclab.topologies.errors import NotAvailable, RunFailed
 from mrclab.traffic import contract as C
 
 
 class EndpointDied(RunFailed):
     """An endpoint process exited before its time; the message names the host and its last words."""
+
+
+class EndpointsNotReady(NotAvailable):
+    """Endpoints were not ready within the start-up bound: this machine could not carry them (exit 3)."""
 
 
 def configs(scn: Scenario, spec_path: Path, folder: Path) -> dict[str, C.EndpointConfig]:
@@ -57,13 +62,22 @@ def configs(scn: Scenario, spec_path: Path, folder: Path) -> dict[str, C.Endpoin
     return out
 
 
-def start(fab, cfgs: dict[str, C.EndpointConfig], folder: Path, t0_wall: float) -> dict[str, subprocess.Popen]:
-    """Write each config (with ``start_at_wall`` = ``t0_wall``) and start its endpoint in its host's
-    namespace; output goes to ``<host>.log``."""
+#: The file of the start-up barrier in a run's endpoints folder: t = 0 as time.time(), written once
+#: every endpoint is ready (:func:`go`).
+GO_FILE = "go"
+#: Lead between the go and t = 0: every endpoint polls for the go every 10 ms, and sees it in time
+#: on a loaded machine too.
+GO_LEAD_S = 0.5
+
+
+def start(fab, cfgs: dict[str, C.EndpointConfig], folder: Path) -> dict[str, subprocess.Popen]:
+    """Write each config (no start time: each waits for :func:`go` after it is ready) and start
+    its endpoint in its host's namespace; output goes to ``<host>.log``."""
     procs = {}
+    (folder / GO_FILE).unlink(missing_ok=True)
     for host, cfg in cfgs.items():
         cpath = folder / f"{host}.json"
-        cpath.write_text(dataclasses.replace(cfg, start_at_wall=t0_wall).to_json())
+        cpath.write_text(dataclasses.replace(cfg, start_at_wall=None, go_path=str(folder / GO_FILE)).to_json())
         with open(folder / f"{host}.log", "wb") as log:
             procs[host] = fab.emu.popen(host, [sys.executable, "-m", "mrclab.traffic.endpoint", "--config", str(cpath)],
                                         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
@@ -100,20 +114,49 @@ def check_alive(procs: dict[str, subprocess.Popen], folder: Path) -> None:
                                f"(log: {folder / (host + '.log')})")
 
 
-def wait_started(procs: dict[str, subprocess.Popen], folder: Path, t0_wall: float) -> None:
-    """Wait until every endpoint has opened its sockets (its ``start`` record), at most until
-    ``t0_wall``; raises :class:`EndpointDied` naming an endpoint that died or did not start in time."""
-    pending = set(procs)
+def ready_bound_s(n_endpoints: int, cores: int | None = None) -> float:
+    """How long the runner waits for ``n_endpoints`` endpoints to be ready, in seconds: each spends
+    about 0.8 CPU-s importing Python and opening its sockets before it is (measured with
+    ``python -X importtime``, mostly scapy), on this machine's cores, with a factor of 4 for a
+    machine busy with other work and 5 s of grace."""
+    cores = cores or os.cpu_count() or 1
+    return 5.0 + 4 * 0.8 * n_endpoints / cores
+
+
+def wait_ready(procs: dict[str, subprocess.Popen], folder: Path, bound_s: float,
+               telemetry: dict[str, Path] | None = None) -> float:
+    """The start-up barrier, runner's side: wait until every endpoint has opened its sockets (its
+    ``start`` record), at most ``bound_s``; returns the seconds it took. Raises
+    :class:`EndpointDied` naming an endpoint that exited, and :class:`EndpointsNotReady` (exit 3,
+    this machine could not) naming those not ready in time. ``telemetry``: host -> its telemetry
+    file, where not ``<folder>/<host>.telemetry.jsonl``."""
+    tel = telemetry or {h: folder / f"{h}.telemetry.jsonl" for h in procs}
+    pending, t_start = set(procs), time.monotonic()
     while pending:
         for host in list(pending):
-            if any(isinstance(r.rec, C.Start) for r in C.read_telemetry(folder / f"{host}.telemetry.jsonl")):
+            if any(isinstance(r.rec, C.Start) for r in C.read_telemetry(tel[host])):
                 pending.discard(host)
             elif procs[host].poll() is not None:
                 raise EndpointDied(f"endpoint on {host} exited with {procs[host].returncode} before starting: "
                                    f"{_last_words(folder, host)} (log: {folder / (host + '.log')})")
-        if pending and time.time() > t0_wall:
-            raise EndpointDied(f"endpoints {', '.join(sorted(pending))} not started by t = 0; the machine is overloaded")
-        time.sleep(0.05)
+        waited = time.monotonic() - t_start
+        if pending and waited > bound_s:
+            raise EndpointsNotReady(
+                f"endpoints {', '.join(sorted(pending))} not ready after {waited:.1f} s (bound {bound_s:.1f} s for "
+                f"{len(procs)} endpoints on {os.cpu_count()} cores): this machine could not start them in time")
+        if pending:
+            time.sleep(0.05)
+    return time.monotonic() - t_start
+
+
+def go(folder: Path, lead_s: float = GO_LEAD_S) -> float:
+    """Release every endpoint waiting at the barrier: t = 0 is ``lead_s`` from now. Writes the go
+    file whole (a temporary file renamed into place) and returns t = 0 as time.time()."""
+    t0_wall = time.time() + lead_s
+    tmp = folder / f".{GO_FILE}.tmp"
+    tmp.write_text(repr(t0_wall))
+    os.replace(tmp, folder / GO_FILE)
+    return t0_wall
 
 
 class LiveTelemetry:

@@ -133,10 +133,12 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
                               f"twice the longest queueing a path allows ({bound * 1e3:.0f} ms)")
             cfgs = endpoints.configs(scn, spec_path, out / "endpoints")
             console.print(f"[dim]·[/dim] starting {len(cfgs)} endpoints ({', '.join(cfgs)})")
-            t0_wall = time.time() + 3.0  # every endpoint starts sending at this wall-clock time
-            procs = endpoints.start(fab, cfgs, out / "endpoints", t0_wall)
+            # start-up is a barrier, not a race: each endpoint reports ready, then t = 0 is fixed for all
+            procs = endpoints.start(fab, cfgs, out / "endpoints")
+            waited = endpoints.wait_ready(procs, out / "endpoints", endpoints.ready_bound_s(len(procs)))
+            t0_wall = endpoints.go(out / "endpoints")
             t0 = time.monotonic() + (t0_wall - time.time())
-            endpoints.wait_started(procs, out / "endpoints", t0_wall)
+            console.print(f"[dim]·[/dim] endpoints ready in {waited:.1f} s; t = 0 in {endpoints.GO_LEAD_S:g} s")
             if fab.queues:
                 sampler = PortSampler(fab, t0)
             try:

@@ -14,13 +14,13 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import psutil
+from mrclab.topologies import kernel
 
 RUN_ROOT = Path(os.environ.get("MRCLAB_RUN_ROOT", "/run/mrclab"))
 #: Every namespace this project creates carries this prefix (``mrclab-h0``, ``mrclab-bench-a``).
@@ -148,29 +148,24 @@ def live_runs(include_own: bool = False) -> list[RunState]:
     return out
 
 
-def _netns_pids(name: str) -> list[int]:
-    r = subprocess.run(["ip", "netns", "pids", name], capture_output=True, text=True)
-    return [int(x) for x in r.stdout.split()] if r.returncode == 0 else []
-
-
 def delete_netns(names: list[str]) -> None:
     """Stop every process inside each named namespace, then delete the names (idempotent)."""
     existing = set(list_netns())
     names = [n for n in names if n in existing]
     procs = []
-    for pid in (p for n in names for p in _netns_pids(n)):
+    for pid in (p for n in names for p in kernel.netns_pids(n)):
         try:
             procs.append(psutil.Process(pid))
         except psutil.NoSuchProcess:
             pass
     stop_processes(procs)
     for n in names:
-        subprocess.run(["ip", "netns", "delete", n], capture_output=True)
+        kernel.netns_delete(n)
 
 
 def list_netns() -> list[str]:
-    r = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True)
-    return [line.split()[0] for line in r.stdout.splitlines() if line.strip()]
+    """Every named network namespace on the machine (mrclab's and others')."""
+    return kernel.netns_list()
 
 
 def cleanup_run(state: RunState) -> None:

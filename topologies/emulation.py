@@ -17,6 +17,7 @@ from pathlib import Path
 from mininet.link import Link
 from mininet.log import setLogLevel
 from mininet.net import Mininet
+from mrclab.topologies import kernel
 from mrclab.topologies.addressing import AddressPlan
 from mrclab.topologies.cleanup import RunState, cleanup_run, list_netns, live_runs, stop_processes
 from mrclab.topologies.errors import NotAvailable
@@ -158,9 +159,10 @@ class Emulation:
         if node.netns in list_netns():
             raise EmulationError(f"namespace {node.netns} exists, left by a crashed run: `mrclab clean` removes it")
         self.state.add_netns(node.netns)
-        r = subprocess.run(["ip", "netns", "attach", node.netns, str(node.pid)], capture_output=True, text=True)
-        if r.returncode != 0:
-            raise EmulationError(f"cannot name namespace {node.netns}: {r.stderr.strip()} (try `mrclab clean`)")
+        try:
+            kernel.netns_attach(node.netns, node.pid)
+        except kernel.KernelError as e:
+            raise EmulationError(f"{e} (try `mrclab clean`)") from None
 
     def _configure_interfaces(self) -> None:
         """One ``ip -batch`` and one sysctl call per node: fast and deterministic."""
@@ -168,10 +170,10 @@ class Emulation:
         for node in self.net.hosts:
             intfs = [i.name for i in node.intfList() if i.name != "lo"]
             sysctls = [f"net.ipv6.conf.{i}.disable_ipv6=1" for i in intfs]
-            self._sysctl(node.netns, sysctls)
+            kernel.sysctl(node.netns, sysctls)
             script = "".join(f"ethtool -K {i} tx off rx off tso off gso off gro off >/dev/null 2>&1; " for i in intfs)
-            subprocess.run(["ip", "netns", "exec", node.netns, "sh", "-c", script], capture_output=True)
-            self._ip_batch(node.netns, ["link set lo up"] + [f"link set {i} mtu {MTU} up" for i in intfs])
+            kernel.netns_exec(node.netns, ["sh", "-c", script], capture_output=True)
+            kernel.ip_batch(node.netns, ["link set lo up"] + [f"link set {i} mtu {MTU} up" for i in intfs])
         for node in self.net.switches:
             intfs = [i.name for i in node.intfList() if i.name != "lo"]
             sysctls = ["net.ipv6.conf.all.forwarding=1", "net.ipv6.conf.default.accept_dad=0"]
@@ -182,8 +184,8 @@ class Emulation:
             else:
                 anchor = [f"link add {SID_DEV} type veth peer {SID_DEV}p", f"link set {SID_DEV}p up",
                           f"link set {SID_DEV} up"]
-            self._sysctl(node.netns, sysctls)
-            self._ip_batch(node.netns, ["link set lo up"] + anchor + [f"link set {i} mtu {MTU} up" for i in intfs])
+            kernel.sysctl(node.netns, sysctls)
+            kernel.ip_batch(node.netns, ["link set lo up"] + anchor + [f"link set {i} mtu {MTU} up" for i in intfs])
 
     def _shape(self) -> None:
         """``tbf`` on both ends of every link (Mininet's TCLink needs netem for the queue limit,
@@ -212,21 +214,7 @@ class Emulation:
                       f"{link.t0_t1_bandwidth_mbps or link.bandwidth_mbps or 'unshaped'} Mb/s ({where}, "
                       f"{link.queue_packets} packets of queue)")
         for ns, lines in per_ns.items():
-            r = subprocess.run(["tc", "-n", ns, "-batch", "-"], input="\n".join(lines) + "\n",
-                               capture_output=True, text=True)
-            if r.returncode != 0:
-                raise EmulationError(f"tc -n {ns}: {r.stderr.strip()}")
-
-    @staticmethod
-    def _sysctl(netns: str, settings: list[str]) -> None:
-        subprocess.run(["ip", "netns", "exec", netns, "sysctl", "-qw", *settings], check=True, capture_output=True)
-
-    @staticmethod
-    def _ip_batch(netns: str, lines: list[str]) -> None:
-        r = subprocess.run(["ip", "-n", netns, "-batch", "-"], input="\n".join(lines) + "\n",
-                           capture_output=True, text=True)
-        if r.returncode != 0:
-            raise EmulationError(f"ip -n {netns}: {r.stderr.strip()}")
+            kernel.tc_batch(ns, lines)
 
     def stop(self) -> None:
         """Stop every process and remove every namespace and link this emulation made. Idempotent."""
@@ -266,7 +254,7 @@ class Emulation:
 
     def popen(self, node: str, argv: list[str], **kw) -> subprocess.Popen:
         """Start a process inside ``node``'s namespace, tracked for cleanup."""
-        p = subprocess.Popen(["ip", "netns", "exec", self.netns(node), *argv], **kw)
+        p = kernel.netns_popen(self.netns(node), argv, **kw)
         assert self.state is not None
         self.state.add_pid(p.pid)
         return p
@@ -286,7 +274,7 @@ class Emulation:
         sees its carrier go)."""
         for ns, intf in self.link_intfs(node, peer):
             if ns == self.netns(node):
-                self._ip_batch(ns, [f"link set {intf} {'up' if up else 'down'}"])
+                kernel.link_set(ns, intf, up=up)
 
     def restart_switch(self, name: str) -> None:
         """Start a killed BMv2 switch again (no pipeline: the controller must reprogram it)."""

@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 
 from mininet.node import Host, Switch
+from mrclab.topologies import kernel
 from mrclab.topologies.cleanup import netns_name
 from mrclab.topologies.errors import NotAvailable, RunFailed
 from mrclab.topologies.spec import ClosSpec
@@ -142,8 +143,8 @@ class Bmv2Switch(_NsNode, Switch):
         sock = Path(self.grpc_addr[len("unix:"):])
         sock.unlink(missing_ok=True)
         log = open(self.run_dir / f"{self.name}.out", "ab")
-        self.proc = subprocess.Popen(
-            ["ip", "netns", "exec", self.netns, *self.command()],
+        self.proc = kernel.netns_popen(
+            self.netns, self.command(),
             stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True,
         )
         log.close()

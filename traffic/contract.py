@@ -28,7 +28,7 @@ from mrclab.traffic.settings import TransportSettings
 from mrclab.traffic.stats import ReceiverStats, SenderStats
 
 #: Bumped whenever a field changes meaning or goes away.
-VERSION = 4
+VERSION = 5
 TRANSPORTS = ("mrc", "roce")
 OPS = ("write", "write_imm")
 
@@ -74,8 +74,10 @@ class EndpointConfig:
 
     ``topo``: path of the fabric YAML; ``host``: this host; ``seed`` seeds the EV draws and the
     message contents; ``denylist``: EVs this host must not use (DENIED); ``start_at_wall``: the
-    time.time() at which t = 0 (QPs start at it + ``start_s``; None: at once); a host with no QPs
-    exits ``receiver_linger_s`` after its last peer's end.
+    time.time() at which t = 0 (QPs start at it + ``start_s``; None: at once); ``go_path``: with no
+    ``start_at_wall``, a file the runner writes once every endpoint is ready (its ``start`` record),
+    holding t = 0 as time.time() (the start-up barrier; the endpoint waits for it after opening
+    its sockets); a host with no QPs exits ``receiver_linger_s`` after its last peer's end.
     """
 
     topo: str = field(metadata=rule(kind=str, required=True))
@@ -88,6 +90,7 @@ class EndpointConfig:
     telemetry_path: str | None = field(default=None, metadata=rule(kind=(str, type(None))))
     telemetry_interval_s: float = field(default=0.1, metadata=rule(kind=float, positive=True))
     start_at_wall: float | None = field(default=None, metadata=rule(kind=(float, type(None))))
+    go_path: str | None = field(default=None, metadata=rule(kind=(str, type(None))))
     receiver_linger_s: float = field(default=3600.0, metadata=rule(kind=float, lo=0))
     collective: CollectiveConfig | None = field(default=None, metadata=rule(kind=(dict, type(None))))
     version: int = VERSION

@@ -25,6 +25,7 @@ import sys
 import time
 from collections import deque
 from collections.abc import Callable
+from pathlib import Path
 
 from mrclab.topologies.addressing import AddressPlan
 from mrclab.topologies.errors import BadInput
@@ -80,13 +81,11 @@ class Endpoint:
                                events=self.tel.write, denylist=frozenset(cfg.denylist))
         self.t0_wall = cfg.start_at_wall if cfg.start_at_wall is not None else time.time()
         self.flows: list[tuple[Sender, float, float | None]] = []  # (sender, start_s, duration_s)
-        self.peer_of: dict[int, str] = {}  # id(sender) -> its peer
         for q in cfg.qps:
             spec.host_index(q.peer)
             msgs = message_source(cfg.seed * 7919 + q.qp, q.message_bytes, q.count)
             s = self.stack.add_sender(q.qp, q.peer, msgs, imm=q.op == "write_imm", pin_ev=q.pin_ev)
             self.flows.append((s, q.start_s, q.duration_s))
-            self.peer_of[id(s)] = q.peer
         self.coll: Collective | None = None
         if (cc := cfg.collective) is not None:
             for h in cc.ranks:
@@ -98,7 +97,6 @@ class Endpoint:
                 raise C.ContractError(f"collective: {e}") from None
             for (peer, _qp), s in zip(self.coll.outq, self.stack.add_collective(self.coll), strict=True):
                 self.flows.append((s, cc.start_s, None))
-                self.peer_of[id(s)] = peer
         self.socks: dict[int, socket.socket] = {}
         self._send_fn: dict[int, Callable] = {}
         self._carrier: dict[int, int] = {}  # plane -> fd of its port's sysfs carrier file
@@ -167,6 +165,9 @@ class Endpoint:
         rxview = memoryview(rxbuf)
         recv = [s.recv_into for s in socks.values()]
         self.tel.write(C.Start(self.host, stack.transport, tuple(s.qp for s, _, _ in self.flows)))
+        if self.cfg.start_at_wall is None and self.cfg.go_path:
+            self.t0_wall = self._wait_for_go(self.cfg.go_path)
+            mono0 = time.monotonic() + (self.t0_wall - time.time())
         while not self.stop_requested:
             now = time.monotonic()
             t = now - mono0
@@ -195,20 +196,9 @@ class Endpoint:
                     r = stack.on_frame(rxview[:n], now)
                     if r:
                         self._send(r, backlog)
-            if len(started) == len(self.flows) or not self.flows:
-                out = stack.poll(now)
-            else:  # only the QPs whose start time has come
-                out = []
-                for i, (s, _, _) in enumerate(self.flows):
-                    if i in started:
-                        peer = self.peer_of[id(s)]
-                        for p in s.poll(now):
-                            out.append(stack.wire.encode(p, peer))
-                for (peer, _), r in stack.receivers.items():
-                    for p in r.poll(now):
-                        out.append(stack.wire.encode(p, peer))
-                if stack.receivers and stack.transport == "mrc":
-                    out += stack.probe_reverse(now)
+            # every QP once all have started; until then only those whose start time has come
+            out = stack.poll(now, active=None if len(started) == len(self.flows) else
+                             {id(self.flows[i][0]) for i in started})
             self._send(out, backlog)
             work += len(out)
             for plane, q in backlog.items():
@@ -236,6 +226,16 @@ class Endpoint:
         for fd in self._carrier.values():
             os.close(fd)
         return 0
+
+    def _wait_for_go(self, path: str) -> float:
+        """The start-up barrier: wait (10 ms polls) until the runner writes ``path`` (every endpoint
+        is ready) and return the t = 0 it holds, as time.time(). A stop request ends the wait."""
+        while not self.stop_requested:
+            try:
+                return float(Path(path).read_text())
+            except (FileNotFoundError, ValueError):  # not yet, or not yet whole (it is renamed into place)
+                time.sleep(0.01)
+        return time.time()
 
     def _send(self, frames: list[tuple[int, list]], backlog: dict[int, deque]) -> None:
         """Send each (plane, buffers) now, or queue it behind what its port has not taken yet

@@ -211,10 +211,14 @@ class HostStack:
             s.on_packet(p, now)
         return out
 
-    def poll(self, now: float, budget: int = 64) -> list[tuple[int, list]]:
+    def poll(self, now: float, budget: int = 64, active: set[int] | None = None) -> list[tuple[int, list]]:
+        """Every frame due at ``now`` (monotonic s): senders' data (at most ``budget`` packets each),
+        receivers' acknowledgements, reverse-EV probes; as ``[(plane, frame parts)]``. With
+        ``active``, only the senders whose ``id()`` is in it send (QPs whose start time has come)."""
         out: list = []
         for (peer, _), s in self.senders.items():
-            self._out(peer, s.poll(now, budget), out)
+            if active is None or id(s) in active:
+                self._out(peer, s.poll(now, budget), out)
         for (peer, _), r in self.receivers.items():
             self._out(peer, r.poll(now), out)
         if self.receivers and self.transport == "mrc":

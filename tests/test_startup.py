@@ -1,0 +1,77 @@
+"""Start-up is a barrier, not a race: the runner waits until every endpoint says it is ready (its
+``start`` record), then fixes t = 0 for all of them; an endpoint that is slow to start delays t = 0
+instead of missing it, and one that never gets ready is this machine's limit (exit 3), not a
+failed run."""
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from mrclab.experiments import endpoints
+from mrclab.traffic import contract as C
+
+
+def _ready(path, host="h0"):
+    path.write_text(C.encode(C.Start(host, "mrc", (1,))) + "\n")
+
+
+def _sleeper(seconds: float) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({seconds})"])
+
+
+def test_a_slow_endpoint_moves_t0_instead_of_missing_it(tmp_path):
+    procs = {"h0": _sleeper(5), "h1": _sleeper(5)}
+    try:
+        _ready(tmp_path / "h0.telemetry.jsonl", "h0")
+        late = threading.Timer(1.5, _ready, (tmp_path / "h1.telemetry.jsonl", "h1"))
+        late.start()
+        waited = endpoints.wait_ready(procs, tmp_path, bound_s=10)
+        assert 1.4 < waited < 5
+        before = time.time()
+        t0 = endpoints.go(tmp_path)
+        assert float((tmp_path / endpoints.GO_FILE).read_text()) == t0 >= before + endpoints.GO_LEAD_S - 0.01
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait()
+
+
+def test_endpoints_never_ready_are_this_machine_s_limit_exit_3(tmp_path):
+    procs = {"h0": _sleeper(5), "h1": _sleeper(5)}
+    try:
+        _ready(tmp_path / "h0.telemetry.jsonl", "h0")
+        with pytest.raises(endpoints.EndpointsNotReady, match=r"endpoints h1 not ready after .* this machine") as e:
+            endpoints.wait_ready(procs, tmp_path, bound_s=0.5)
+        assert e.value.exit_code == 3
+    finally:
+        for p in procs.values():
+            p.kill()
+            p.wait()
+
+
+def test_an_endpoint_that_exits_before_it_is_ready_is_a_failed_run(tmp_path):
+    procs = {"h0": subprocess.Popen([sys.executable, "-c", "raise SystemExit(2)"])}
+    procs["h0"].wait()
+    with pytest.raises(endpoints.EndpointDied, match="endpoint on h0 exited with 2 before starting") as e:
+        endpoints.wait_ready(procs, tmp_path, bound_s=5)
+    assert e.value.exit_code == 1
+
+
+def test_the_bound_grows_with_endpoints_per_core():
+    assert endpoints.ready_bound_s(10, cores=2) > endpoints.ready_bound_s(4, cores=2) > endpoints.ready_bound_s(4, cores=8)
+    # the 10-host incast on 2 cores: 10 x 0.8 CPU-s of imports is 4 s of wall time at best
+    assert endpoints.ready_bound_s(10, cores=2) >= 4 * 0.8 * 10 / 2
+
+
+def test_the_endpoint_waits_for_the_go_and_takes_t0_from_it(tmp_path):
+    from mrclab.traffic.endpoint import Endpoint
+
+    ep = Endpoint.__new__(Endpoint)
+    ep.stop_requested = False
+    go = tmp_path / "go"
+    threading.Timer(0.3, lambda: go.write_text("1234.5")).start()
+    t = time.monotonic()
+    assert ep._wait_for_go(str(go)) == 1234.5 and time.monotonic() - t >= 0.25
