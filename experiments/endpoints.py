@@ -201,6 +201,7 @@ def collect(scn: Scenario, folder: Path, t0_wall: float) -> RunData:
         for r in C.read_telemetry(folder / f"{host}.telemetry.jsonl"):
             t, rec = r.t_wall - t0_wall, r.rec
             if isinstance(rec, C.Sample):
+                d.loop_gaps.append((round(t, 3), host, rec.loop_gap_max_s))
                 for q in rec.rx:
                     name = f"{q.src}->{host}#{q.qp}"
                     d.samples.setdefault(name, []).append((t, q.delivered_bytes))

@@ -21,6 +21,7 @@ from mrclab.experiments import collectives, verdicts
 from mrclab.experiments.metrics import (
     RunData,
     baseline_mbps,
+    baseline_window,
     ev_share,
     recovery_time_s,
     retired,
@@ -205,6 +206,28 @@ def check_expectation(metric: Any, args: dict, ctx: ArgContext) -> list[str]:
     return out
 
 
+#: Metrics judged against the goodput before the first fault when no ``baseline`` window is given.
+_READS_BASELINE = ("goodput_ratio", "recovery_time_s", "capacity_ratio")
+
+
+def windows(d: RunData, metric: str, args: dict) -> list[tuple[float, float]]:
+    """The stretches of the run (s from t = 0) an expectation's value is read from: its
+    ``window`` and ``baseline``; the baseline before the first fault where the metric compares
+    against it; [after, after + within_s] (or to the end) for ``after``; the whole run otherwise.
+    A fidelity fault inside any of them voids the verdict (experiments/fidelity.py)."""
+    out: list[tuple[float, float]] = []
+    if "window" in args:
+        out.append((float(args["window"][0]), float(args["window"][1])))
+    if "baseline" in args:
+        out.append((float(args["baseline"][0]), float(args["baseline"][1])))
+    elif metric in _READS_BASELINE:
+        out.append(baseline_window(d))
+    if "after" in args or (metric == "evs_retired" and "within_s" in args):
+        after = float(args.get("after", d.first_fault_s or 0.0))
+        out.append((after, after + float(args["within_s"]) if "within_s" in args else d.duration_s))
+    return out or [(0.0, d.duration_s)]
+
+
 def evaluate(d: RunData, metric: str, args: dict) -> tuple[float, bool | None, str]:
     """(value, passed or None when unbounded, bound text) of one expectation. Raises KeyError for
     a metric not in :data:`METRICS` (the scenario loader refuses those before a run)."""
@@ -220,9 +243,12 @@ def evaluate(d: RunData, metric: str, args: dict) -> tuple[float, bool | None, s
     return v, ok, bound
 
 
-def verdict_word(passed: bool | None, *, rich: bool = False) -> str:
-    """How a verdict reads: ``pass``, ``FAIL``, or ``-`` for a reported (unbounded) figure; with
-    ``rich``, in the terminal's colours (rich markup)."""
+def verdict_word(passed: bool | None, *, rich: bool = False, void: str | None = None) -> str:
+    """How a verdict reads: ``pass``, ``FAIL``, ``-`` for a reported (unbounded) figure, or
+    ``void (<why>)`` when a fidelity fault overlapped its window (``void`` given); with ``rich``, in
+    the terminal's colours (rich markup)."""
+    if void:
+        return f"[yellow]void ({void})[/yellow]" if rich else f"void ({void})"
     word = {True: "pass", False: "FAIL", None: "-"}[passed]
     if rich and passed is not None:
         return f"[{'green' if passed else 'red'}]{word}[/{'green' if passed else 'red'}]"

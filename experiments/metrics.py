@@ -70,6 +70,10 @@ class RunData:
     port_mbps: float = 0.0  # one NIC port's rate (the fabric's host links), 0: unshaped
     flows: list[tuple[str, str]] = field(default_factory=list)  # (src, dst) of every flow
     timeline: object = None  # experiments.fabricstate.FabricTimeline: the faults as played
+    #: (t_s, host, longest gap between two turns of its loop in the telemetry interval before t, s)
+    loop_gaps: list[tuple[float, str, float]] = field(default_factory=list)
+    #: (t_s, "endpoint h0" | "switch t1-0-0", waiting share, waited share of the interval before t)
+    run_delays: list[tuple[float, str, float, float]] = field(default_factory=list)
 
     def mct_percentiles(self, host: str | None = None) -> dict[str, float]:
         """p50 / p99 / p99.9 message completion time (s), of ``host``'s QPs if given ({} if none)."""

@@ -26,8 +26,16 @@ def _save(fig, ax, path: Path, title: str) -> Path:
 
 
 def _fault_marks(ax, faults: list[dict]) -> None:
+    """Faults as dashed red lines with their labels; fidelity faults (``kind: fidelity``, with
+    ``t_end``) as grey shaded spans: the emulator did not keep up there (experiments/fidelity.py)."""
     ymax = ax.get_ylim()[1]
-    for i, f in enumerate(faults):
+    spans = [f for f in faults if f.get("kind") == "fidelity"]
+    for f in spans:
+        ax.axvspan(f["t"], f["t_end"], color="#9e9e9e", alpha=0.35, lw=0)
+    if spans:
+        ax.text(spans[0]["t"], ymax * 0.03, " emulator fell behind (void)", fontsize=7, color="#424242",
+                va="bottom", ha="left")
+    for i, f in enumerate(x for x in faults if x.get("kind") != "fidelity"):
         ax.axvline(f["t"], color="#b71c1c", lw=0.8, ls="--", alpha=0.7)
         ax.text(f["t"], ymax * (0.97 - 0.06 * (i % 4)), " " + f["label"], fontsize=7, color="#b71c1c",
                 va="top", ha="left")

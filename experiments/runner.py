@@ -36,11 +36,11 @@ from pathlib import Path
 import yaml
 from mrclab.controller.fabric import FEATURES, Fabric, available, missing_features
 from mrclab.controller.queues import path_queue_bound_s
-from mrclab.experiments import collectives, endpoints
+from mrclab.experiments import collectives, endpoints, fidelity
 from mrclab.experiments import sweep as S
 from mrclab.experiments.captures import DISSECTOR, HOW_TO_OPEN, Captures, copy_switch_pcaps
 from mrclab.experiments.collectives import CollectiveRun
-from mrclab.experiments.expectations import evaluate, verdict_word
+from mrclab.experiments.expectations import evaluate, verdict_word, windows
 from mrclab.experiments.fabricstate import FabricTimeline
 from mrclab.experiments.faults import FAULTS, play
 from mrclab.experiments.metrics import BIN_S, RunData, baseline_mbps
@@ -119,7 +119,7 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
     # the transports learn the NIC port rate from the fabric (NSCC's BDP, DCQCN's line rate)
     scn = dataclasses.replace(scn, settings=dataclasses.replace(scn.settings, port_mbps=spec.link.bandwidth_mbps)) \
         if scn.settings.port_mbps == 0 else scn
-    sampler = None
+    sampler = monitor = None
     try:
         with Fabric(spec, dp, progress=lambda m: console.print(f"[dim]·[/dim] {m}"), watchdog=dp == "bmv2",
                     loss_salt=scn.seed, queues=scn.queues.for_transport(scn.transport),
@@ -141,9 +141,14 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
             console.print(f"[dim]·[/dim] endpoints ready in {waited:.1f} s; t = 0 in {endpoints.GO_LEAD_S:g} s")
             if fab.queues:
                 sampler = PortSampler(fab, t0)
+            watched = {f"endpoint {h}": p.pid for h, p in procs.items()}
+            watched |= {f"switch {sw.name}": sw.proc.pid for sw in fab.emu.switches()
+                        if getattr(sw, "proc", None) is not None}
+            monitor = fidelity.FidelityMonitor(watched, t0)
             try:
                 _play(fab, scn, procs, out, t0, fault_log, live)
             finally:
+                monitor.stop()
                 if sampler is not None:
                     sampler.stop()
             endpoints.stop(procs)
@@ -157,6 +162,7 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
     data.first_fault_s = min((f["t"] for f in fault_log), default=None)
     data.traffic_start_s = min((f.start_s for f in scn.flows), default=0.0)
     data.ports = sampler.samples if sampler is not None else []
+    data.run_delays = monitor.samples if monitor is not None else []
     data.port_mbps = spec.link.bandwidth_mbps
     data.flows = [(f.src, f.dst) for f in scn.flows]
     if (cc := scn.collective) is not None:
@@ -224,7 +230,10 @@ def _play(fab: Fabric, scn: Scenario, procs, out: Path, t0: float, fault_log: li
 
 
 def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: Path) -> dict:
-    faults = [{"t": f["t"], "label": f["label"]} for f in fault_log]
+    found = fidelity.faults(data.run_delays, data.loop_gaps)
+    fidelity.write_csv(out / "fidelity.csv", data.run_delays, data.loop_gaps)
+    faults = [{"t": f["t"], "label": f["label"]} for f in fault_log] + \
+        [{"t": f.t0, "t_end": f.t1, "kind": "fidelity", "label": f.describe()} for f in found]
     title = f"{scn.name}: {scn.transport} on {dp}"
     goodput_plot(data, faults, out / "goodput.png", title)
     ev_state_plot(data, faults, out / "ev_state.png", title + ", EV state")
@@ -264,8 +273,10 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
     verdicts = []
     for x in scn.expect:
         v, ok, bound = evaluate(data, x.metric, x.args)
+        broke = fidelity.overlapping(windows(data, x.metric, x.args), found)
         verdicts.append({"expectation": x.describe(), "metric": x.metric, "value": None if math.isinf(v) else v,
-                         "bound": bound, "passed": ok})
+                         "bound": bound, "passed": None if broke else ok,
+                         "void": "; ".join(f.describe() for f in broke) or None})
     metrics = {
         "scenario": scn.name, "paper": scn.paper, "transport": scn.transport, "dataplane": dp, "seed": scn.seed,
         "duration_s": scn.duration_s, "baseline_mbps": baseline_mbps(data), "rtt_us": data.rtt_us,
@@ -274,6 +285,8 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
         "message_completion_s": data.mct_percentiles(), "switch_ports": data.port_totals(),
         "collective": coll,
         "passed": all(v["passed"] is not False for v in verdicts),
+        "void": [v["expectation"] for v in verdicts if v.get("void")],
+        "fidelity_faults": [f.as_dict() for f in found],
     }
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
     _summary(metrics, out)
@@ -288,7 +301,7 @@ def _summary(m: dict, out: Path) -> None:
     t.add_column("verdict")
     for v in m["expectations"]:
         val = "inf" if v["value"] is None else f"{v['value']:.3g}"
-        verdict = verdict_word(v["passed"], rich=True)
+        verdict = verdict_word(v["passed"], rich=True, void=v.get("void"))
         t.add_row(v["expectation"], val, v["bound"], verdict)
     Console(highlight=False).print(t)
     tot = m["totals"]
@@ -331,7 +344,22 @@ def main(args) -> int:
     if scn.sweep is not None:
         return 0 if run_sweep(scn, Path(args.out) if args.out else None, live=sys.stderr.isatty())["passed"] else 1
     m = run(scn, Path(args.out) if args.out else None, live=sys.stderr.isatty(), pcap=args.pcap, debug=args.debug)
-    return 0 if m["passed"] else 1
+    return exit_code(m)
+
+
+def exit_code(m: dict) -> int:
+    """1 when a verdict decided outside every fidelity fault FAILed; else 3 when one was void (this
+    machine could not keep up; one line says with what); else 0."""
+    if not m["passed"]:
+        return 1
+    if m.get("void"):
+        worst = max(m["fidelity_faults"], key=lambda f: f["t1"] - f["t0"])
+        console.print(f"[yellow]void:[/yellow] {len(m['void'])} of {len(m['expectations'])} verdicts read a window where "
+                      f"the emulator fell behind ({len(m['fidelity_faults'])} fidelity faults; longest: "
+                      f"{worst['invariant']} at {worst['where']}, {worst['t1'] - worst['t0']:.2f} s from "
+                      f"{worst['t0']:.1f} s): this machine could not keep up; no verdict (exit 3)")
+        return 3
+    return 0
 
 
 def run_sweep(scn: Scenario, out: Path | None = None, *, live: bool = True) -> dict:

@@ -9,7 +9,6 @@ import threading
 import time
 
 import pytest
-
 from mrclab.experiments import endpoints
 from mrclab.traffic import contract as C
 

@@ -300,9 +300,14 @@ class Start:
 
 @dataclass(frozen=True)
 class Sample:
+    """Every ``telemetry_interval_s``: each QP's sending and receiving side, the port-state bitmap,
+    and ``loop_gap_max_s``, the longest time (s) between two turns of the endpoint's loop since the
+    last sample: its timers fired at most that late (experiments/fidelity.py reads it)."""
+
     tx: tuple[TxQp, ...]
     rx: tuple[RxQp, ...]
     ports: int
+    loop_gap_max_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -371,7 +376,8 @@ def decode(line: str, source: str = "telemetry") -> Timed:
         elif typ == "start":
             rec = Start(d["host"], d["transport"], tuple(d["qps"]))
         elif typ == "sample":
-            rec = Sample(tuple(_tx(q) for q in d["tx"]), tuple(_rx(q) for q in d["rx"]), int(d["ports"]))
+            rec = Sample(tuple(_tx(q) for q in d["tx"]), tuple(_rx(q) for q in d["rx"]), int(d["ports"]),
+                         float(d.get("loop_gap_max_s", 0.0)))
         elif typ == "summary":
             rec = Summary(tuple(_tx(q) for q in d["tx"]), tuple(_rx(q) for q in d["rx"]), dict(d["dropped"]),
                           float(d["cpu_s"]), float(d["cpu_sys_s"]))

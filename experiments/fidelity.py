@@ -1,0 +1,164 @@
+"""Did the emulator keep up? The invariants of the emulation, watched during every run.
+
+An emulated result counts only while the machine that runs it keeps up (Mininet-HiFi: Handigol et
+al., "Reproducible Network Experiments Using Container-Based Emulation", CoNEXT 2012, which
+monitors the emulation's own invariants during each run and discards a run that broke them).
+mrclab watches two, each sampled into the results folder (``fidelity.csv``):
+
+* **CPU starvation** (:class:`FidelityMonitor`): every endpoint's and every BMv2 switch's time
+  runnable but not running, from the scheduler's own account (``/proc/PID/task/*/schedstat``:
+  time on a CPU and run-queue delay, ns, summed over the process's threads; psutil does not read
+  them). In each sample interval, the *waiting share* is run-queue delay / (run-queue delay + CPU
+  time): of the time the process wanted a CPU, how much it did not get. A process starved when its
+  waiting share was over :data:`RUN_DELAY_MAX` while it waited at least :data:`MIN_WAIT` of the
+  interval (a process that ran 0.1 ms and waited 0.3 ms was not held back in any way that shows):
+  its packets left, or were forwarded, late.
+* **Late timers** (the endpoints' telemetry): the longest time between two turns of an endpoint's
+  loop in each telemetry interval (``loop_gap_max_s`` of its samples). Its timers, pacing and
+  retransmission deadlines fire at most that late; over :data:`LOOP_GAP_MAX_S` they fired late
+  enough to change what the transport does (the retransmission timer's floor is tens of ms).
+
+A sample interval where an invariant broke is a :class:`FidelityFault`; overlapping faults of one
+invariant merge. A verdict whose window overlaps a fault reads ``void (<invariant>, <where>,
+<how long>)``: neither pass nor FAIL (experiments/runner.py), and a run with a void verdict and no
+failed one exits 3, "this machine could not".
+
+Not watched yet (named so nobody reads the silence as a pass): each backlogged port's drain rate
+against its configured rate, and packets lost outside the model (veth, qdisc or BMv2 input drops
+that neither the P4 nor the eBPF program counts).
+
+Thresholds (docs/design.md has the measurements that set them): :data:`RUN_DELAY_MAX` and
+:data:`LOOP_GAP_MAX_S`.
+"""
+
+from __future__ import annotations
+
+import csv
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+#: A process starved: more than this share of the time it wanted a CPU spent waiting for one ...
+RUN_DELAY_MAX = 0.75
+#: ... while it waited at least this share of the sample interval (thread-seconds per second).
+MIN_WAIT = 0.1
+#: An endpoint's timers fired late: its loop did not come round for this long (s).
+LOOP_GAP_MAX_S = 0.05
+#: How often the monitor samples the processes (s).
+PERIOD_S = 0.25
+
+
+@dataclass(frozen=True)
+class FidelityFault:
+    """An interval [t0, t1] (s from t = 0) where ``invariant`` broke at ``where``; ``worst`` is the
+    worst value seen against ``limit`` (same unit)."""
+
+    invariant: str
+    where: str
+    t0: float
+    t1: float
+    worst: float
+    limit: float
+
+    def describe(self) -> str:
+        """``<invariant>, <where>, <how long>`` as a void verdict says it."""
+        unit = "s" if self.invariant == "late timers" else ""
+        return (f"{self.invariant}, {self.where}, {self.t1 - self.t0:.2f} s at {self.t0:.1f}-{self.t1:.1f} s "
+                f"(worst {self.worst:.3g}{unit} against {self.limit:g}{unit})")
+
+    def as_dict(self) -> dict:
+        return {"invariant": self.invariant, "where": self.where, "t0": round(self.t0, 3), "t1": round(self.t1, 3),
+                "worst": self.worst, "limit": self.limit}
+
+
+def schedstat_ns(pid: int) -> tuple[int, int]:
+    """(ns on a CPU, ns runnable but waiting for one) of the process's threads so far; (0, 0) if gone."""
+    cpu = wait = 0
+    try:
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            try:
+                f = (task / "schedstat").read_text().split()
+                cpu, wait = cpu + int(f[0]), wait + int(f[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    except OSError:
+        return 0, 0
+    return cpu, wait
+
+
+class FidelityMonitor:
+    """Samples the run-queue delay of named processes every :data:`PERIOD_S` in a thread of its
+    own, from ``t0`` (monotonic s of t = 0). ``procs``: label -> pid (``endpoint h0``,
+    ``switch t1-0-0``)."""
+
+    def __init__(self, procs: dict[str, int], t0: float, period_s: float = PERIOD_S) -> None:
+        self.procs, self.t0, self.period_s = dict(procs), t0, period_s
+        #: (t_s, label, waiting share, waited share of the interval)
+        self.samples: list[tuple[float, str, float, float]] = []
+        self._last = {label: (time.monotonic(), *schedstat_ns(pid)) for label, pid in self.procs.items()}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="mrclab-fidelity", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.wait(self.period_s):
+            for label, pid in self.procs.items():
+                now, cpu, wait = time.monotonic(), *schedstat_ns(pid)
+                t_prev, cpu_prev, wait_prev = self._last[label]
+                self._last[label] = (now, cpu, wait)
+                d_cpu, d_wait = cpu - cpu_prev, wait - wait_prev
+                if now > t_prev and d_cpu >= 0 and d_wait >= 0 and d_cpu + d_wait > 0:
+                    self.samples.append((round(now - self.t0, 3), label, d_wait / (d_cpu + d_wait),
+                                         d_wait / 1e9 / (now - t_prev)))
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+
+def faults(cpu: list[tuple[float, str, float, float]], gaps: list[tuple[float, str, float]], *,
+           period_s: float = PERIOD_S, gap_period_s: float = 0.1, run_delay_max: float = RUN_DELAY_MAX,
+           min_wait: float = MIN_WAIT, loop_gap_max_s: float = LOOP_GAP_MAX_S) -> list[FidelityFault]:
+    """The fidelity faults of a run: from the monitor's CPU samples ``(t, label, waiting share,
+    waited share of the interval)``, each covering the ``period_s`` before ``t``, and the
+    endpoints' loop gaps ``(t, host, gap s)``,
+    each covering the ``gap_period_s`` before ``t``. Intervals of one invariant that overlap, or
+    are less than half a sample period apart (the samples' own jitter), merge (their ``where``
+    lists every place)."""
+    raw: list[FidelityFault] = []
+    for t, label, share, waited in cpu:
+        if share > run_delay_max and waited >= min_wait:
+            raw.append(FidelityFault("CPU starvation", label, t - period_s, t, share, run_delay_max))
+    for t, host, gap in gaps:
+        if gap > loop_gap_max_s:
+            raw.append(FidelityFault("late timers", f"endpoint {host}", t - max(gap, gap_period_s), t, gap,
+                                     loop_gap_max_s))
+    merged: list[FidelityFault] = []
+    for f in sorted(raw, key=lambda f: (f.invariant, f.t0)):
+        last = merged[-1] if merged else None
+        if last is not None and last.invariant == f.invariant and f.t0 <= last.t1 + period_s / 2:
+            wheres = last.where.split(", ")
+            where = ", ".join(wheres + ([f.where] if f.where not in wheres else []))
+            merged[-1] = FidelityFault(f.invariant, where, last.t0, max(last.t1, f.t1), max(last.worst, f.worst),
+                                       f.limit)
+        else:
+            merged.append(f)
+    return sorted(merged, key=lambda f: f.t0)
+
+
+def overlapping(windows: list[tuple[float, float]], found: list[FidelityFault]) -> list[FidelityFault]:
+    """The faults that overlap any of ``windows`` ([lo, hi] in s)."""
+    return [f for f in found if any(f.t0 < hi and f.t1 > lo for lo, hi in windows)]
+
+
+def write_csv(path: Path, cpu: list[tuple[float, str, float, float]], gaps: list[tuple[float, str, float]]) -> None:
+    """``fidelity.csv``: one row per sample: t_s, invariant, where, value, limit."""
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["t_s", "invariant", "where", "value", "limit"])
+        for t, label, share, waited in cpu:
+            w.writerow([f"{t:.3f}", "waiting share", label, f"{share:.4f}", RUN_DELAY_MAX])
+            w.writerow([f"{t:.3f}", "waited share of interval", label, f"{waited:.4f}", MIN_WAIT])
+        for t, host, gap in gaps:
+            w.writerow([f"{t:.3f}", "loop gap (s)", f"endpoint {host}", f"{gap:.4f}", LOOP_GAP_MAX_S])

@@ -1,0 +1,73 @@
+"""The fidelity monitor's invariants and what they do to verdicts: a window the emulator did not
+keep up in is void, never pass and never FAIL; windows outside keep their verdicts; and a run
+starved on purpose is seen (root)."""
+
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from mrclab.experiments import fidelity
+from mrclab.experiments.expectations import windows
+from mrclab.experiments.metrics import RunData
+from mrclab.experiments.runner import exit_code
+
+
+def test_starvation_needs_a_high_waiting_share_and_real_waiting():
+    cpu = [(1.0, "endpoint h0", 0.9, 0.5),   # starved: 90% of wanted time waiting, half the interval
+           (2.0, "endpoint h0", 0.9, 0.01),  # a process that barely ran: not held back in any way that shows
+           (3.0, "endpoint h1", 0.5, 0.4)]   # busy, but got most of what it asked for
+    found = fidelity.faults(cpu, [])
+    assert [(f.invariant, f.where, f.t0, f.t1) for f in found] == [("CPU starvation", "endpoint h0", 0.75, 1.0)]
+
+
+def test_late_timers_from_the_endpoints_loop_gaps_and_merging():
+    gaps = [(1.0, "h0", 0.2), (1.1, "h1", 0.06), (5.0, "h0", 0.01)]
+    found = fidelity.faults([], gaps)
+    assert len(found) == 1 and found[0].invariant == "late timers"
+    assert found[0].where == "endpoint h0, endpoint h1" and found[0].t0 == pytest.approx(0.8) and found[0].t1 == 1.1
+    assert "late timers, endpoint h0, endpoint h1" in found[0].describe()
+
+
+def test_a_verdict_is_void_only_when_its_window_overlaps_a_fault():
+    d = RunData(duration_s=24.0, first_fault_s=8.0, traffic_start_s=0.0)
+    f = fidelity.FidelityFault("late timers", "endpoint h0", 16.5, 16.8, 0.3, 0.05)
+    assert fidelity.overlapping(windows(d, "capacity_ratio", {"window": [18, 24]}), [f]) == []
+    # capacity_ratio also reads the baseline before the first fault: a fault there voids it
+    early = fidelity.FidelityFault("CPU starvation", "endpoint h1", 3.0, 3.25, 0.9, 0.75)
+    assert fidelity.overlapping(windows(d, "capacity_ratio", {"window": [18, 24]}), [early]) == [early]
+    assert fidelity.overlapping(windows(d, "revival_s", {"after": 16}), [f]) == [f]
+    assert fidelity.overlapping(windows(d, "evs_retired", {"after": 8, "within_s": 1.0}), [f]) == []
+    assert windows(d, "messages_intact", {}) == [(0.0, 24.0)]
+
+
+def test_exit_codes_fail_before_void_before_pass():
+    base = {"expectations": [{}, {}], "fidelity_faults": [{"invariant": "late timers", "where": "endpoint h0",
+                                                             "t0": 1.0, "t1": 1.3}]}
+    assert exit_code({**base, "passed": False, "void": ["x"]}) == 1
+    assert exit_code({**base, "passed": True, "void": ["x"]}) == 3
+    assert exit_code({**base, "passed": True, "void": []}) == 0
+
+
+@pytest.mark.root
+@pytest.mark.skipif(shutil.which("taskset") is None, reason="needs taskset (util-linux)")
+def test_a_run_starved_on_purpose_is_void_not_failed(tmp_path, no_leftovers):
+    """Every process of the run and two busy loops share one CPU: the monitor sees the endpoints
+    starve, every verdict reading those windows is void, and the run exits 3."""
+    spin = [subprocess.Popen(["taskset", "-c", "0", sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        r = subprocess.run(["taskset", "-c", "0", sys.executable, "-m", "mrclab.cli", "run", "--dataplane", "linux",
+                            "--duration", "8", "--out", str(tmp_path / "r")], capture_output=True, text=True, timeout=300)
+    finally:
+        for p in spin:
+            p.kill()
+            p.wait()
+    m = json.loads((tmp_path / "r" / "metrics.json").read_text())
+    assert m["fidelity_faults"] and m["void"], m["fidelity_faults"]
+    assert r.returncode in (1, 3)
+    assert r.returncode == 3 or any(v["passed"] is False for v in m["expectations"])
+    if r.returncode == 3:
+        assert "this machine could not keep up" in r.stderr.strip().splitlines()[-1]
+    assert (tmp_path / "r" / "fidelity.csv").read_text().count("\n") > 10
