@@ -27,7 +27,7 @@ from mrclab.experiments import runner
 from mrclab.experiments.expectations import verdict_word
 from mrclab.experiments.results import results_folder
 from mrclab.experiments.scenario import SCENARIO_DIR, Scenario, load_scenario
-from mrclab.topologies.errors import BadInput
+from mrclab.topologies.errors import BadInput, MrclabError
 from mrclab.topologies.nodes import need_root, toolchain_missing
 from rich.console import Console
 
@@ -89,41 +89,71 @@ def reproduce(out: Path | None = None, *, dataplane: str | None = None, quick: b
         if dp is None:
             rows.append({**row, "verdict": "skipped", "why": why})
             continue
-        if base.sweep is not None:
-            scn = load_scenario(name, duration_s=dur, dataplane=dp)
-            res = runner.run_sweep(scn, out / name, live=live)
-            shutil.copy2(out / name / "sweep.png", out / "plots" / f"{name}.png")
-            by = {(p["variant"], p["loss"]): p for p in res["points"]}
-            mrc = [p for p in res["points"] if p["transport"] == "mrc"]
-            roce = [p for p in res["points"] if p["transport"] == "roce"]
-            row.update({
-                "mrc": "; ".join(f"{p['variant']} @ {p['loss']:g}: busbw {p['busbw_mbps']:.2f} Mb/s" for p in mrc),
-                "roce": "; ".join(f"{p['variant']} @ {p['loss']:g}: busbw {p['busbw_mbps']:.2f} Mb/s" for p in roce),
-                "verdict": verdict_word(res["passed"]), "claims": res["claims"],
-                "points": list(by.values()), "plots": [f"plots/{name}.png"]})
-        else:
-            runs = {}
-            for tr in ("mrc", "roce"):
-                scn = load_scenario(name, duration_s=dur, dataplane=dp, transport=tr)
-                runs[tr] = runner.run(scn, out / f"{name}-{tr}", live=live)
-                shutil.copy2(out / f"{name}-{tr}" / "goodput.png", out / "plots" / f"{name}-{tr}.png")
-            h_mrc = _headline(runs["mrc"]["expectations"])
-            h_roce = _headline(runs["roce"]["expectations"], h_mrc["metric"] if h_mrc else None)
-            ok = runs["mrc"]["passed"] and runs["roce"]["passed"]
-            row.update({"mrc": _fmt(h_mrc), "roce": _fmt(h_roce), "verdict": verdict_word(ok),
-                        "expectations": {tr: m["expectations"] for tr, m in runs.items()},
-                        "plots": [f"plots/{name}-mrc.png", f"plots/{name}-roce.png"]})
+        try:
+            row.update(_run_row(name, base, dur, dp, out, live))
+        except MrclabError as e:  # a scenario that cannot start or crashes voids its own row, never the report
+            row.update({"verdict": "void", "why": e.one_line(), "plots": []})
         rows.append(row)
-        console.print(f"  -> {row['verdict']}: MRC {row.get('mrc', '-')}")
+        console.print(f"  -> {row['verdict']}{' (' + row['why'] + ')' if row.get('why') else ''}: "
+                      f"MRC {row.get('mrc', '-')}")
+        _write(out, rows, dataplane, quick, t_start)  # after every row: an interrupted table keeps its rows
+    summary = _write(out, rows, dataplane, quick, t_start)
+    console.print(f"report: {out / 'report.md'} ({sum(r['verdict'] == 'pass' for r in rows)} pass, "
+                  f"{sum(r['verdict'] == 'FAIL' for r in rows)} fail, {sum(r['verdict'] == 'void' for r in rows)} void, "
+                  f"{sum(r['verdict'] == 'skipped' for r in rows)} skipped, {summary['elapsed_s']:.0f} s)")
+    return summary
+
+
+def _write(out: Path, rows: list[dict], dataplane: str | None, quick: bool, t_start: float) -> dict:
+    """summary.json and report.md of the rows so far; returns the summary."""
     summary = {"dataplane": dataplane or "best available", "quick": quick, "rows": rows,
                "elapsed_s": round(time.monotonic() - t_start, 1),
-               "passed": all(r["verdict"] != "FAIL" for r in rows)}
+               "passed": all(r["verdict"] != "FAIL" for r in rows),
+               "void": sum(r["verdict"] == "void" for r in rows)}
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=_json))
     (out / "report.md").write_text(report_md(summary))
-    console.print(f"report: {out / 'report.md'} ({sum(r['verdict'] == 'pass' for r in rows)} pass, "
-                  f"{sum(r['verdict'] == 'FAIL' for r in rows)} fail, {sum(r['verdict'] == 'skipped' for r in rows)} "
-                  f"skipped, {summary['elapsed_s']:.0f} s)")
     return summary
+
+
+def _row_verdict(ms: list[dict]) -> tuple[str, str | None]:
+    """A row's verdict from its runs' metrics: FAIL when a verdict decided outside every fidelity
+    fault failed; void (with the first reason) when one was void; else pass."""
+    if not all(m["passed"] for m in ms):
+        return "FAIL", None
+    voids = [v["void"] for m in ms for v in m["expectations"] if v.get("void")]
+    return ("void", voids[0]) if voids else ("pass", None)
+
+
+def _run_row(name: str, base: Scenario, dur: float | None, dp: str, out: Path, live: bool) -> dict:
+    """Run one row (MRC and RoCE, or the sweep) and return its figures and verdict."""
+    row: dict = {}
+    if base.sweep is not None:
+        scn = load_scenario(name, duration_s=dur, dataplane=dp)
+        res = runner.run_sweep(scn, out / name, live=live)
+        shutil.copy2(out / name / "sweep.png", out / "plots" / f"{name}.png")
+        by = {(p["variant"], p["loss"]): p for p in res["points"]}
+        mrc = [p for p in res["points"] if p["transport"] == "mrc"]
+        roce = [p for p in res["points"] if p["transport"] == "roce"]
+        row.update({
+            "mrc": "; ".join(f"{p['variant']} @ {p['loss']:g}: busbw {p['busbw_mbps']:.2f} Mb/s" for p in mrc),
+            "roce": "; ".join(f"{p['variant']} @ {p['loss']:g}: busbw {p['busbw_mbps']:.2f} Mb/s" for p in roce),
+            "verdict": verdict_word(res["passed"]), "claims": res["claims"],
+            "points": list(by.values()), "plots": [f"plots/{name}.png"]})
+    else:
+        runs = {}
+        for tr in ("mrc", "roce"):
+            scn = load_scenario(name, duration_s=dur, dataplane=dp, transport=tr)
+            runs[tr] = runner.run(scn, out / f"{name}-{tr}", live=live)
+            shutil.copy2(out / f"{name}-{tr}" / "goodput.png", out / "plots" / f"{name}-{tr}.png")
+        h_mrc = _headline(runs["mrc"]["expectations"])
+        h_roce = _headline(runs["roce"]["expectations"], h_mrc["metric"] if h_mrc else None)
+        verdict, why = _row_verdict(list(runs.values()))
+        row.update({"mrc": _fmt(h_mrc), "roce": _fmt(h_roce), "verdict": verdict,
+                    "expectations": {tr: m["expectations"] for tr, m in runs.items()},
+                    "plots": [f"plots/{name}-mrc.png", f"plots/{name}-roce.png"]})
+        if why:
+            row["why"] = why
+    return row
 
 
 def _json(x):
@@ -139,10 +169,10 @@ def report_md(s: dict) -> str:
              "claims, all met).", "",
              "| scenario | the paper's claim | MRC | RoCE | verdict |", "| --- | --- | --- | --- | --- |"]
     for r in s["rows"]:
-        verdict = r["verdict"] if r["verdict"] != "skipped" else f"skipped ({r['why']})"
+        verdict = f"{r['verdict']} ({r['why']})" if r.get("why") else r["verdict"]
         lines.append(f"| {r['scenario']} | {r['claim']} | {r.get('mrc', '-')} | {r.get('roce', '-')} | {verdict} |")
     for r in s["rows"]:
-        if r["verdict"] == "skipped":
+        if r["verdict"] == "skipped" or not r.get("plots") and "expectations" not in r and "claims" not in r:
             continue
         lines += ["", f"## {r['scenario']} ({r['dataplane']})", "", r["claim"], ""]
         lines += [f"![{p}]({p})" for p in r["plots"]]
@@ -155,7 +185,7 @@ def report_md(s: dict) -> str:
             for v in exps:
                 val = "inf" if v["value"] is None else f"{v['value']:.3g}"
                 lines.append(f"| {v['expectation']} | {val} | {v['bound']} | "
-                             f"{verdict_word(v['passed'])} |")
+                             f"{verdict_word(v['passed'], void=v.get('void'))} |")
     return "\n".join(lines) + "\n"
 
 
@@ -164,4 +194,4 @@ def main(args) -> int:
     need_root("mrclab reproduce")
     s = reproduce(Path(args.out) if args.out else None, dataplane=args.dataplane, quick=args.quick,
                   only=args.only, live=False)
-    return 0 if s["passed"] else 1
+    return 0 if s["passed"] and not s["void"] else 1 if not s["passed"] else 3

@@ -121,3 +121,30 @@ def test_reproduce_quick_on_linux_runs_the_whole_table_and_writes_its_report(tmp
     assert json.loads((tmp_path / "summary.json").read_text())["passed"] is True
     for r in s["rows"]:
         assert all((tmp_path / p).stat().st_size > 0 for p in r["plots"])
+
+
+def test_a_row_that_cannot_run_is_void_and_the_report_is_still_written(tmp_path, monkeypatch):
+    """One scenario's endpoints never get ready (this machine's limit): its row is void with the
+    reason; the other row keeps its verdict and report.md has both."""
+    from mrclab.experiments import reproduce as R
+    from mrclab.experiments.endpoints import EndpointsNotReady
+
+    ok = {"passed": True, "void": [], "expectations": [
+        {"expectation": "goodput_ratio(window=[1, 2])", "metric": "goodput_ratio", "value": 1.0, "bound": ">= 0.9",
+         "passed": True, "void": None}]}
+
+    def fake_run(scn, out, live=False):
+        if scn.name == "incast":
+            raise EndpointsNotReady("endpoints h0 not ready after 9.0 s: this machine could not start them in time")
+        out.mkdir(parents=True)
+        (out / "goodput.png").write_bytes(b"png")
+        return ok
+
+    monkeypatch.setattr(R.runner, "run", fake_run)
+    monkeypatch.setattr(R, "_choose", lambda base, dp: ("linux", None))
+    s = R.reproduce(tmp_path / "rep", dataplane="linux", quick=True, only=["quickstart", "incast"])
+    verdicts = {r["scenario"]: (r["verdict"], r.get("why", "")) for r in s["rows"]}
+    assert verdicts["quickstart"] == ("pass", "")
+    assert verdicts["incast"][0] == "void" and "not ready" in verdicts["incast"][1]
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "| incast |" in md and "void (endpoints h0 not ready" in md and s["void"] == 1 and s["passed"]
