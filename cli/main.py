@@ -32,7 +32,7 @@ from mrclab.bench import congestion as bench_congestion
 from mrclab.bench import endpoint as bench_endpoint
 from mrclab.bench import fabric as bench_fabric
 from mrclab.controller.fabric import Fabric
-from mrclab.experiments import doctor, report, reproduce, runner
+from mrclab.experiments import doctor, repeat, report, reproduce, runner
 from mrclab.experiments.expectations import metric_help
 from mrclab.topologies.addressing import AddressPlan
 from mrclab.topologies.cleanup import clean, live_runs
@@ -230,6 +230,11 @@ def cmd_bench(args) -> int:
 
 
 def cmd_run(args) -> int:
+    if args.repeat > 1:
+        need_root("mrclab run")
+        if args.pcap or args.debug:
+            raise BadInput("--repeat runs each seed without captures; drop --pcap / --debug, or run one seed")
+        return repeat.main(args)
     return runner.main(args)
 
 
@@ -243,6 +248,17 @@ def cmd_doctor(args) -> int:
 
 def cmd_report(args) -> int:
     return report.main(args)
+
+
+def _repeats(text: str) -> int:
+    """``--repeat N``: a whole number of runs from 1 to 50."""
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if not 1 <= n <= 50:
+        raise argparse.ArgumentTypeError(f"{text!r}: a whole number of runs from 1 to 50")
+    return n
 
 
 class _Parser(argparse.ArgumentParser):
@@ -306,6 +322,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--pcap", action="store_true",
                    help="capture every host NIC port into <results>/pcap/ (with --debug on bmv2, every switch port too)")
     s.add_argument("--debug", action="store_true", help="bmv2: per-packet logging and switch port pcaps")
+    s.add_argument("--repeat", type=_repeats, default=1, metavar="N",
+                   help="run seeds 1..N and report every figure as median [min-max]; a verdict holds when the "
+                        "median meets it and no run was void (default 1)")
     s.add_argument("--set", action="append", metavar="NAME=VALUE",
                    help="set a transport setting, e.g. --set ev_health=off to switch a mechanism off "
                         "(ev_health, probes, port_state, nack, ecn_lb, nscc); repeatable")
@@ -317,6 +336,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--quick", action="store_true", help="compress every scenario: the whole table in minutes")
     s.add_argument("--out", help="report folder (default: results/reproduce-<time>)")
     s.add_argument("--only", nargs="+", metavar="SCENARIO", help="just these shipped scenarios")
+    s.add_argument("--repeat", type=_repeats, default=1, metavar="N",
+                   help="run every row's MRC and RoCE runs with seeds 1..N: figures as median [min-max] (sweeps run once)")
     s.set_defaults(fn=cmd_reproduce)
 
     s = sub.add_parser("doctor", help="what this machine has, which data planes and features run here, "

@@ -25,6 +25,7 @@ from pathlib import Path
 from mrclab.controller.fabric import available
 from mrclab.experiments import runner
 from mrclab.experiments.expectations import verdict_word
+from mrclab.experiments.repeat import figure, run_repeated
 from mrclab.experiments.results import results_folder
 from mrclab.experiments.scenario import SCENARIO_DIR, Scenario, load_scenario
 from mrclab.topologies.errors import BadInput, MrclabError
@@ -52,7 +53,7 @@ def _headline(verdicts: list[dict], metric: str | None = None) -> dict | None:
 def _fmt(v: dict | None) -> str:
     if v is None:
         return "-"
-    val = "inf" if v["value"] is None else f"{v['value']:.3g}"
+    val = figure(v)
     return f"{v['metric']} {val}" + (f" ({v['bound']})" if v["bound"] != "reported" else "")
 
 
@@ -69,7 +70,7 @@ def _choose(scn: Scenario, dataplane: str | None) -> tuple[str | None, str]:
 
 
 def reproduce(out: Path | None = None, *, dataplane: str | None = None, quick: bool = False,
-              only: list[str] | None = None, live: bool = False) -> dict:
+              only: list[str] | None = None, live: bool = False, repeat: int = 1) -> dict:
     """Run the table (see the module docstring); returns the summary (also ``summary.json``)."""
     names = list(only or ORDER)
     unknown = [n for n in names if not (SCENARIO_DIR / f"{n}.yaml").exists()]
@@ -90,23 +91,23 @@ def reproduce(out: Path | None = None, *, dataplane: str | None = None, quick: b
             rows.append({**row, "verdict": "skipped", "why": why})
             continue
         try:
-            row.update(_run_row(name, base, dur, dp, out, live))
+            row.update(_run_row(name, base, dur, dp, out, live, repeat))
         except MrclabError as e:  # a scenario that cannot start or crashes voids its own row, never the report
             row.update({"verdict": "void", "why": e.one_line(), "plots": []})
         rows.append(row)
         console.print(f"  -> {row['verdict']}{' (' + row['why'] + ')' if row.get('why') else ''}: "
                       f"MRC {row.get('mrc', '-')}")
-        _write(out, rows, dataplane, quick, t_start)  # after every row: an interrupted table keeps its rows
-    summary = _write(out, rows, dataplane, quick, t_start)
+        _write(out, rows, dataplane, quick, t_start, repeat)  # after every row: an interrupted table keeps its rows
+    summary = _write(out, rows, dataplane, quick, t_start, repeat)
     console.print(f"report: {out / 'report.md'} ({sum(r['verdict'] == 'pass' for r in rows)} pass, "
                   f"{sum(r['verdict'] == 'FAIL' for r in rows)} fail, {sum(r['verdict'] == 'void' for r in rows)} void, "
                   f"{sum(r['verdict'] == 'skipped' for r in rows)} skipped, {summary['elapsed_s']:.0f} s)")
     return summary
 
 
-def _write(out: Path, rows: list[dict], dataplane: str | None, quick: bool, t_start: float) -> dict:
+def _write(out: Path, rows: list[dict], dataplane: str | None, quick: bool, t_start: float, repeat: int = 1) -> dict:
     """summary.json and report.md of the rows so far; returns the summary."""
-    summary = {"dataplane": dataplane or "best available", "quick": quick, "rows": rows,
+    summary = {"dataplane": dataplane or "best available", "quick": quick, "repeat": repeat, "rows": rows,
                "elapsed_s": round(time.monotonic() - t_start, 1),
                "passed": all(r["verdict"] != "FAIL" for r in rows),
                "void": sum(r["verdict"] == "void" for r in rows)}
@@ -124,8 +125,9 @@ def _row_verdict(ms: list[dict]) -> tuple[str, str | None]:
     return ("void", voids[0]) if voids else ("pass", None)
 
 
-def _run_row(name: str, base: Scenario, dur: float | None, dp: str, out: Path, live: bool) -> dict:
-    """Run one row (MRC and RoCE, or the sweep) and return its figures and verdict."""
+def _run_row(name: str, base: Scenario, dur: float | None, dp: str, out: Path, live: bool, repeat: int = 1) -> dict:
+    """Run one row (MRC and RoCE, each ``repeat`` times with seeds 1..N, or the sweep once) and
+    return its figures (median [min-max] when repeated) and verdict."""
     row: dict = {}
     if base.sweep is not None:
         scn = load_scenario(name, duration_s=dur, dataplane=dp)
@@ -143,8 +145,14 @@ def _run_row(name: str, base: Scenario, dur: float | None, dp: str, out: Path, l
         runs = {}
         for tr in ("mrc", "roce"):
             scn = load_scenario(name, duration_s=dur, dataplane=dp, transport=tr)
-            runs[tr] = runner.run(scn, out / f"{name}-{tr}", live=live)
-            shutil.copy2(out / f"{name}-{tr}" / "goodput.png", out / "plots" / f"{name}-{tr}.png")
+            if repeat > 1:
+                runs[tr] = run_repeated(lambda k, tr=tr: load_scenario(name, duration_s=dur, dataplane=dp, transport=tr,
+                                                                       seed=k), repeat, out / f"{name}-{tr}",
+                                        f"{name}-{tr}", live=live)
+                shutil.copy2(out / f"{name}-{tr}" / "seed-1" / "goodput.png", out / "plots" / f"{name}-{tr}.png")
+            else:
+                runs[tr] = runner.run(scn, out / f"{name}-{tr}", live=live)
+                shutil.copy2(out / f"{name}-{tr}" / "goodput.png", out / "plots" / f"{name}-{tr}.png")
         h_mrc = _headline(runs["mrc"]["expectations"])
         h_roce = _headline(runs["roce"]["expectations"], h_mrc["metric"] if h_mrc else None)
         verdict, why = _row_verdict(list(runs.values()))
@@ -164,7 +172,9 @@ def report_md(s: dict) -> str:
     """The report: one row per paper result, then each row's detail."""
     lines = ["# mrclab: the MRC paper's results, reproduced", "",
              f"Data plane: {s['dataplane']}; {'quick (compressed timelines)' if s['quick'] else 'full timelines'}; "
-             f"{s['elapsed_s']:.0f} s. Each row: the paper's claim, the measured MRC and RoCE figures (the "
+             f"{s['elapsed_s']:.0f} s" + (f"; every run {s['repeat']} times (seeds 1..{s['repeat']}): figures are "
+             "median [min-max], a verdict holds when the median meets it and no run was void" if s.get("repeat", 1) > 1
+             else "") + ". Each row: the paper's claim, the measured MRC and RoCE figures (the "
              "scenario's headline expectation) and the verdict (MRC's and RoCE's expectations, or the sweep's "
              "claims, all met).", "",
              "| scenario | the paper's claim | MRC | RoCE | verdict |", "| --- | --- | --- | --- | --- |"]
@@ -183,7 +193,7 @@ def report_md(s: dict) -> str:
         for tr, exps in r.get("expectations", {}).items():
             lines += ["", f"{tr.upper()}:", "", "| expectation | value | bound | verdict |", "| --- | --- | --- | --- |"]
             for v in exps:
-                val = "inf" if v["value"] is None else f"{v['value']:.3g}"
+                val = figure(v)
                 lines.append(f"| {v['expectation']} | {val} | {v['bound']} | "
                              f"{verdict_word(v['passed'], void=v.get('void'))} |")
     return "\n".join(lines) + "\n"
@@ -193,5 +203,5 @@ def main(args) -> int:
     """``mrclab reproduce``: errors propagate to the command line's one error boundary."""
     need_root("mrclab reproduce")
     s = reproduce(Path(args.out) if args.out else None, dataplane=args.dataplane, quick=args.quick,
-                  only=args.only, live=False)
+                  only=args.only, live=False, repeat=args.repeat)
     return 0 if s["passed"] and not s["void"] else 1 if not s["passed"] else 3

@@ -143,9 +143,11 @@ def resolve(name_or_path: str | None) -> Path:
 
 def load_scenario(path: str | Path | None, *, duration_s: float | None = None,
                   dataplane: str | None = None, transport: str | None = None,
-                  settings: dict[str, Any] | None = None) -> Scenario:
+                  settings: dict[str, Any] | None = None, seed: int | None = None) -> Scenario:
     """Read and validate a scenario. Overrides (command line) are applied before validation;
-    ``settings`` set fields of its ``transport:`` block (``--set ev_health=off``)."""
+    ``settings`` set fields of its ``transport:`` block (``--set ev_health=off``); ``seed``
+    replaces the scenario's seed (every random choice of the run: EV draws, message contents,
+    gray loss, random faults)."""
     p = resolve(str(path) if path is not None else None)
     try:
         raw = yaml.safe_load(p.read_text()) or {}
@@ -162,6 +164,8 @@ def load_scenario(path: str | Path | None, *, duration_s: float | None = None,
         raw.setdefault("transport", {})["kind"] = transport
     if settings:
         raw["transport"] = {**(raw.get("transport") or {}), **settings}
+    if seed is not None:
+        raw["seed"] = seed
     return parse_scenario(raw, str(p))
 
 

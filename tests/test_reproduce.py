@@ -148,3 +148,27 @@ def test_a_row_that_cannot_run_is_void_and_the_report_is_still_written(tmp_path,
     assert verdicts["incast"][0] == "void" and "not ready" in verdicts["incast"][1]
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "| incast |" in md and "void (endpoints h0 not ready" in md and s["void"] == 1 and s["passed"]
+
+
+def test_repeats_report_the_median_and_hold_only_when_it_meets_the_bound():
+    from mrclab.experiments.repeat import aggregate, figure
+
+    def run(seed, value, passed, void=None):
+        return {"seed": seed, "passed": passed, "void": [], "fidelity_faults": [], "expectations": [
+            {"expectation": "capacity_ratio(window=[9, 15], min=0.9)", "metric": "capacity_ratio", "value": value,
+             "bound": ">= 0.9", "passed": passed, "void": void}]}
+
+    agg = aggregate([run(1, 0.95, True), run(2, 0.85, False), run(3, 0.93, True)])
+    v = agg["expectations"][0]
+    assert v["value"] == 0.93 and (v["min"], v["max"]) == (0.85, 0.95) and v["passed"] is True and agg["passed"]
+    assert figure(v) == "0.93 [0.85-0.95]"
+    agg = aggregate([run(1, 0.95, True), run(2, 0.85, False), run(3, 0.88, False)])
+    assert agg["expectations"][0]["passed"] is False and not agg["passed"]
+    agg = aggregate([run(1, 0.95, True), run(2, 0.96, None, void="late timers, endpoint h0, 0.3 s"), run(3, 0.97, True)])
+    v = agg["expectations"][0]
+    assert v["passed"] is None and "seed 2: late timers" in v["void"] and agg["void"]
+    never = [run(1, None, False), run(2, None, False), run(3, 1.0, True)]  # inf twice: the median is inf
+    for m in never:
+        m["expectations"][0]["bound"] = "<= 20"
+    agg = aggregate(never)
+    assert agg["expectations"][0]["value"] is None and agg["expectations"][0]["passed"] is False
