@@ -70,6 +70,9 @@ def sink(iface: str, length: int, idle_s: float = 0.5, wait_s: float = 30.0) -> 
 
 
 def main() -> None:
+    """The command line (module docstring): with ``--sink`` count frames and print ``ready``, then
+    ``received N in T s``; else send ``--frame`` or ``--frames`` at ``--rate`` pps for ``--duration``
+    s and print ``sent N in T s``."""
     ap = argparse.ArgumentParser()
     ap.add_argument("--iface", required=True)
     ap.add_argument("--sink", action="store_true", help="count received frames instead of sending")

@@ -49,6 +49,9 @@ def jain(xs: list[float]) -> float:
 
 
 def scenario(n: int, cc: str, dp: str) -> dict:
+    """The scenario (as YAML would give it) of one run: ``n`` flows of 64 KiB messages from group 1
+    into h0, the last joining at :data:`JOIN_S`; window control ``cc`` (``nscc`` or ``fixed``) on
+    data plane ``dp``; host links at :data:`HOST_MBPS`, T0-T1 links 8x faster, 32-packet queues."""
     mbps = HOST_MBPS[dp]
     return {
         "name": f"bench-congestion-{n}-{cc}",
@@ -62,6 +65,9 @@ def scenario(n: int, cc: str, dp: str) -> dict:
 
 
 def one(n: int, cc: str, dp: str, out: Path) -> dict:
+    """Run one scenario into ``out``; its figures: ``jain`` and ``utilisation`` (0..1) over the last
+    :data:`STEADY_FRACTION` of the run, ``p99_queue`` (packets, h0's T0 port, every sample of the
+    run), ``converge_rtts`` (None: never), ``rtt_ms`` and ``passed`` (the scenario's own verdict)."""
     scn = parse_scenario(scenario(n, cc, dp), f"bench congestion N={n} {cc}")
     metrics, data = runner.run_with_data(scn, out, live=False)
     per_qp = data.qp_goodput_mbps()
@@ -87,6 +93,9 @@ def one(n: int, cc: str, dp: str, out: Path) -> dict:
 
 
 def main(args=None) -> int:
+    """``mrclab bench congestion``: a run per N of :data:`FLOWS` and window control, on the first data
+    plane of ``args.dataplane`` (default: bmv2 where its toolchain is installed, else linux), then
+    one table. Returns 0; raises NotAvailable when that data plane has no switch queues here."""
     dps = getattr(args, "dataplane", None) or (["bmv2"] if toolchain_missing() is None else ["linux"])
     dp = dps[0]
     if "congestion" not in available(dp):

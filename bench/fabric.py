@@ -15,7 +15,8 @@ For each data plane (default: every one this machine has) it prints:
   with it detached, in alternating rounds: the program's cost per packet, as a ratio.
 
 Measuring BMv2 on 2 shared cores is noisy: twelve BMv2 threads and the sender compete for them,
-and a few ms of scheduling delay overflow BMv2's 64-packet egress queues. So every program gets a
+and a few ms of scheduling delay overflow BMv2's egress queues (64 packets, BMv2's default,
+without its Thrift runtime; the queue plan's depth with it). So every program gets a
 warm-up second after it is loaded, each trial lasts ``TRIAL_S``, a trial over 1% is run once more
 before it counts as a failure (a path's capacity repeats, a scheduling hiccup does not), and the
 two programs alternate for ``ROUNDS`` rounds.
@@ -135,6 +136,8 @@ def max_rate(fab: Fabric, src: str = PATH[0], dst: str = PATH[1], plane: int = P
 
 
 def bulk_entries_linux(fab: Fabric, switch: str = "t1-0-0") -> float:
+    """Routes per second on linux: :data:`N_BULK` /48 routes written to ``switch`` in one ``ip -batch``
+    (timed), then deleted."""
     ns = fab.netns(switch)
     base = int(ipaddress.IPv6Address("fcbb:bb00:f000::"))
     nets = [ipaddress.IPv6Network((base + (i << 80), 48)) for i in range(N_BULK)]
@@ -147,6 +150,8 @@ def bulk_entries_linux(fab: Fabric, switch: str = "t1-0-0") -> float:
 
 
 def bulk_entries_bmv2(fab: Fabric, switch: str = "t1-0-0") -> float:
+    """Entries per second on bmv2: :data:`N_BULK` ``routing`` entries inserted into ``switch`` in
+    WriteRequests of :data:`~controller.p4runtime.BATCH` (timed), then deleted."""
     base = int(ipaddress.IPv6Address("fcbb:bb00:f000::"))
     ents = [DesiredEntry(EntryKey("routing", (((base >> 80) + i, 48),)), "forward",
                          (("port", 1), ("src_mac", 0x02), ("dst_mac", 0x04), ("ecn_k", 8), ("trim_t", 16),
@@ -223,6 +228,11 @@ def _median(xs: list[float]) -> float:
 
 
 def measure(dataplane: str, log) -> dict:
+    """Every figure of one data plane, on a fresh default fabric: ``timings`` (bring-up phases, s),
+    ``entries``, ``entries_per_s`` and ``path_pps``; then bmv2 ``trivial_pps``, ``cpu_us`` and
+    ``trivial_cpu_us``, linux ``bare_pps`` (the queue program detached), each the median of its
+    rounds, which are kept under ``rounds``; a linux fabric without the queue program has one
+    search and its ``trials`` instead. ``log`` takes progress lines."""
     spec = load_spec()
     res: dict = {"dataplane": dataplane}
     with Fabric(spec, dataplane, watchdog=False) as fab:
@@ -237,7 +247,7 @@ def measure(dataplane: str, log) -> dict:
                 log(f"{dataplane}: searching the highest <1%-loss rate over {route}")
                 res["path_pps"], res["trials"] = max_rate(fab, log=log)
                 return res
-            rates = {"program": [], "bare": []}
+            rates: dict[str, list[float]] = {"program": [], "bare": []}
             for k in range(LINUX_ROUNDS):
                 log(f"linux round {k + 1}/{LINUX_ROUNDS}: the tc eBPF queue program on {route}")
                 rates["program"].append(max_rate(fab, log=log)[0])
@@ -249,7 +259,7 @@ def measure(dataplane: str, log) -> dict:
             res["path_pps"], res["bare_pps"] = _median(rates["program"]), _median(rates["bare"])
             res["rounds"] = {"rates": rates}
             return res
-        rates: dict[str, list[float]] = {"mrclab": [], "trivial": []}
+        rates = {"mrclab": [], "trivial": []}
         cpu: dict[str, list[float]] = {"mrclab": [], "trivial": []}
         for k in range(ROUNDS):
             log(f"bmv2 round {k + 1}/{ROUNDS}: p4src/mrclab.p4 on {route}")
@@ -268,6 +278,9 @@ def measure(dataplane: str, log) -> dict:
 
 
 def main(args=None) -> int:
+    """``mrclab bench fabric``: :func:`measure` for each data plane of ``args.dataplane`` (default:
+    bmv2 and linux where the P4 toolchain is installed, else linux), then one table. Returns 0, or
+    3 when bmv2 is asked for and its toolchain is missing."""
     dps = getattr(args, "dataplane", None) or (["bmv2", "linux"] if toolchain_missing() is None else ["linux"])
     if "bmv2" in dps and (why := toolchain_missing()):
         console.print(f"[red]bmv2: {why}[/red]")

@@ -8,6 +8,7 @@
     mrclab bench     fabric|endpoint|congestion [--dataplane bmv2|linux]
     mrclab run       [SCENARIO] [--out DIR] [--duration S] [--dataplane D] [--transport mrc|roce] [--set K=V]
     mrclab reproduce [--quick] [--dataplane D] [--only SCENARIO...] [--out DIR]
+    mrclab calibrate [--dataplane bmv2|linux]
     mrclab doctor
     mrclab report    RESULTS...
 
@@ -28,6 +29,7 @@ import signal
 import sys
 from pathlib import Path
 
+from mrclab.bench import calibrate as bench_calibrate
 from mrclab.bench import congestion as bench_congestion
 from mrclab.bench import endpoint as bench_endpoint
 from mrclab.bench import fabric as bench_fabric
@@ -229,6 +231,11 @@ def cmd_bench(args) -> int:
     return bench.main(args)
 
 
+def cmd_calibrate(args) -> int:
+    need_root("mrclab calibrate")
+    return bench_calibrate.main(args)
+
+
 def cmd_run(args) -> int:
     if args.repeat > 1:
         need_root("mrclab run")
@@ -322,6 +329,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--pcap", action="store_true",
                    help="capture every host NIC port into <results>/pcap/ (with --debug on bmv2, every switch port too)")
     s.add_argument("--debug", action="store_true", help="bmv2: per-packet logging and switch port pcaps")
+    s.add_argument("--fit", action="store_true",
+                   help="scale every link rate down to what this machine sustains (mrclab calibrate) instead of "
+                        "refusing a run it cannot carry")
     s.add_argument("--repeat", type=_repeats, default=1, metavar="N",
                    help="run seeds 1..N and report every figure as median [min-max]; a verdict holds when the "
                         "median meets it and no run was void (default 1)")
@@ -339,6 +349,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--repeat", type=_repeats, default=1, metavar="N",
                    help="run every row's MRC and RoCE runs with seeds 1..N: figures as median [min-max] (sweeps run once)")
     s.set_defaults(fn=cmd_reproduce)
+
+    s = sub.add_parser("calibrate", help="measure what this machine sustains per data plane (endpoint and switch "
+                                         "CPU per packet, idle cost) and cache it for admission")
+    s.add_argument("--dataplane", action="append", choices=["bmv2", "linux"],
+                   help="data plane(s) to calibrate (default: every available one)")
+    s.set_defaults(fn=cmd_calibrate)
 
     s = sub.add_parser("doctor", help="what this machine has, which data planes and features run here, "
                                       "and how to install what is missing")

@@ -1,0 +1,3 @@
+"""The controller: route and queue plans derived from the fabric, the writers that put them on each
+data plane (P4Runtime and Thrift on bmv2, seg6 routes and a tc eBPF program on linux), and faults
+that compose."""

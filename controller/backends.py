@@ -21,10 +21,13 @@ class LinuxFaults:
     fresh_on_restart = False
 
     def __init__(self, fab) -> None:
+        """The linux backend of running fabric ``fab``."""
         self.fab = fab
         self.reroute: set[str] = set()
 
     def set_iface(self, node: str, peer: str, up: bool) -> None:
+        """Set ``node``'s interface facing ``peer`` up or down; a switch with an interface brought
+        up gets its routes again at :meth:`settle`."""
         self.fab.emu.set_iface(node, peer, up)
         if up and not is_host(node):
             self.reroute.add(node)
@@ -38,15 +41,19 @@ class LinuxFaults:
         self.reroute.clear()
 
     def set_drop(self, switch: str, peer: str, rate: float) -> None:
+        """Gray loss: ``switch`` drops ``rate`` (0..1) of what it sends to ``peer``, by configuring
+        that port's tc eBPF program again."""
         fab = self.fab
         port = fab.plan.port_to(switch, peer)
         fab.port_loss_now[(switch, port)] = rate
         fab.bpf[switch].configure(f"{switch}-eth{port}", fab.port_config(switch, port))
 
     def set_alive(self, switch: str, alive: bool) -> None:
-        pass  # a dead linux switch is its interfaces down, which desired() already says
+        """Nothing to do: a dead linux switch is its interfaces down, which
+        :func:`~controller.faults.desired` already says."""
 
     def set_blackhole(self, switch: str, on: bool) -> None:
+        """Add (``on``) or remove the policy rule that blackholes every IPv6 lookup of ``switch``."""
         seg6.set_blackhole(self.fab.netns(switch), on)
 
 
@@ -57,15 +64,21 @@ class Bmv2Faults:
     fresh_on_restart = True
 
     def __init__(self, fab) -> None:
+        """The bmv2 backend of running fabric ``fab``."""
         self.fab = fab
 
     def set_iface(self, node: str, peer: str, up: bool) -> None:
+        """Set ``node``'s interface facing ``peer`` up or down (on bmv2 only hosts' ends are asked)."""
         self.fab.emu.set_iface(node, peer, up)
 
     def set_drop(self, switch: str, peer: str, rate: float) -> None:
+        """``switch`` drops ``rate`` (0..1) of what it sends to ``peer``: a ``port_fault`` entry (0
+        removes it)."""
         self.fab.p4[switch].set_port_loss(self.fab.plan.port_to(switch, peer), rate, self.fab.loss_salt)
 
     def set_alive(self, switch: str, alive: bool) -> None:
+        """Restart the switch process and give it its pipeline and entries again, or close its
+        P4Runtime session and kill it."""
         if alive:
             self.fab.emu.restart_switch(switch)
             self.fab.reprogram(switch)
@@ -76,7 +89,9 @@ class Bmv2Faults:
             node.kill()
 
     def set_blackhole(self, switch: str, on: bool) -> None:
+        """Set or clear the ``blackhole`` default action of ``switch``'s ``fault_ctl`` table."""
         self.fab.p4[switch].set_blackhole(on)
 
     def settle(self, now) -> None:
+        """Nothing to do: on bmv2 every change took effect as it was made."""
         pass

@@ -68,6 +68,8 @@ class PortConfig:
     salt: int = 0
 
     def pack(self) -> bytes:
+        """The ``struct port_cfg`` map value: six little-endian u32, ``loss`` as a threshold out of
+        65536."""
         return CFG.pack(self.rate_pps, self.ecn_k, self.trim_t, self.q_limit, round(self.loss * 65536),
                         self.salt & 0xFFFFFFFF)
 
@@ -182,6 +184,8 @@ class SwitchBpf:
     (interface names) inside namespace ``netns``. Raises :class:`BpfError`."""
 
     def __init__(self, name: str, netns: str, obj_path: Path, ports: list[str]) -> None:
+        """Open and load ``obj_path`` (:func:`compile_bpf`) for switch ``name`` and attach it to every
+        interface of ``ports`` inside ``netns``. Raises BpfError; what was loaded is released first."""
         self.name, self.lib = name, _lib()
         self.obj = self.lib.bpf_object__open_file(str(obj_path).encode(), None)
         if not self.obj or self.lib.libbpf_get_error(self.obj):
@@ -196,7 +200,9 @@ class SwitchBpf:
         self.prog_fd = self.lib.bpf_program__fd(prog)
         self.cfg_fd = self.lib.bpf_object__find_map_fd_by_name(self.obj, b"port_cfg")
         self.state_fd = self.lib.bpf_object__find_map_fd_by_name(self.obj, b"port_state")
-        self.netns, self.ifindex, self.hooked = netns, {}, set()
+        self.netns = netns
+        self.ifindex: dict[str, int] = {}  # interface name -> ifindex, the maps' key
+        self.hooked: set[str] = set()  # interfaces given a clsact qdisc
         try:
             for intf in ports:
                 self.attach(intf)

@@ -2,7 +2,7 @@
 
 ``compile_p4(src)`` returns the BMv2 JSON and the P4Info (text format) of ``src``, compiling only
 when the cache has no entry for sha256(program text + p4c version). Cache:
-``$MRCLAB_CACHE`` or ``~/.cache/mrclab/p4/<hash>/``.
+``$MRCLAB_CACHE/p4/<program>-<hash>/`` (``$MRCLAB_CACHE`` defaults to ``~/.cache/mrclab``).
 """
 
 from __future__ import annotations
@@ -26,6 +26,9 @@ class CompileError(RunFailed):
 
 @dataclass(frozen=True)
 class CompiledProgram:
+    """What :func:`compile_p4` produced: the BMv2 JSON and the P4Info (text format) of ``source``,
+    the cache key ``digest`` (sha256 of the program and p4c's version, 20 hex digits)."""
+
     source: Path
     bmv2_json: Path
     p4info: Path
@@ -41,7 +44,8 @@ def _p4c_version() -> str:
 
 
 def compile_p4(src: Path) -> CompiledProgram:
-    """Compile ``src`` for BMv2 v1model, or return the cached result. Raises :class:`CompileError`."""
+    """Compile ``src`` for BMv2 v1model, or return the cached result. Raises :class:`CompileError`
+    when p4c refuses it, NotAvailable when p4c is not on PATH."""
     text = src.read_bytes()
     digest = hashlib.sha256(text + _p4c_version().encode()).hexdigest()[:20]
     out = CACHE_ROOT / f"{src.stem}-{digest}"

@@ -62,6 +62,7 @@ def missing_features(dataplane: str) -> dict[str, str]:
 
 
 def available(dataplane: str) -> set[str]:
+    """The features of :data:`FEATURES` that ``dataplane`` has on this machine."""
     return FEATURES[dataplane] - set(missing_features(dataplane))
 
 
@@ -76,6 +77,12 @@ class Fabric:
     def __init__(self, spec: ClosSpec, dataplane: str | None = None, *, debug: bool = False,
                  progress: Callable[[str], None] | None = None, watchdog: bool = True, loss_salt: int = 0,
                  queues: QueueSettings = QueueSettings(), frame_bytes: int = DEFAULT_FRAME_BYTES) -> None:
+        """Plan the fabric (address, route and queue plans) and its emulation; builds nothing until
+        :meth:`start`. ``dataplane`` None: :func:`~topologies.nodes.default_dataplane`;
+        ``watchdog``: on bmv2, give a switch that lost its pipeline everything again; ``queues``,
+        ``frame_bytes``: the queue plan's settings and frame size (controller/queues.py), used
+        where this machine gives the data plane switch queues. Raises as
+        :class:`~topologies.emulation.Emulation` does."""
         self.spec = spec
         self.plan = AddressPlan(spec)
         self.routes: RoutePlan = route_plan(self.plan)
@@ -104,13 +111,22 @@ class Fabric:
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def __enter__(self) -> Fabric:
+        """Start the fabric (:meth:`start`) and return it."""
         self.start()
         return self
 
     def __exit__(self, *exc) -> None:
+        """Tear the fabric down (:meth:`stop`), however the block ended."""
         self.stop()
 
     def start(self) -> None:
+        """Compile (p4c on bmv2, clang for linux's queue program: before anything is built), build the
+        emulation, program every switch (bmv2: pipeline, table entries and, with Thrift, egress
+        queues; linux: seg6 routes and, with the eBPF program, htb and the program on every
+        port), read every switch back, and start the bmv2 watchdog; each phase is timed into
+        ``timings`` (s, see the module docstring). On any failure everything built is torn down
+        and the error (CompileError, BpfError, FabricError, P4RuntimeError, Seg6Error,
+        EmulationError, ...) propagates."""
         t0 = time.monotonic()
         try:
             prog = bpf_obj = None
@@ -189,7 +205,7 @@ class Fabric:
                 self.bpf[sw].configure(f"{sw}-eth{port}", self.port_config(sw, port))
         self.timings["queues_s"] = time.monotonic() - t
 
-    def port_config(self, switch: str, port: int):
+    def port_config(self, switch: str, port: int) -> PortConfig:
         """The tc eBPF program's settings for one port (linux): its queue plan and gray loss."""
         q = self.queues[(switch, port)]
         return PortConfig(q.rate_pps, q.ecn_k, q.trim_t, q.q_limit, self.port_loss_now.get((switch, port), 0.0),
@@ -200,9 +216,9 @@ class Fabric:
         return {port: q for (sw, port), q in self.queues.items() if sw == switch}
 
     def _set_queues(self, switch: str) -> None:
-        """Both priority queues of every port of ``switch``: the low one at the port's rate in
-        full frames, the high one (trimmed packets) at the same bit rate in trimmed frames
-        (controller/queues.py); both ``depth`` packets deep."""
+        """Both priority queues of every port of ``switch``, over a new Thrift session: the low one
+        at the port's rate in full frames, ``depth`` packets deep, the high one (trimmed and control
+        packets) at the same bit rate in trimmed frames, ``depth_high`` deep (controller/queues.py)."""
         old = self.thrift.pop(switch, None)
         if old is not None:
             old.close()
@@ -272,6 +288,7 @@ class Fabric:
 
     # ---- faults (controller/faults.py: they compose) ------------------------------------------
     def supports(self, feature: str) -> bool:
+        """True when this machine gives the fabric's data plane ``feature`` (of :data:`FEATURES`)."""
         return feature in available(self.dataplane)
 
     def _fault(self, fn, *args) -> None:
@@ -320,8 +337,9 @@ class Fabric:
 
     def port_samples(self) -> list[dict]:
         """Per switch port now: low-priority packets queued and, since start, packets ECN-marked,
-        trimmed and dropped at a full queue (bmv2 with queues; empty elsewhere). Dead switches are
-        left out."""
+        trimmed and dropped at a full queue, one dict per port (bmv2 with Thrift; linux with the tc
+        eBPF program, which adds ``gray``: gray-loss drops); empty where switches do not queue.
+        bmv2 switches that are down are left out."""
         out = []
         with self._lock:
             for sw, prog in self.bpf.items():
@@ -342,4 +360,5 @@ class Fabric:
         return out
 
     def netns(self, node: str) -> str:
+        """The namespace of node ``node`` (``mrclab-<node>``)."""
         return self.emu.netns(node)

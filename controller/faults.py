@@ -46,6 +46,7 @@ class FaultState:
 
     @property
     def healthy(self) -> bool:
+        """True when no fault is held."""
         return not (self.links_down or self.switches_down or self.blackholed or self.loss)
 
 
@@ -53,7 +54,7 @@ class FaultState:
 class Desired:
     """The data plane as the faults in force want it. ``iface_up[(node, peer)]``: the interface of
     ``node`` facing ``peer`` is administratively up; ``drop[(switch, peer)]``: share of what
-    ``switch`` sends to ``peer`` it drops (bmv2); ``alive``/``blackhole`` per switch."""
+    ``switch`` sends to ``peer`` it drops (0..1); ``alive``/``blackhole`` per switch."""
 
     iface_up: dict[tuple[str, str], bool]
     drop: dict[tuple[str, str], float]
@@ -92,13 +93,17 @@ class FaultBackend(Protocol):
 
     fresh_on_restart: bool
 
-    def set_iface(self, node: str, peer: str, up: bool) -> None: ...
+    def set_iface(self, node: str, peer: str, up: bool) -> None:
+        """Set ``node``'s interface facing ``peer`` administratively up or down."""
 
-    def set_drop(self, switch: str, peer: str, rate: float) -> None: ...
+    def set_drop(self, switch: str, peer: str, rate: float) -> None:
+        """Make ``switch`` drop ``rate`` (0..1) of what it sends to ``peer``."""
 
-    def set_alive(self, switch: str, alive: bool) -> None: ...
+    def set_alive(self, switch: str, alive: bool) -> None:
+        """Kill switch ``switch`` (``alive`` False) or bring it back."""
 
-    def set_blackhole(self, switch: str, on: bool) -> None: ...
+    def set_blackhole(self, switch: str, on: bool) -> None:
+        """Make ``switch`` forward nothing (``on``) or forward again."""
 
     def settle(self, now: Desired) -> None:
         """Called once every change of one fault is made, with the state they add up to."""
@@ -109,6 +114,7 @@ class FaultInjector:
     changed. Raises ValueError for a link or switch the fabric does not have."""
 
     def __init__(self, plan: AddressPlan, dataplane: str, backend: FaultBackend) -> None:
+        """No holds yet: the healthy state is the one applied."""
         self.plan, self.dataplane, self.backend = plan, dataplane, backend
         self.state = FaultState()
         self.healthy = desired(self.state, plan, dataplane)
@@ -131,20 +137,24 @@ class FaultInjector:
         return s
 
     def set_link(self, a: str, b: str, up: bool) -> None:
+        """Hold link ``a``-``b`` down (``up`` False) or release that hold."""
         link = self.link(a, b)
         (self.state.links_down.discard if up else self.state.links_down.add)(link)
         self._apply()
 
     def set_switch(self, s: str, up: bool) -> None:
+        """Hold switch ``s`` down (``up`` False) or release that hold."""
         (self.state.switches_down.discard if up else self.state.switches_down.add)(self._switch(s))
         self._apply()
 
     def set_blackhole(self, s: str, on: bool) -> None:
+        """Blackhole switch ``s`` (``on``) or release that hold."""
         (self.state.blackholed.add if on else self.state.blackholed.discard)(self._switch(s))
         self._apply()
 
     def set_loss(self, switch: str, peer: str, rate: float) -> None:
-        """``switch`` drops ``rate`` (0..1) of what it sends to ``peer``; 0 removes the hold."""
+        """``switch`` drops ``rate`` (0..1) of what it sends to ``peer``; 0 removes the hold. Raises
+        ValueError for a rate outside 0..1 too."""
         self.link(switch, peer)
         self._switch(switch)
         if not 0.0 <= rate <= 1.0:

@@ -50,6 +50,8 @@ class P4Info:
     """Name -> ID index over a P4Info message."""
 
     def __init__(self, path: Path) -> None:
+        """Read the text-format P4Info at ``path``; index its tables, actions and counters by short
+        name (after the last dot)."""
         self.path = path
         self.msg = p4info_pb2.P4Info()
         google.protobuf.text_format.Merge(path.read_text(), self.msg, allow_unknown_field=True)
@@ -58,18 +60,22 @@ class P4Info:
         self.counters = {c.preamble.name.split(".")[-1]: c for c in self.msg.counters}
 
     def table(self, name: str):
+        """The P4Info table ``name``. Raises KeyError when there is none."""
         return self.tables[name]
 
     def field_id(self, table: str, field: str) -> int:
+        """ID of match field ``field`` of ``table``. Raises KeyError when there is none."""
         for mf in self.tables[table].match_fields:
             if mf.name == field:
                 return mf.id
         raise KeyError(f"{table} has no match field {field}")
 
     def action(self, name: str):
+        """The P4Info action ``name``. Raises KeyError when there is none."""
         return self.actions[name]
 
     def param_ids(self, action: str) -> dict[str, int]:
+        """Parameter name -> ID of ``action``'s parameters."""
         return {p.name: p.id for p in self.actions[action].params}
 
 
@@ -96,6 +102,9 @@ class EntryKey:
 
 @dataclass(frozen=True)
 class DesiredEntry:
+    """One table entry, as the plan wants it or as read back: its key, its action's name and the
+    action's (parameter name, value) pairs."""
+
     key: EntryKey
     action: str
     params: tuple[tuple[str, int], ...]
@@ -130,6 +139,8 @@ class P4Switch:
 
     def __init__(self, name: str, device_id: int, grpc_addr: str, p4info: P4Info, bmv2_json: Path,
                  queues: Mapping[int, PortQueue] | None = None) -> None:
+        """A session to ``grpc_addr``, not yet open (:meth:`connect`); ``queues`` (port -> PortQueue)
+        give each ``forward`` entry its port's thresholds (None: all 0)."""
         self.name, self.device_id, self.grpc_addr = name, device_id, grpc_addr
         self.p4info, self.bmv2_json = p4info, bmv2_json
         self.queues = queues
@@ -138,6 +149,8 @@ class P4Switch:
 
     # ---- session -----------------------------------------------------------------------------
     def connect(self) -> None:
+        """Open a session (closing any open one) as primary with :data:`ELECTION_ID`. Raises
+        P4RuntimeError when the handshake fails."""
         self.close()
         try:
             self.client = P4RuntimeClient(self.device_id, self.grpc_addr, ELECTION_ID)
@@ -145,6 +158,7 @@ class P4Switch:
             raise P4RuntimeError(f"{self.name}: no P4Runtime session at {self.grpc_addr}") from None
 
     def close(self) -> None:
+        """Tear the session down; a switch already gone is no error."""
         if self.client is not None:
             try:
                 self.client.tear_down()
@@ -159,6 +173,8 @@ class P4Switch:
         return self.client
 
     def push_pipeline(self) -> None:
+        """Push the BMv2 JSON and the P4Info (SetForwardingPipelineConfig): empty tables, no
+        blackhole. Raises P4RuntimeError when the switch refuses it."""
         try:
             self._c().set_fwd_pipe_config(str(self.p4info.path), str(self.bmv2_json))
         except P4RuntimeException as e:
@@ -166,7 +182,8 @@ class P4Switch:
         self.blackholed = False
 
     def has_pipeline(self) -> bool:
-        """True when the switch runs a pipeline with our P4Info (False after a restart)."""
+        """True when the switch answers with a pipeline that has tables (False after a restart, or
+        when it does not answer); which program it is, is not checked."""
         try:
             info = self._c().get_p4info()
         except Exception:
@@ -211,7 +228,7 @@ class P4Switch:
                         te = entity.table_entry
                         order = [mf.id for mf in self.p4info.tables[id2table[te.table_id]].match_fields]
                         by_id = {fm.field_id: fm for fm in te.match}
-                        fields = []
+                        fields: list[tuple[int, int | None]] = []
                         for fid in order:
                             fm = by_id.get(fid)
                             if fm is None:
@@ -248,6 +265,7 @@ class P4Switch:
         self._write([U(type=U.INSERT, entity=p4runtime_pb2.Entity(table_entry=self._table_entry(d))) for d in entries])
 
     def delete(self, keys: list[EntryKey]) -> None:
+        """Delete the entries with ``keys``, in batches of :data:`BATCH`. Raises P4RuntimeError."""
         U = p4runtime_pb2.Update
         self._write([U(type=U.DELETE, entity=p4runtime_pb2.Entity(table_entry=self._table_entry(k, False))) for k in keys])
 
@@ -327,6 +345,7 @@ class P4Switch:
         return out
 
     def forwarded_packets(self) -> int:
+        """Packets the switch has sent out of any port (counter ``port_tx``, summed)."""
         return sum(self.read_counter("port_tx").values())
 
     def port_counters(self) -> dict[str, dict[int, int]]:

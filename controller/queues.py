@@ -89,6 +89,7 @@ class PortQueue:
 
     @property
     def host_facing(self) -> bool:
+        """True for a port that faces a host (a last hop down)."""
         return is_host(self.peer)
 
 

@@ -43,6 +43,7 @@ class SwitchEntries:
 
     @property
     def n_entries(self) -> int:
+        """Entries on the switch: its uN SID plus one per route."""
         return 1 + len(self.routes)
 
 
@@ -54,6 +55,7 @@ class RoutePlan:
     switches: tuple[SwitchEntries, ...]
 
     def __getitem__(self, switch: str) -> SwitchEntries:
+        """The entries of ``switch``. Raises KeyError for an unknown switch."""
         for e in self.switches:
             if e.switch == switch:
                 return e
@@ -61,6 +63,7 @@ class RoutePlan:
 
     @property
     def n_entries(self) -> int:
+        """Entries of every switch together."""
         return sum(e.n_entries for e in self.switches)
 
 

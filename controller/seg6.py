@@ -4,7 +4,7 @@ For each switch (docs/mrc.md: "Linux implements the same behaviour"):
 
 * the uN SID: ``ip -6 route replace <block:uSID::/48> encap seg6local action End
   flavors next-csid lblen 32 nflen 16 count dev sid0`` (RFC 9800 NEXT-C-SID; ``sid0`` is the
-  anchor device of :data:`topologies.emulation.SID_DEV`; ``count`` keeps per-SID packet
+  anchor device :data:`topologies.nodes.SID_DEV`; ``count`` keeps per-SID packet
   counters, the per-switch evidence of which probes crossed it);
 * each route: ``ip -6 route replace <prefix> via fe80::1 dev <port intf>`` with a permanent
   neighbour ``fe80::1 -> peer MAC`` on that interface, so no neighbour discovery is needed.
@@ -32,6 +32,7 @@ class Seg6Error(kernel.KernelError):
 
 
 def intf_name(switch: str, port: int) -> str:
+    """The interface of ``switch``'s port ``port``: ``<switch>-eth<port>``."""
     return f"{switch}-eth{port}"
 
 
@@ -45,6 +46,7 @@ class KernelRoute:
     packets: int = 0
 
     def key(self) -> tuple[str, bool, str]:
+        """(prefix, is the uN SID, device): what verification compares, the counter left out."""
         return (self.prefix, self.sid, self.dev)
 
 
@@ -62,6 +64,7 @@ def batch_lines(entries: SwitchEntries) -> list[str]:
 
 
 def expected(entries: SwitchEntries) -> set[tuple[str, bool, str]]:
+    """The :meth:`KernelRoute.key` of every route ``entries`` put in the kernel."""
     out = {(str(entries.sid), True, SID_DEV)}
     out |= {(str(r.prefix), False, intf_name(entries.switch, r.port)) for r in entries.routes}
     return out

@@ -49,6 +49,9 @@ class SwitchThrift:
     """A Thrift session with the BMv2 switch in namespace ``netns``."""
 
     def __init__(self, name: str, netns: str, port: int = THRIFT_PORT) -> None:
+        """Connect to switch ``name``'s Thrift runtime on ``port`` inside ``netns``. Raises
+        ThriftError when nothing answers within 5 s, ImportError without BMv2's Python client
+        (:func:`thrift_missing` says why)."""
         from bm_runtime.standard import Standard
         from pyroute2 import netns as pr_netns
         from sswitch_runtime import SimpleSwitch
@@ -87,6 +90,7 @@ class SwitchThrift:
             raise ThriftError(f"{self.name}: register {name} unreadable: {e}") from None
 
     def close(self) -> None:
+        """Close the session (errors ignored)."""
         try:
             self.transport.close()
         except Exception:

@@ -68,12 +68,12 @@ def figure(v: dict) -> str:
     """``median [min-max]`` of one aggregated expectation."""
     if v["value"] is None:
         return "inf"
-    if v.get("min") is None or v["min"] == v["max"]:
+    if v.get("min") is None or f"{v['min']:.3g}" == f"{v['max']:.3g}":
         return f"{v['value']:.3g}"
     return f"{v['value']:.3g} [{v['min']:.3g}-{v['max']:.3g}]"
 
 
-def run_repeated(load, n: int, out: Path | str | None, name: str, *, live: bool = False) -> dict:
+def run_repeated(load, n: int, out: Path | str | None, name: str, *, live: bool = False, fit: bool = False) -> dict:
     """Run ``load(seed)`` (a :class:`Scenario` per seed) for seeds 1..``n`` into ``out/seed-<k>``;
     returns :func:`aggregate` of them, also written as ``repeat.json`` and ``repeat.md``."""
     folder = results_folder(out, f"{name}-x{n}")
@@ -81,7 +81,7 @@ def run_repeated(load, n: int, out: Path | str | None, name: str, *, live: bool 
     for k in range(1, n + 1):
         scn: Scenario = load(k)
         console.print(f"[bold]repeat {k}/{n}[/bold]: {scn.name} seed {k}")
-        runs.append(runner.run(scn, folder / f"seed-{k}", live=live))
+        runs.append(runner.run(scn, folder / f"seed-{k}", live=live, fit=fit))
     agg = aggregate(runs)
     (folder / "repeat.json").write_text(json.dumps(agg, indent=1, default=str))
     rows = ["| expectation | median [min-max] | bound | verdict |", "| --- | --- | --- | --- |"]
@@ -104,5 +104,5 @@ def main(args) -> int:
                      settings=parse_set(args.set))
     name = load_scenario(args.scenario, **from_args).name
     agg = run_repeated(lambda k: load_scenario(args.scenario, seed=k, **from_args), args.repeat, args.out, name,
-                       live=False)
+                       live=False, fit=args.fit)
     return runner.exit_code(agg)

@@ -36,7 +36,7 @@ from pathlib import Path
 import yaml
 from mrclab.controller.fabric import FEATURES, Fabric, available, missing_features
 from mrclab.controller.queues import path_queue_bound_s
-from mrclab.experiments import collectives, endpoints, fidelity
+from mrclab.experiments import admission, collectives, endpoints, fidelity
 from mrclab.experiments import sweep as S
 from mrclab.experiments.captures import DISSECTOR, HOW_TO_OPEN, Captures, copy_switch_pcaps
 from mrclab.experiments.collectives import CollectiveRun
@@ -93,16 +93,20 @@ def _events_needing(features: set[str]) -> set[str]:
 
 
 def run(scn: Scenario, out: Path | None = None, *, live: bool = True, pcap: bool = False,
-        debug: bool = False) -> dict:
+        debug: bool = False, fit: bool = False) -> dict:
     """Run ``scn`` and write its results folder; returns the metrics dict (also ``metrics.json``).
-    ``pcap``: capture every host NIC port; ``debug``: BMv2's per-packet log and its port pcaps."""
-    return run_with_data(scn, out, live=live, pcap=pcap, debug=debug)[0]
+    ``pcap``: capture every host NIC port; ``debug``: BMv2's per-packet log and its port pcaps;
+    ``fit``: scale the link rates down to what this machine sustains (experiments/admission.py).
+    Raises :class:`~mrclab.experiments.admission.CannotCarry` (exit 3) for a run this machine's
+    calibration says it cannot carry."""
+    return run_with_data(scn, out, live=live, pcap=pcap, debug=debug, fit=fit)[0]
 
 
 def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, pcap: bool = False,
-                  debug: bool = False) -> tuple[dict, RunData]:
+                  debug: bool = False, fit: bool = False) -> tuple[dict, RunData]:
     """:func:`run`, also returning the run's normalised data (for benchmarks and sweeps)."""
     dp = choose_dataplane(scn)
+    scn = admission.admit(scn, dp, fit=fit, say=lambda m: console.print(f"[dim]·[/dim] {m}"))
     out = results_folder(out, f"{scn.name}-{scn.transport}-{dp}")
     (out / "endpoints").mkdir(exist_ok=True)
     as_run = dict(scn.raw, dataplane=dp)
@@ -343,7 +347,8 @@ def main(args) -> int:
     need_root("mrclab run")
     if scn.sweep is not None:
         return 0 if run_sweep(scn, Path(args.out) if args.out else None, live=sys.stderr.isatty())["passed"] else 1
-    m = run(scn, Path(args.out) if args.out else None, live=sys.stderr.isatty(), pcap=args.pcap, debug=args.debug)
+    m = run(scn, Path(args.out) if args.out else None, live=sys.stderr.isatty(), pcap=args.pcap, debug=args.debug,
+            fit=args.fit)
     return exit_code(m)
 
 

@@ -8,7 +8,6 @@ import subprocess
 import sys
 
 import pytest
-
 from mrclab.experiments import fidelity
 from mrclab.experiments.expectations import windows
 from mrclab.experiments.metrics import RunData

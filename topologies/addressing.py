@@ -62,14 +62,17 @@ def make_ev(plane: int, t1: int = 0, entropy: int = 0) -> int:
 
 
 def ev_plane(ev: int) -> int:
+    """The plane field of EV ``ev`` (bits 15..12)."""
     return (ev >> EV_PLANE_SHIFT) & 0xF
 
 
 def ev_t1(ev: int) -> int:
+    """The T1 field of EV ``ev`` (bits 11..0: the T0-uplink number; ignored for same-group pairs)."""
     return ev & EV_T1_MASK
 
 
 def ev_entropy(ev: int) -> int:
+    """The entropy field of EV ``ev`` (bits 31..16)."""
     return (ev >> EV_ENTROPY_SHIFT) & 0xFFFF
 
 
@@ -79,6 +82,8 @@ def ev_to_wire(ev: int) -> tuple[int, int]:
 
 
 def ev_from_wire(udp_sport: int, flow_label: int) -> int:
+    """Inverse of :func:`ev_to_wire`: (UDP source port, IPv6 flow label) -> the 32-bit EV (only the
+    label's low 16 bits count)."""
     return ((flow_label & 0xFFFF) << 16) | (udp_sport & 0xFFFF)
 
 
@@ -114,9 +119,12 @@ class PathTemplate:
     t1_shift: int | None
 
     def outer_dst(self, ev: int) -> ipaddress.IPv6Address:
+        """The outer IPv6 destination (the uSID container) of the path ``ev`` names."""
         return ipaddress.IPv6Address(self.outer_dst_int(ev))
 
     def outer_dst_int(self, ev: int) -> int:
+        """:meth:`outer_dst` as a 128-bit integer: ``base`` with ``ev``'s plane ORed into every uSID
+        and, for a cross-group pair, its T1 number into the T1 uSID."""
         a = self.base | (self.plane_mask * ev_plane(ev))
         if self.t1_shift is not None:
             a |= ev_t1(ev) << self.t1_shift
@@ -127,12 +135,14 @@ class AddressPlan:
     """All addresses of a :class:`ClosSpec`. Pure: no I/O, cheap to build."""
 
     def __init__(self, spec: ClosSpec) -> None:
+        """The plan of ``spec``: its locator block and NIC prefix as networks."""
         self.spec = spec
         self.block = ipaddress.IPv6Network(spec.locator_block)
         self.nic_net = ipaddress.IPv6Network(spec.nic_prefix)
 
     # ---- switches -------------------------------------------------------------------------------
     def switch_usid(self, name: str) -> int:
+        """The 16-bit uSID of switch ``name``. Raises SpecError for a switch the spec does not have."""
         tier, plane, index = self._switch(name)
         return usid(TIER_T0 if tier == 0 else TIER_T1, plane, index)
 
@@ -155,6 +165,8 @@ class AddressPlan:
         return ipaddress.IPv6Network((int(self.block.network_address) | (usid16 << 80), 48))
 
     def switch_sid(self, name: str) -> ipaddress.IPv6Network:
+        """The uN SID of switch ``name`` (:meth:`sid_prefix` of its uSID). Raises SpecError for an
+        unknown switch."""
         return self.sid_prefix(self.switch_usid(name))
 
     def downlink_usid(self, host: str) -> list[int]:
@@ -181,10 +193,13 @@ class AddressPlan:
 
     # ---- MACs -------------------------------------------------------------------------------------
     def switch_mac(self, switch: str, port: int) -> str:
+        """MAC of ``switch``'s port ``port``: ``02:73`` ("s"), the switch's uSID, the port (16 bits)."""
         u = self.switch_usid(switch)
         return _mac(0x02, 0x73, u >> 8, u & 0xFF, port >> 8, port & 0xFF)
 
     def host_mac(self, host: str, plane: int) -> str:
+        """MAC of ``host``'s plane-``plane`` NIC port: ``02:68`` ("h"), the plane, the host's number
+        (24 bits)."""
         i = self.spec.host_index(host)
         return _mac(0x02, 0x68, plane, (i >> 16) & 0xFF, (i >> 8) & 0xFF, i & 0xFF)
 
@@ -208,6 +223,7 @@ class AddressPlan:
         )
 
     def host_t0(self, host: str, plane: int) -> str:
+        """The T0 that ``host``'s plane-``plane`` port is cabled to."""
         return t0_name(plane, self.spec.group_of(host))
 
     def host_intf(self, host: str, plane: int) -> str:
@@ -275,7 +291,7 @@ class AddressPlan:
         if t1 is None:
             hops: tuple[str, ...] = (t0_name(plane, gs),)
             usids = [usid(TIER_T0, plane, gs), usid(TIER_DOWNLINK, plane, di)]
-            links = ((src, hops[0]), (dst, hops[0]))
+            links: tuple[tuple[str, str], ...] = ((src, hops[0]), (dst, hops[0]))
         else:
             hops = (t0_name(plane, gs), t1_name(plane, t1), t0_name(plane, gd))
             usids = [usid(TIER_T0, plane, gs), usid(TIER_T1, plane, t1), usid(TIER_T0, plane, gd),

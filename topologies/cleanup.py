@@ -89,6 +89,9 @@ class RunState:
 
     @classmethod
     def create(cls, dataplane: str, topo: dict) -> RunState:
+        """A new run owned by this process: its directory ``RUN_ROOT/<unix time>-<pid>`` made and its
+        state file written. Raises OSError when the directory cannot be made (FileExistsError
+        for a second run of this process in the same second whose directory is still there)."""
         RUN_ROOT.mkdir(parents=True, exist_ok=True)
         run_dir = RUN_ROOT / f"{int(time.time())}-{os.getpid()}"
         run_dir.mkdir()
@@ -98,6 +101,7 @@ class RunState:
         return st
 
     def save(self) -> None:
+        """Write ``<run_dir>/state.json`` atomically (a temporary file renamed over it)."""
         path = Path(self.run_dir) / "state.json"
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(asdict(self), indent=1))
@@ -105,16 +109,20 @@ class RunState:
 
     @classmethod
     def load(cls, run_dir: Path) -> RunState | None:
+        """The state recorded in ``run_dir``, or None when its state file is missing or unreadable."""
         try:
             return cls(**json.loads((run_dir / "state.json").read_text()))
         except (OSError, ValueError, TypeError):
             return None
 
     def add_netns(self, name: str) -> None:
+        """Record namespace ``name`` as this run's and save (callers record it before making it)."""
         self.netns.append(name)
         self.save()
 
     def add_pid(self, pid: int) -> None:
+        """Record process ``pid`` with its start time and save; a process already gone is recorded
+        with start time 0, and so is never signalled."""
         self.pids.append([pid, started_at(pid) or 0.0])
         self.save()
 

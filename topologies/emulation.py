@@ -70,6 +70,15 @@ class Emulation:
         thrift_port: int | None = None,
         switch_queues: bool = False,
     ) -> None:
+        """Check what the fabric needs; builds nothing until :meth:`start`.
+
+        ``dataplane``: one of :data:`DATAPLANES`; ``debug``: BMv2 per-packet logs and pcaps in the
+        run directory; ``thrift_port``: BMv2's Thrift runtime port in each switch's namespace
+        (bmv2 only; None: no Thrift); ``switch_queues``: the switches queue themselves, so only
+        host NIC ports get a ``tbf`` (implied by a Thrift port). Raises EmulationError for an
+        unknown data plane, NotAvailable without root or, for bmv2, without p4c and
+        simple_switch_grpc.
+        """
         if dataplane not in DATAPLANES:
             raise EmulationError(f"data plane {dataplane!r}; allowed: {', '.join(DATAPLANES)}")
         if dataplane == "bmv2" and (why := toolchain_missing()):
@@ -90,13 +99,20 @@ class Emulation:
 
     # ---- lifecycle -----------------------------------------------------------------------------
     def __enter__(self) -> Emulation:
+        """Start the fabric (:meth:`start`) and return it."""
         self.start()
         return self
 
     def __exit__(self, *exc) -> None:
+        """Stop the fabric and remove everything it made (:meth:`stop`), however the block ended."""
         self.stop()
 
     def start(self) -> None:
+        """Build the fabric: record the run, make every node's namespace and every link, configure
+        and shape the interfaces and, on bmv2, start every switch process and wait for its
+        P4Runtime socket; ``timings["build_s"]`` is how long it took (s). Raises FabricBusy
+        when a fabric of this project is already running, EmulationError or KernelError when a
+        step fails (what was built is removed first)."""
         running = live_runs(include_own=True)
         if running:
             raise FabricBusy(
@@ -115,13 +131,15 @@ class Emulation:
 
     def _build(self) -> None:
         spec, plan = self.spec, self.plan
+        state = self.state
+        assert state is not None, "start() records the run before it builds"
         self.net = net = Mininet(topo=None, build=False, controller=None, link=Link, autoSetMacs=False)
         self.progress(f"creating {spec.n_hosts} hosts and {spec.n_switches} {self.dataplane} switches")
         for h in spec.hosts():
             self._track(net.addHost(h, cls=NicHost))
         for sw in spec.switches():
             if self.dataplane == "bmv2":
-                node = net.addSwitch(sw, cls=Bmv2Switch, device_id=bmv2_device(spec, sw), run_dir=self.state.run_dir,
+                node = net.addSwitch(sw, cls=Bmv2Switch, device_id=bmv2_device(spec, sw), run_dir=state.run_dir,
                                      debug=self.debug, thrift_port=self.thrift_port)
             else:
                 node = net.addSwitch(sw, cls=LinuxSrv6Switch)
@@ -146,7 +164,7 @@ class Emulation:
             for sw in self.switches():
                 sw.start()
                 assert sw.proc is not None
-                self.state.add_pid(sw.proc.pid)
+                state.add_pid(sw.proc.pid)
             for sw in self.switches():
                 sw.wait_ready()
 
@@ -237,19 +255,26 @@ class Emulation:
     # ---- access ----------------------------------------------------------------------------------
     @property
     def run_dir(self) -> Path:
+        """The run directory (``RUN_ROOT/<run id>``, topologies/cleanup.py); AssertionError before
+        :meth:`start`."""
         assert self.state is not None, "emulation not started"
         return Path(self.state.run_dir)
 
     def node(self, name: str):
+        """The Mininet node named ``name``. Raises EmulationError for an unknown name or a fabric
+        that is not running."""
         if self.net is None or name not in self.net.nameToNode:
             raise EmulationError(f"unknown node {name!r}")
         return self.net.nameToNode[name]
 
     def switches(self) -> list:
+        """Every switch node, in the order they were added (:meth:`ClosSpec.switches`)."""
         assert self.net is not None
         return list(self.net.switches)
 
     def netns(self, name: str) -> str:
+        """The namespace of node ``name`` (``mrclab-<name>``). Raises EmulationError for an unknown
+        node."""
         return self.node(name).netns
 
     def popen(self, node: str, argv: list[str], **kw) -> subprocess.Popen:

@@ -84,7 +84,9 @@ class _NsNode:
 class NicHost(_NsNode, Host):
     """A host NIC with one port per plane. IP configuration is left to the MRC endpoint."""
 
-    def config(self, **params):  # noqa: D102 - Mininet hook; addresses are set by Emulation
+    def config(self, **params):
+        """Mininet's per-node configuration hook, a no-op: the emulation sets the NIC ports up and
+        the endpoint owns them. Returns an empty dict (Mininet's "results")."""
         return {}
 
 
@@ -92,13 +94,16 @@ class LinuxSrv6Switch(_NsNode, Switch):
     """A switch that is a namespace using the kernel's SRv6 (``seg6local End`` + ``next-csid``)."""
 
     def __init__(self, name: str, **params) -> None:
+        """Switch node ``name`` in a namespace of its own (Mininet ``params`` pass through)."""
         params["inNamespace"] = True
         super().__init__(name, **params)
 
-    def start(self, controllers) -> None:  # noqa: D102 - Mininet hook
+    def start(self, controllers) -> None:
+        """Mininet's start hook, a no-op: the kernel forwards, and the controller writes the routes."""
         pass
 
     def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 - Mininet's name
+        """Mininet's stop: the node's shell and, with ``deleteIntfs``, its interfaces."""
         super().stop(deleteIntfs)
 
 
@@ -107,6 +112,9 @@ class Bmv2Switch(_NsNode, Switch):
 
     def __init__(self, name: str, device_id: int = 0, run_dir: str = "/tmp", debug: bool = False,
                  thrift_port: int | None = None, **params) -> None:
+        """Switch node ``name`` (nothing started yet): ``device_id`` its P4Runtime device id,
+        ``run_dir`` where its socket and logs go, ``debug`` per-packet logs and pcaps,
+        ``thrift_port`` its Thrift runtime's port (None: no Thrift, one egress queue per port)."""
         params["inNamespace"] = True
         super().__init__(name, **params)
         self.device_id = device_id
@@ -117,9 +125,12 @@ class Bmv2Switch(_NsNode, Switch):
 
     @property
     def grpc_addr(self) -> str:
+        """Its P4Runtime address: ``unix:<run_dir>/<name>.grpc``."""
         return bmv2_grpc_addr(self.run_dir, self.name)
 
     def command(self) -> list[str]:
+        """The ``simple_switch_grpc`` argv: every port as ``N@<intf>``, logs as ``debug`` says, Thrift
+        and two priority queues per port when ``thrift_port`` is set, P4Runtime on the unix socket."""
         cmd = [BMV2_BINARY, "--no-p4", "--device-id", str(self.device_id)]
         for intf in self.intfList():
             if intf.name != "lo":
@@ -139,7 +150,10 @@ class Bmv2Switch(_NsNode, Switch):
             cmd += ["--priority-queues", "2"]
         return cmd
 
-    def start(self, controllers=None) -> None:  # noqa: D102 - Mininet hook
+    def start(self, controllers=None) -> None:
+        """Start ``simple_switch_grpc`` inside the node's namespace, its output appended to
+        ``<run_dir>/<name>.out``; returns at once (:meth:`wait_ready` waits). ``controllers``:
+        Mininet's, unused."""
         sock = Path(self.grpc_addr[len("unix:"):])
         sock.unlink(missing_ok=True)
         log = open(self.run_dir / f"{self.name}.out", "ab")
@@ -170,6 +184,7 @@ class Bmv2Switch(_NsNode, Switch):
         self.proc = None
 
     def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 - Mininet's name
+        """SIGTERM the switch process (SIGKILL if it is still there after 3 s), then Mininet's stop."""
         if self.proc is not None and self.proc.poll() is None:
             self.proc.terminate()
             try:

@@ -30,17 +30,21 @@ class Problems:
     """Every problem found in one input (``source``: the file or what stands for it)."""
 
     def __init__(self, source: str) -> None:
+        """No problems yet, for ``source``."""
         self.source = source
         self.items: list[str] = []
 
     def add(self, text: str) -> None:
+        """Record one problem (the text of one already recorded is not added twice)."""
         if text not in self.items:
             self.items.append(text)
 
     def __bool__(self) -> bool:
+        """True when any problem was found."""
         return bool(self.items)
 
     def __len__(self) -> int:
+        """The number of problems found."""
         return len(self.items)
 
     def raise_if_any(self, exc: type[BadInput] = BadInput) -> None:
@@ -71,6 +75,8 @@ class Rule:
     doc: str = ""
 
     def describe(self) -> str:
+        """The text after "allowed:": ``allowed`` when set, else the choices, else the kind and its
+        bounds ("an integer from 1 to 16")."""
         if self.allowed:
             return self.allowed
         if self.choices is not None:

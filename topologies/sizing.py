@@ -32,6 +32,7 @@ class Sizing:
 
     @property
     def links(self) -> int:
+        """Every link: host links plus T0-T1 links."""
         return self.host_links + self.fabric_links
 
     def t0_t1_link_share(self) -> float:

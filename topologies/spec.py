@@ -86,32 +86,43 @@ class ClosSpec:
     # ---- derived shape -------------------------------------------------------------------------
     @property
     def n_hosts(self) -> int:
+        """Hosts in the fabric: T0 groups x hosts per T0."""
         return self.t0_per_plane * self.hosts_per_t0
 
     @property
     def n_switches(self) -> int:
+        """Switches in the fabric: planes x (T0s + T1s per plane)."""
         return self.planes * (self.t0_per_plane + self.t1_per_plane)
 
     @property
     def n_links(self) -> int:
+        """Links in the fabric: per plane, one per host and one per T0-T1 pair."""
         return self.planes * (self.n_hosts + self.t0_per_plane * self.t1_per_plane)
 
     def hosts(self) -> list[str]:
+        """Every host name, ``h0 .. h{N-1}``."""
         return [host_name(i) for i in range(self.n_hosts)]
 
     def t0s(self) -> list[str]:
+        """Every T0 name (``t0-P-G``), plane by plane."""
         return [t0_name(p, g) for p in range(self.planes) for g in range(self.t0_per_plane)]
 
     def t1s(self) -> list[str]:
+        """Every T1 name (``t1-P-N``), plane by plane."""
         return [t1_name(p, n) for p in range(self.planes) for n in range(self.t1_per_plane)]
 
     def switches(self) -> list[str]:
+        """Every switch name: the T0s, then the T1s (a bmv2 switch's P4Runtime device id is its index
+        here)."""
         return self.t0s() + self.t1s()
 
     def group_of(self, host: str) -> int:
+        """The T0 group of ``host``. Raises SpecError for an unknown host."""
         return self.host_index(host) // self.hosts_per_t0
 
     def host_index(self, host: str) -> int:
+        """The number of ``host`` (``h<i>`` -> i). Raises SpecError for a name that is not a host of
+        this fabric."""
         if not is_host(host) or not host[1:].isdigit() or int(host[1:]) >= self.n_hosts:
             raise SpecError(f"{self.source}: unknown host {host!r}; hosts are h0..h{self.n_hosts - 1}")
         return int(host[1:])
@@ -155,6 +166,8 @@ class ClosSpec:
         return cls(**kw, source=source)
 
     def to_dict(self) -> dict[str, Any]:
+        """The fields as plain data (``link`` a mapping), without ``source``: what :meth:`from_dict`
+        takes back."""
         d = dataclasses.asdict(self)
         d.pop("source")
         return d
@@ -191,10 +204,12 @@ def is_host(node: str) -> bool:
 
 
 def t0_name(plane: int, group: int) -> str:
+    """The name of the T0 of plane ``plane`` in group ``group``: ``t0-{plane}-{group}``."""
     return f"t0-{plane}-{group}"
 
 
 def t1_name(plane: int, index: int) -> str:
+    """The name of T1 number ``index`` of plane ``plane``: ``t1-{plane}-{index}``."""
     return f"t1-{plane}-{index}"
 
 
