@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from mrclab.controller import bpf, thrift
 from mrclab.controller.fabric import FEATURES, missing_features
+from mrclab.experiments.admission import load_calibration
 from mrclab.topologies import kernel, nodes
 from rich.console import Console
 from rich.table import Table
@@ -130,4 +131,17 @@ def main(_args=None) -> int:
     for dp, (ok, have, missing) in pl.items():
         p.add_row(dp, "yes" if ok else "[red]no[/red]", have if ok else "-", missing or "-")
     console.print(p)
+    c = Table(title="what this machine sustains (mrclab calibrate; runs are admitted against it)")
+    for col in ("data plane", "calibrated", "endpoint start (CPU-s)", "endpoint idle (cores)",
+                "endpoint us/pkt send, receive", "switch us/pkt/hop", "switch idle (cores)"):
+        c.add_column(col)
+    for dp in ("linux", "bmv2"):
+        cal = load_calibration(dp)
+        if cal is None:
+            c.add_row(dp, "[yellow]not yet[/yellow] (mrclab calibrate)", "-", "-", "-", "-", "-")
+        else:
+            c.add_row(dp, cal.when, f"{cal.endpoint_start_cpu_s:.2f}", f"{cal.endpoint_idle_cores:.3f}",
+                      f"{cal.endpoint_tx_us:.1f}, {cal.endpoint_rx_us:.1f}", f"{cal.switch_us_per_hop:.1f}",
+                      f"{cal.switch_idle_cores:.3f}")
+    console.print(c)
     return 0 if any(ok for ok, _, _ in pl.values()) else 3

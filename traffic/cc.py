@@ -1,6 +1,6 @@
 """MRC's congestion control: a per-QP window in bytes. :class:`Nscc` (UET 1.0's network-signal
 congestion control, the default congestion-control profile of the OCP MRC API) or a
-:class:`FixedWindow` (``cc: fixed``, the transport before congestion control, kept for comparison).
+:class:`FixedWindow` (``nscc: off``, the transport before congestion control, kept for comparison).
 
 NSCC (reference: ultraethernet/uet-htsim ``htsim/sim/uec.cpp``; UET 1.0 specification, NSCC). Each
 acknowledgement brings the bytes it newly acknowledges, an RTT sample (queueing delay = RTT - base
@@ -57,17 +57,22 @@ class FixedWindow:
     name = "fixed"
 
     def __init__(self, packets: int, mss: int) -> None:
+        """A window of ``packets`` x ``mss`` bytes."""
         self.cwnd_bytes = float(packets * mss)
 
     def on_ack(self, acked_bytes: int, rtt_s: float | None, ecn: bool, now: float) -> None:
-        pass
+        """Nothing: the window never moves."""
 
     def on_nack(self, nacked_bytes: int, now: float) -> None:
-        pass
+        """Nothing: the window never moves."""
 
 
 @dataclass
 class NsccParams:
+    """NSCC's parameters for one BDP and base RTT, scaled as in uet-htsim (module docstring):
+    ``mss`` and ``bdp_bytes`` in bytes, the target queueing delay ``target_s`` and ``base_rtt_s``
+    in seconds."""
+
     mss: int
     bdp_bytes: float
     target_s: float
@@ -75,26 +80,32 @@ class NsccParams:
 
     @property
     def a(self) -> float:
+        """The BDP over uet-htsim's reference BDP (100 Gb/s x 12 us = 150,000 bytes)."""
         return self.bdp_bytes / REF_BDP_BYTES
 
     @property
     def b(self) -> float:
+        """The target delay over the reference RTT, here the base RTT (ours; uet-htsim: 12 us)."""
         return self.target_s / self.base_rtt_s  # time runs slower here: the fabric's own RTT is the reference
 
     @property
     def alpha(self) -> float:
+        """The proportional increase's gain, ``4 MSS a b / target``."""
         return 4 * self.mss * self.a * self.b / self.target_s
 
     @property
     def fi(self) -> float:
+        """The fair increase's gain, ``5 MSS a``."""
         return 5 * self.mss * self.a
 
     @property
     def eta(self) -> float:
+        """Bytes added to the window every adjustment period, ``0.15 MSS a``."""
         return 0.15 * self.mss * self.a
 
     @property
     def maxwnd(self) -> float:
+        """The window's ceiling, 1.5 BDP (bytes)."""
         return 1.5 * self.bdp_bytes
 
 
@@ -107,6 +118,9 @@ class Nscc:
 
     def __init__(self, mss: int, line_rate_bps: float, initial_bytes: float, base_rtt_s: float = 0.0,
                  min_bdp_bytes: float = 0.0) -> None:
+        """The window starts at ``initial_bytes``; the parameters are set at once from a known
+        ``base_rtt_s``, else at the first RTT sample. ``min_bdp_bytes``: the BDP's floor (never
+        under one ``mss``)."""
         self.mss, self.line_rate_bps, self.initial = mss, line_rate_bps, initial_bytes
         self.min_bdp = max(float(mss), min_bdp_bytes)
         self.base_rtt_s = base_rtt_s or None
@@ -124,6 +138,10 @@ class Nscc:
         return NsccParams(self.mss, max(bdp, self.min_bdp), 0.75 * base_rtt_s, base_rtt_s)
 
     def on_ack(self, acked_bytes: int, rtt_s: float | None, ecn: bool, now: float) -> None:
+        """One acknowledgement at ``now`` (s): ``acked_bytes`` newly acknowledged, its RTT sample
+        (``rtt_s``; None: none, e.g. a retransmission's) and whether it echoed ECN CE; the table
+        of the module docstring. A sample below the base RTT (a known one too) becomes the base
+        RTT and rescales the parameters; before any base RTT nothing moves."""
         if rtt_s is not None and rtt_s > 0 and (self.base_rtt_s is None or rtt_s < self.base_rtt_s):
             self.base_rtt_s = rtt_s  # the path with the shortest queue so far
             self.p = self._params(rtt_s)

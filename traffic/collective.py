@@ -100,6 +100,8 @@ class Collective:
 
     def __init__(self, kind: str, ranks: list[str], host: str, size: int, iterations: int, qps_per_peer: int = 1,
                  seed: int = 1, on_iteration: Callable[[Iteration], None] | None = None) -> None:
+        """Lay out this host's schedule; nothing is posted until :meth:`start`. Raises ValueError for
+        an unknown ``kind``, ranks that repeat, and as the class docstring says."""
         if kind not in KINDS:
             raise ValueError(f"collective {kind!r}; allowed: {', '.join(KINDS)}")
         if host not in ranks or len(ranks) < 2 or len(set(ranks)) != len(ranks):
@@ -154,6 +156,8 @@ class Collective:
 
     # ---- the transport's side -----------------------------------------------------------------
     def sources(self) -> dict[tuple[str, int], Iterator[tuple[int, bytes] | None]]:
+        """(peer, QP) -> the messages this host writes there: ``(msn, bytes)``, or None while the next
+        one waits on the schedule; each iterator ends after ``iterations`` x steps messages."""
         return {key: self._source(key) for key in self.outq}
 
     def _source(self, key: tuple[str, int]) -> Iterator[tuple[int, bytes] | None]:

@@ -3,7 +3,7 @@ Deployments", SIGCOMM 2015), and the pacer that holds a sender to its rate.
 
 Reaction point (the sender, :class:`Dcqcn`): on a CNP the target rate takes the current rate and
 the current rate is cut, ``Rc *= 1 - alpha / 2``, with ``alpha = (1 - g) alpha + g``; every
-``alpha_period_s`` without a CNP, ``alpha *= 1 - g``. The rate then recovers on two clocks, a timer
+period (``timer_s``) without a CNP, ``alpha *= 1 - g``. The rate then recovers on two clocks, a timer
 (every ``timer_s``) and a byte counter (every ``byte_counter`` bytes sent); each event moves a stage
 counter. While both counters are under ``F`` (5) the rate is in *fast recovery*,
 ``Rc = (Rt + Rc) / 2``; once one passes ``F`` *additive increase* adds ``Rai`` to the target first;
@@ -34,6 +34,8 @@ class Dcqcn:
     """DCQCN's reaction point for one QP: ``rate_bps`` is the rate the pacer holds it to."""
 
     def __init__(self, line_rate_bps: float, mss: int, timer_s: float) -> None:
+        """At line rate ``line_rate_bps`` (bits/s), alpha 1, until the first CNP; the byte counter is
+        :data:`BYTE_COUNTER_PACKETS` packets of ``mss`` bytes, ``timer_s`` the timers' period (s)."""
         self.line = line_rate_bps
         self.rate_bps = self.target_bps = line_rate_bps
         self.alpha = 1.0
@@ -93,6 +95,7 @@ class Pacer:
     """A token bucket that lets a sender send at ``rate_bps``: ``burst_bytes`` at most at once."""
 
     def __init__(self, burst_bytes: int) -> None:
+        """A full bucket of ``burst_bytes``."""
         self.burst = burst_bytes
         self.tokens = float(burst_bytes)
         self.last: float | None = None

@@ -37,6 +37,10 @@ GOOD, SKIP, ASSUMED_BAD, DENIED = EvState.GOOD, EvState.SKIP, EvState.ASSUMED_BA
 
 @dataclass
 class EvInfo:
+    """One EV of a QP: its plane and state, whether it is in the active set, probes answered in a
+    row (``probe_ok``), data packets and payload bytes sent on it, times it was retired
+    (``losses``), retransmissions sent on it, state changes, and its SKIP hold."""
+
     ev: int
     plane: int
     state: EvState = GOOD
@@ -148,6 +152,7 @@ class EvSet:
         return cands[self._fb].ev
 
     def active(self) -> list[int]:
+        """The rotation: the active EVs of the planes that are up, planes interleaved."""
         return list(self._rot)
 
     def plane_shares(self) -> list[int]:
@@ -174,7 +179,7 @@ class EvSet:
         spare = [e for e in self.evs.values() if e.plane == plane and not e.active and e.state == GOOD]
         suspect = {ev_t1(e.ev) for e in self.evs.values() if e.plane == plane and e.state == ASSUMED_BAD}
         while len(live) < self.evs_per_plane and spare:
-            use = {}
+            use: dict[int, int] = {}  # T1 -> live EVs on it
             for e in live:
                 use[ev_t1(e.ev)] = use.get(ev_t1(e.ev), 0) + 1
             best = min(spare, key=lambda e: (ev_t1(e.ev) in suspect, use.get(ev_t1(e.ev), 0)))
@@ -194,7 +199,8 @@ class EvSet:
 
     def retire(self, ev: int, reason: str) -> bool:
         """An untrimmed loss or timeout on ``ev``: ASSUMED_BAD, replaced by a same-plane backup.
-        Returns True when the EV was retired now (False if already retired, denied or unknown)."""
+        Returns True when the EV was retired now (False if already retired, denied, unknown, or of
+        a plane that is down)."""
         e = self.evs.get(ev)
         if e is None or e.state in (ASSUMED_BAD, DENIED) or e.plane in self.planes_down:
             return False
@@ -218,6 +224,7 @@ class EvSet:
             self._rebuild()
 
     def retired(self) -> list[int]:
+        """Every ASSUMED_BAD EV: the ones to probe."""
         return [e.ev for e in self.evs.values() if e.state == ASSUMED_BAD]
 
     def set_plane_down(self, plane: int, down: bool) -> None:

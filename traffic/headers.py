@@ -112,6 +112,8 @@ class MRCXHdr(Packet):
 
 
 class ImmDt(Packet):
+    """Immediate data (IBTA ImmDt, 4 bytes) of a Write-with-Immediate, after RETH."""
+
     name = "ImmDt"
     fields_desc = [XIntField("imm", 0)]
 
@@ -123,6 +125,7 @@ class RETHdr(Packet):
     fields_desc = [LongField("va", 0), XIntField("rkey", 0), IntField("dma_len", 0)]
 
     def guess_payload_class(self, payload):
+        """:class:`ImmDt` when the packet's BTH opcode is Write-with-Immediate, else scapy's guess."""
         under = self.underlayer
         while under is not None and not isinstance(under, BTHdr):
             under = under.underlayer
