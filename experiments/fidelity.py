@@ -27,7 +27,7 @@ Not watched yet (named so nobody reads the silence as a pass): each backlogged p
 against its configured rate, and packets lost outside the model (veth, qdisc or BMv2 input drops
 that neither the P4 nor the eBPF program counts).
 
-Thresholds (docs/design.md has the measurements that set them): :data:`RUN_DELAY_MAX` and
+Thresholds (README.md, "Results that hold", has the measurements that set them): :data:`RUN_DELAY_MAX` and
 :data:`LOOP_GAP_MAX_S`.
 """
 

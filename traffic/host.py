@@ -63,6 +63,8 @@ class HostStack:
     denylist: frozenset[int] = frozenset()
 
     def __post_init__(self) -> None:
+        """Set up the wire, the QP tables, the reverse EV sets and their probes, every port up.
+        Raises ValueError unless ``transport`` is ``mrc`` or ``roce``."""
         if self.transport not in ("mrc", "roce"):
             raise ValueError(f"transport {self.transport!r}; allowed: mrc, roce")
         self.rng = random.Random(self.seed)
@@ -150,6 +152,7 @@ class HostStack:
         return out
 
     def receivers_peers(self) -> list[str]:
+        """Every peer that sends to this host (it has a receiver for), sorted."""
         return sorted({peer for peer, _ in self.receivers})
 
     def _on_reverse_reply(self, p: Pkt) -> None:
@@ -238,6 +241,7 @@ class HostStack:
 
     @property
     def done(self) -> bool:
+        """True when every sender of this host is done."""
         return all(s.done for s in self.senders.values())
 
     def dropped(self) -> dict[str, int]:

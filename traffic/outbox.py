@@ -21,7 +21,10 @@ class Outbox:
     __slots__ = ("cache", "completion_s", "cur", "exhausted", "left", "messages", "payload", "ring", "started",
                  "stats")
 
-    def __init__(self, messages: Iterator[tuple[int, bytes]], settings: TransportSettings, stats: SenderStats) -> None:
+    def __init__(self, messages: Iterator[tuple[int, bytes] | None], settings: TransportSettings,
+                 stats: SenderStats) -> None:
+        """Nothing fetched yet: packets of ``settings.payload_bytes``, a region of
+        ``settings.region_bytes``; ``stats`` counts messages sent and acknowledged."""
         self.messages = messages
         self.payload = settings.payload_bytes
         self.ring = RegionRing(settings.region_bytes)
@@ -34,7 +37,8 @@ class Outbox:
         self.completion_s: list[float] = []  # message completion times, first packet sent to last acked
 
     def fetch(self) -> bool:
-        """Take the next message (a copy and a CRC: tens of ms for a 64 MiB one)."""
+        """Take the next message (a copy and a CRC: tens of ms for a 64 MiB one); True when one was
+        taken, False when none is ready or the source is exhausted."""
         if self.exhausted:
             return False
         try:

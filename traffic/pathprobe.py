@@ -58,6 +58,8 @@ class NicSockets:
     """
 
     def __init__(self, plan: AddressPlan, netns_of: Callable[[str], str]) -> None:
+        """Open a non-blocking raw IPv6 socket on every (host, plane) port, inside the host's
+        namespace. Raises OSError (the sockets opened so far are closed first)."""
         self.plan = plan
         self.socks: dict[tuple[str, int], socket.socket] = {}
         try:
@@ -77,11 +79,13 @@ class NicSockets:
         self.by_fd = {s.fileno(): key for key, s in self.socks.items()}
 
     def close(self) -> None:
+        """Close every socket."""
         for s in self.socks.values():
             s.close()
         self.socks.clear()
 
     def drain(self) -> None:
+        """Read and discard whatever every socket holds."""
         for s in self.socks.values():
             while True:
                 try:

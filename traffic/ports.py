@@ -19,6 +19,7 @@ class PortState:
     __slots__ = ("local", "peer", "_peer_psn")
 
     def __init__(self) -> None:
+        """Every port up at both ends until told otherwise."""
         self.local = ALL_UP
         self.peer = ALL_UP
         self._peer_psn = -1  # echo PSN of the SACK/NACK the peer's bitmap was last taken from
@@ -41,4 +42,5 @@ class PortState:
         return True
 
     def usable(self) -> int:
+        """Bitmap of the planes up at both ends."""
         return self.local & self.peer

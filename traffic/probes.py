@@ -19,6 +19,7 @@ class ProbeScheduler(Generic[K]):
     """Outstanding probes by id, each for one key; at most one outstanding probe per key."""
 
     def __init__(self, interval_s: float, timeout_s: float) -> None:
+        """No probe outstanding: rounds every ``interval_s``, a probe lost after ``timeout_s`` (s)."""
         self.interval_s, self.timeout_s = interval_s, timeout_s
         self.pending: dict[int, tuple[K, float]] = {}  # probe id -> (key, sent at)
         self.next_id = 1

@@ -55,6 +55,8 @@ class MrcReceiver:
 
     def __init__(self, qp: int, settings: TransportSettings, reverse_ev: Callable[[], int],
                  *, events: Callable[[Event], None] | None = None) -> None:
+        """Nothing received yet, every port up. ``events`` hears trimmed arrivals and corrupt
+        messages."""
         self.qp, self.s, self.reverse_ev = qp, settings, reverse_ev
         self._rkey = rkey_for(qp)
         self._max_window = settings.max_psn_window

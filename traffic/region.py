@@ -29,6 +29,7 @@ class RegionRing:
     """
 
     def __init__(self, region_bytes: int) -> None:
+        """An empty ring over a region of ``region_bytes``."""
         self.size = region_bytes
         self.next = 0
         self.base: dict[int, int] = {}
@@ -53,6 +54,7 @@ class RegionRing:
         return self.base[msn]
 
     def release(self, msn: int) -> None:
+        """Free message ``msn``'s bytes for later messages (an unknown ``msn``: nothing)."""
         self.base.pop(msn, None)
         self.length.pop(msn, None)
 
@@ -89,6 +91,7 @@ class ReceiveRegion:
     """
 
     def __init__(self, region_bytes: int, stats: ReceiverStats, on_corrupt: Callable[[int], None]) -> None:
+        """A zeroed region of ``region_bytes``; ``stats`` counts delivered and corrupt messages."""
         self.mem = bytearray(region_bytes)
         self.stats = stats
         self.on_corrupt = on_corrupt

@@ -42,8 +42,12 @@ def ecmp_ev(plan: AddressPlan, src: str, dst: str, qp: int, seed: int) -> int:
 class RoceSender:
     """Go-back-N sender on a single EV."""
 
-    def __init__(self, qp: int, ev: int, messages: Iterator[tuple[int, bytes]], settings: TransportSettings,
+    def __init__(self, qp: int, ev: int, messages: Iterator[tuple[int, bytes] | None], settings: TransportSettings,
                  *, imm: bool = False, events: Callable[[Event], None] | None = None) -> None:
+        """Sender of QP ``qp`` on the one EV ``ev``, taking messages from ``messages`` (``(msn,
+        bytes)``; None: none ready yet). ``imm``: Write-with-Immediate, the MSN as immediate. With
+        ``roce_cc: dcqcn`` and a known line rate (``port_mbps``) DCQCN paces it; else only the
+        window holds it."""
         self.qp, self.ev, self.s, self.imm = qp, ev, settings, imm
         self.events = events or (lambda _e: None)
         self._messages = messages
@@ -72,30 +76,38 @@ class RoceSender:
 
     @property
     def done(self) -> bool:
+        """Every message taken has been acknowledged and no more will be taken."""
         return self.exhausted and self.una >= self.built
 
     def stop(self) -> None:
+        """Take no new message; those already cut into packets are still sent."""
         self.exhausted = True
 
     def set_local_ports(self, state: int) -> None:
+        """This NIC's port bitmap, carried in every data packet (one path: nothing else changes)."""
         self.local_ports = state
 
     @property
     def srtt_s(self) -> float | None:
+        """Smoothed RTT (s; None before the first sample)."""
         return self.rtt.srtt
 
     @property
     def window_bytes(self) -> float:
+        """The fixed window: ``window_packets`` full packets on the wire, in bytes."""
         return float(self.s.window_packets * (self.s.payload_bytes + H.DATA_OVERHEAD))
 
     @property
     def rate_bps(self) -> float | None:
+        """DCQCN's current rate (bits/s), None without DCQCN."""
         return self.dcqcn.rate_bps if self.dcqcn is not None else None
 
     def ev_states(self) -> dict[int, EvState]:
+        """The one EV, always GOOD: a single-path QP never judges its path."""
         return {self.ev: EvState.GOOD}  # one path, never judged
 
     def ev_packets(self) -> dict[int, int]:
+        """Data packets sent on the one EV, first transmissions and retransmissions."""
         return {self.ev: self.stats.data_packets + self.stats.retransmits}
 
     def _materialise(self) -> bool:
@@ -125,7 +137,11 @@ class RoceSender:
         return True
 
     def poll(self, now: float, budget: int = 64) -> list[Pkt]:
-        out = []
+        """Data packets to send now, at most ``budget``. First the timer: with PSNs outstanding and
+        none acknowledged for ``5 x min_rto_s`` (doubling per timeout, at most ``max_rto_s``), go
+        back N to the oldest unacknowledged PSN; then PSNs from the next to send, within the
+        window and, with DCQCN, as the pacer allows."""
+        out: list[Pkt] = []
         rto = self.s.min_rto_s * 5 * self.backoff
         if self.timer is not None and now - self.timer > min(self.s.max_rto_s, rto) and self.una < self.nxt:
             self.stats.timeouts += 1
@@ -169,6 +185,9 @@ class RoceSender:
         return self.una + (psn24 - self.una) % PSN_MOD
 
     def on_packet(self, p: Pkt, now: float) -> None:
+        """An ACK (advance), a sequence-error NACK (advance, then go back N to its cumulative PSN) or
+        a CNP (DCQCN cuts the rate; with ``dcqcn_timer_s`` 0 its timer is set to 5 x the smallest
+        RTT seen, 5 x ``min_rto_s`` before any). Anything else is ignored."""
         if p.op == H.OP_CNP:
             if self.dcqcn is not None:
                 if self._timer_from_rtt:
@@ -219,12 +238,17 @@ class RoceReceiver(MrcReceiver):
     CE-marked packet is answered by a CNP, at most one per ``dcqcn_timer_s``."""
 
     def __init__(self, *a, **kw) -> None:
+        """As :class:`~traffic.receiver.MrcReceiver` (same arguments); no NACK or CNP sent yet."""
         super().__init__(*a, **kw)
         self.nacked_at: int | None = None
         self.last_cnp = float("-inf")
         self.cnps = 0
 
     def on_packet(self, p: Pkt, now: float) -> list[Pkt]:
+        """A data packet; returns what to send at once. A CNP when it carries ECN CE (at most one per
+        ``dcqcn_timer_s``, or :data:`CNP_MIN_GAP_S` when that is 0); then a trimmed packet is
+        dropped, the expected PSN or a duplicate goes through MRC's receiver (its SACKs sent as
+        ACKs), and a PSN beyond a gap is dropped, the first such one NACKed (sequence error)."""
         if p.op not in (H.OP_WRITE, H.OP_WRITE_IMM):
             self.stats.drop("unexpected opcode")
             return []
@@ -256,4 +280,5 @@ class RoceReceiver(MrcReceiver):
         return x
 
     def poll(self, now: float) -> list[Pkt]:
+        """The acknowledgements that are due (MRC's receiver's SACKs, sent as ACKs)."""
         return [self._as_ack(x) for x in super().poll(now)]

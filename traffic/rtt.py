@@ -25,6 +25,7 @@ class RttEstimator:
     __slots__ = ("_peak_at", "initial_rto_s", "max_rto_s", "min_rto_s", "min_rtt", "peak", "rttvar", "srtt")
 
     def __init__(self, settings: TransportSettings) -> None:
+        """No sample yet; the RTO's bounds and initial value come from ``settings``."""
         self.min_rto_s, self.max_rto_s = settings.min_rto_s, settings.max_rto_s
         self.initial_rto_s = settings.initial_rto_s
         self.srtt: float | None = None

@@ -71,8 +71,13 @@ class _Rec:
 class MrcSender:
     """Sending side of one QP. ``events`` hears losses, retransmission causes and EV changes."""
 
-    def __init__(self, qp: int, evs: EvSet, messages: Iterator[tuple[int, bytes]], settings: TransportSettings,
+    def __init__(self, qp: int, evs: EvSet, messages: Iterator[tuple[int, bytes] | None], settings: TransportSettings,
                  *, imm: bool = False, events: EventSink | None = None) -> None:
+        """Sender of QP ``qp`` over ``evs``, taking messages from ``messages`` (``(msn, bytes)``; None:
+        none ready yet). ``imm``: Write-with-Immediate, the MSN as immediate. The window is NSCC's
+        (``settings.nscc``: line rate ``port_mbps`` x the planes ``evs`` spans, starting at two
+        full packets per plane, at most the fixed window, where that rate is known) or the fixed
+        ``window_packets``."""
         self.qp, self.evs, self.s, self.imm = qp, evs, settings, imm
         self.events = events or _ignore
         self.stats = SenderStats()
@@ -107,6 +112,8 @@ class MrcSender:
     # ---- state ------------------------------------------------------------------------------
     @property
     def done(self) -> bool:
+        """Every message taken has been acknowledged, none is pending retransmission and no more
+        will be taken."""
         return self.out.exhausted and self.out.cur is None and not self.unacked and not self.retx_q
 
     def stop(self) -> None:
@@ -115,24 +122,31 @@ class MrcSender:
 
     @property
     def srtt_s(self) -> float | None:
+        """Smoothed RTT (s; None before the first sample)."""
         return self.rtt.srtt
 
     def ev_states(self) -> dict[int, EvState]:
+        """EV -> its state, for every EV of the set."""
         return {e.ev: e.state for e in self.evs.evs.values()}
 
     def ev_packets(self) -> dict[int, int]:
+        """EV -> data packets sent on it, first transmissions and retransmissions."""
         return {e.ev: e.packets for e in self.evs.evs.values()}
 
     @property
     def window_bytes(self) -> float:
+        """The congestion window now (bytes on the wire)."""
         return self.cc.cwnd_bytes
 
     @property
     def rate_bps(self) -> float | None:
+        """None: MRC is held by its window, not paced."""
         return None  # a window, not a rate
 
     @property
     def completion_s(self) -> list[float]:
+        """Completion time (s) of every message acknowledged so far, first packet sent to last
+        acknowledged."""
         return self.out.completion_s
 
     # ---- sending ----------------------------------------------------------------------------
@@ -255,6 +269,7 @@ class MrcSender:
 
     # ---- receiving --------------------------------------------------------------------------
     def on_packet(self, p: Pkt, now: float) -> None:
+        """A SACK, a NACK or a probe reply for this QP at ``now`` (s); anything else is ignored."""
         if p.op == H.OP_SACK or p.op == H.OP_NACK:
             self.heard_at = now
         if p.op == H.OP_SACK:
@@ -405,6 +420,8 @@ class MrcSender:
             self._apply_ports()
 
     def set_local_ports(self, state: int) -> None:
+        """This NIC's port-state bitmap (bit p: plane p's port has carrier); planes that change leave
+        or rejoin the rotation (unless ``port_state`` is off)."""
         if self.ports.set_local(state):
             self._apply_ports()
 
@@ -432,7 +449,7 @@ class MrcSender:
 
 
 def make_sender(qp: int, plan: AddressPlan, src: str, dst: str, settings: TransportSettings, rng: random.Random,
-                messages: Iterator[tuple[int, bytes]], *, imm: bool = False, denylist: frozenset[int] = frozenset(),
+                messages: Iterator[tuple[int, bytes] | None], *, imm: bool = False, denylist: frozenset[int] = frozenset(),
                 events: EventSink | None = None, pin_ev: int | None = None) -> MrcSender:
     """An MRC sender for ``src -> dst`` with a freshly drawn EV set (seeded by ``rng``), or held
     to the one EV ``pin_ev``."""

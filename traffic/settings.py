@@ -32,8 +32,8 @@ class TransportSettings:
     retired healthy EVs in the fig. 9c/9d runs).
 
     EV set (paper: 128-256 EVs per QP split across planes, plus backups; scaled to a 4-host lab):
-    ``evs_per_plane`` active (4) + ``backup_per_plane`` (2), ``reverse_evs_per_plane`` (1) for
-    SACKs. Probes: ``probe_successes`` (3) answered probes in a row revive a retired EV; a round of
+    ``evs_per_plane`` active (4) + ``backup_per_plane`` (2); SACKs come back on up to
+    ``reverse_evs_per_plane`` + 1 paths per plane (1: two; traffic/host.py). Probes: ``probe_successes`` (3) answered probes in a row revive a retired EV; a round of
     probes every ``probe_interval_s`` (0.05), each unanswered after ``probe_timeout_s`` (0.2).
 
     Retransmission timer (:class:`traffic.rtt.RttEstimator`): RTO = max(``min_rto_s``,

@@ -40,4 +40,5 @@ class ReceiverStats:
     completions: list[int] = field(default_factory=list)
 
     def drop(self, why: str) -> None:
+        """Count one refused packet under reason ``why``."""
         self.dropped[why] = self.dropped.get(why, 0) + 1

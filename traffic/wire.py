@@ -55,6 +55,7 @@ class Wire:
     """Encoder/decoder for one host NIC (``host``) of an address plan."""
 
     def __init__(self, plan: AddressPlan, host: str) -> None:
+        """Codec of ``host``'s NIC; header templates are built on first use."""
         self.plan, self.host = plan, host
         self.my_nic = plan.nic_address(host).packed
         self._tpl: dict[tuple[str, int], bytes] = {}
