@@ -76,7 +76,7 @@ def teardown_on_signals() -> dict:
 
 # ---- up -------------------------------------------------------------------------------------------
 def cmd_up(args) -> int:
-
+    """``mrclab up``: bring the fabric up, verify it and hold it (Mininet CLI, or until a signal)."""
     spec = load_spec(args.topo)
     need_root("mrclab up")
     dp = _choose_dataplane(args.dataplane)
@@ -114,7 +114,7 @@ def _choose_dataplane(requested: str | None) -> str:
 
 # ---- probe ----------------------------------------------------------------------------------------
 def cmd_probe(args) -> int:
-
+    """``mrclab probe``: one probe per path (of the running fabric, or of one it starts); exit 1 if any failed."""
     need_root("mrclab probe")
     running = live_runs()
     if running and args.topo is None and args.dataplane is None:
@@ -178,7 +178,7 @@ def _report_probe(spec, results, implicate, args) -> int:
 
 # ---- size / clean / shell -------------------------------------------------------------------------
 def cmd_size(args) -> int:
-
+    """``mrclab size``: the largest two-tier multi-plane Clos of ``--ports``-port switches, as a table."""
     try:
         s = size_clos(args.ports, args.planes)
     except ValueError as e:
@@ -199,7 +199,7 @@ def cmd_size(args) -> int:
 
 
 def cmd_clean(args) -> int:
-
+    """``mrclab clean``: remove what crashed runs left behind (only mrclab's own)."""
     need_root("mrclab clean")
     removed = clean(force=args.force)
     for r in removed:
@@ -210,7 +210,7 @@ def cmd_clean(args) -> int:
 
 
 def cmd_shell(args) -> int:
-
+    """``mrclab shell SWITCH``: replace this process by p4runtime-shell on a switch of the running bmv2 fabric."""
     runs = [r for r in live_runs() if r.dataplane == "bmv2"]
     if not runs:
         raise NotAvailable("no bmv2 fabric is running; start one with `mrclab up --dataplane bmv2`")
@@ -226,17 +226,20 @@ def cmd_shell(args) -> int:
 
 # ---- bench / run / report (experiments) -----------------------------------------------------------
 def cmd_bench(args) -> int:
+    """``mrclab bench fabric|endpoint|congestion``: the benchmark's own main."""
     need_root(f"mrclab bench {args.what}")
     bench = {"fabric": bench_fabric, "congestion": bench_congestion, "endpoint": bench_endpoint}[args.what]
     return bench.main(args)
 
 
 def cmd_calibrate(args) -> int:
+    """``mrclab calibrate``: measure and cache what this machine sustains (bench/calibrate.py)."""
     need_root("mrclab calibrate")
     return bench_calibrate.main(args)
 
 
 def cmd_run(args) -> int:
+    """``mrclab run``: one run, or ``--repeat N`` seeds (experiments/repeat.py)."""
     if args.repeat > 1:
         need_root("mrclab run")
         if args.pcap or args.debug:
@@ -246,14 +249,17 @@ def cmd_run(args) -> int:
 
 
 def cmd_reproduce(args) -> int:
+    """``mrclab reproduce``: the paper's table (experiments/reproduce.py)."""
     return reproduce.main(args)
 
 
 def cmd_doctor(args) -> int:
+    """``mrclab doctor``: what this machine has and can run."""
     return doctor.main(args)
 
 
 def cmd_report(args) -> int:
+    """``mrclab report``: several results folders side by side."""
     return report.main(args)
 
 
@@ -276,21 +282,22 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """The ``mrclab`` argument parser: one subcommand per command, bad options as one line."""
     p = _Parser(prog="mrclab", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
-    dp = {"choices": ["bmv2", "linux"], "default": None,
-          "help": "data plane (default: bmv2 where p4c and simple_switch_grpc are installed, else linux)"}
+    planes = ["bmv2", "linux"]
+    dp_help = "data plane (default: bmv2 where p4c and simple_switch_grpc are installed, else linux)"
 
     s = sub.add_parser("up", help="bring the fabric up, verify it and open the Mininet CLI")
     s.add_argument("--topo", help="fabric spec YAML (default: topologies/lab.yaml)")
-    s.add_argument("--dataplane", **dp)
+    s.add_argument("--dataplane", choices=planes, default=None, help=dp_help)
     s.add_argument("--debug", action="store_true", help="BMv2 per-packet logging and pcaps in the run directory")
     s.add_argument("--no-cli", action="store_true", help="no CLI: stay up until SIGINT/SIGTERM")
     s.set_defaults(fn=cmd_up)
 
     s = sub.add_parser("probe", help="probe every path; exit 1 when any fails")
     s.add_argument("--topo")
-    s.add_argument("--dataplane", **dp)
+    s.add_argument("--dataplane", choices=planes, default=None, help=dp_help)
     s.add_argument("--timeout", type=float, default=1.0, help="seconds to wait for probes (default 1)")
     s.add_argument("--evidence", action="store_true", help="probe paths one by one and read per-switch counters")
     s.add_argument("--json", help="also write the results as JSON to this file")

@@ -1,0 +1,3 @@
+"""Scenarios and their runs: the fault and metric registries, the runner, the fidelity monitor,
+admission, repeats, metrics, verdicts, reports and plots.
+"""

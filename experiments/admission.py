@@ -183,7 +183,8 @@ def admit(scn: Scenario, dataplane: str, *, fit: bool = False, say=print) -> Sce
     new = scaled(spec, factor)
     say(f"admission: {numbers}; --fit scales every link rate by {factor:.2f} "
         f"(host ports {new.link.bandwidth_mbps:g} Mb/s)")
-    fields = {"spec_bmv2": new} if dataplane == "bmv2" else {"spec": new}
     if scn.spec_bmv2 is scn.spec:  # one spec for both planes: keep it so
-        fields = {"spec": new, "spec_bmv2": new}
-    return dataclasses.replace(scn, **fields)
+        return dataclasses.replace(scn, spec=new, spec_bmv2=new)
+    if dataplane == "bmv2":
+        return dataclasses.replace(scn, spec_bmv2=new)
+    return dataclasses.replace(scn, spec=new)

@@ -36,11 +36,13 @@ class Captures:
     """
 
     def __init__(self, fab, hosts: list[str], folder: Path) -> None:
+        """Captures of ``hosts``' NIC ports on ``fab`` into ``folder`` (started by ``with``)."""
         self.fab, self.hosts, self.folder = fab, hosts, folder
         self.procs: list[subprocess.Popen] = []
         self.pcaps: list[Path] = []
 
     def __enter__(self) -> Captures:
+        """Start one tcpdump per host NIC port and wait until each listens."""
         self.folder.mkdir(parents=True, exist_ok=True)
         logs = []
         for host in self.hosts:
@@ -76,6 +78,7 @@ class Captures:
             time.sleep(0.05)
 
     def __exit__(self, *exc) -> None:
+        """Let the captures settle, stop tcpdump and check what it counted."""
         import psutil
 
         self.settle()

@@ -28,6 +28,7 @@ TOOLCHAIN = "sudo vagrant/build-toolchain.sh   (p4c, PI, BMv2 with Thrift; about
 
 @dataclass(frozen=True)
 class Check:
+    """One thing mrclab needs: its name, whether it is here, what was found, how to install it."""
     name: str
     found: bool
     detail: str
@@ -74,6 +75,7 @@ def _qdiscs() -> list[Check]:
 
 
 def checks() -> list[Check]:
+    """Every check of this machine (root, Mininet, iproute2, SRv6, qdiscs, clang, the P4 toolchain, captures)."""
     out = [Check("root", os.geteuid() == 0, "yes" if os.geteuid() == 0 else "no: namespaces need root",
                  "sudo -i")]
     try:
@@ -118,15 +120,18 @@ def planes() -> dict[str, tuple[bool, str, str]]:
 
 
 def main(_args=None) -> int:
+    """``mrclab doctor``: the checks, the data planes and their features, the calibration; exit 3
+    when no data plane runs."""
     t = Table(title="mrclab doctor: this machine")
-    for c in ("", "piece", "found", "install with"):
-        t.add_column(c)
-    for c in checks():
-        t.add_row("[green]ok[/green]" if c.found else "[red]--[/red]", c.name, c.detail, "" if c.found else c.install)
+    for col in ("", "piece", "found", "install with"):
+        t.add_column(col)
+    for chk in checks():
+        t.add_row("[green]ok[/green]" if chk.found else "[red]--[/red]", chk.name, chk.detail,
+                  "" if chk.found else chk.install)
     console.print(t)
     p = Table(title="data planes and scenario features")
-    for c in ("data plane", "runs", "features", "missing"):
-        p.add_column(c)
+    for col in ("data plane", "runs", "features", "missing"):
+        p.add_column(col)
     pl = planes()
     for dp, (ok, have, missing) in pl.items():
         p.add_row(dp, "yes" if ok else "[red]no[/red]", have if ok else "-", missing or "-")

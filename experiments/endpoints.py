@@ -163,12 +163,14 @@ class LiveTelemetry:
     """Tails every endpoint's telemetry for the live goodput figure of the progress line."""
 
     def __init__(self, folder: Path) -> None:
+        """Tail every ``*.telemetry.jsonl`` in ``folder`` from where the last call stopped."""
         self.folder = folder
         self.offsets: dict[Path, int] = {}
         self.last: dict[Path, tuple[float, int]] = {}
         self.latest: dict[Path, float] = {}
 
     def goodput_mbps(self) -> float:
+        """Total goodput (Mb/s) received since the last call, from the newest samples of every host."""
         for path in self.folder.glob("*.telemetry.jsonl"):
             try:
                 with open(path) as fh:
@@ -202,30 +204,30 @@ def collect(scn: Scenario, folder: Path, t0_wall: float) -> RunData:
             t, rec = r.t_wall - t0_wall, r.rec
             if isinstance(rec, C.Sample):
                 d.loop_gaps.append((round(t, 3), host, rec.loop_gap_max_s))
-                for q in rec.rx:
-                    name = f"{q.src}->{host}#{q.qp}"
-                    d.samples.setdefault(name, []).append((t, q.delivered_bytes))
-                    d.qp_src[name] = q.src
-                for q in rec.tx:
-                    name = f"{host}->{q.peer}#{q.qp}"
-                    d.windows.setdefault(name, []).append((t, q.window_bytes, q.rate_bps))
-                    d.ev_packets.setdefault(name, []).append((t, q.ev_packets))
-                rtts += [q.srtt_us for q in rec.tx if q.srtt_us]
+                for rq in rec.rx:
+                    name = f"{rq.src}->{host}#{rq.qp}"
+                    d.samples.setdefault(name, []).append((t, rq.delivered_bytes))
+                    d.qp_src[name] = rq.src
+                for tq in rec.tx:
+                    name = f"{host}->{tq.peer}#{tq.qp}"
+                    d.windows.setdefault(name, []).append((t, tq.window_bytes, tq.rate_bps))
+                    d.ev_packets.setdefault(name, []).append((t, tq.ev_packets))
+                rtts += [tq.srtt_us for tq in rec.tx if tq.srtt_us]
             elif isinstance(rec, C.CollectiveIteration):
                 d.events.append({**C.event_fields(rec), "t": round(t, 4), "host": host,
                                  "start_s": rec.start_wall - t0_wall, "end_s": rec.end_wall - t0_wall})
             elif isinstance(rec, C.Event):
                 d.events.append({**C.event_fields(rec), "t": round(t, 4), "host": host})
             elif isinstance(rec, C.Summary):
-                for q in rec.tx:
-                    tot = d.totals.setdefault(f"{host}->{q.peer}#{q.qp}", {})
-                    tot.update({k: getattr(q.stats, k) for k in ("data_packets", "retransmits", "bytes_acked",
-                                                                 "messages_sent", "messages_acked", "nacks")})
-                    d.completion_s[f"{host}->{q.peer}#{q.qp}"] = list(q.completion_s)
-                for q in rec.rx:
-                    tot = d.totals.setdefault(f"{q.src}->{host}#{q.qp}", {})
-                    tot.update({"messages_delivered": q.messages_delivered, "messages_corrupt": q.messages_corrupt,
-                                "bytes_delivered": q.delivered_bytes})
+                for tq in rec.tx:
+                    tot = d.totals.setdefault(f"{host}->{tq.peer}#{tq.qp}", {})
+                    tot.update({k: getattr(tq.stats, k) for k in ("data_packets", "retransmits", "bytes_acked",
+                                                                  "messages_sent", "messages_acked", "nacks")})
+                    d.completion_s[f"{host}->{tq.peer}#{tq.qp}"] = list(tq.completion_s)
+                for rq in rec.rx:
+                    tot = d.totals.setdefault(f"{rq.src}->{host}#{rq.qp}", {})
+                    tot.update({"messages_delivered": rq.messages_delivered, "messages_corrupt": rq.messages_corrupt,
+                                "bytes_delivered": rq.delivered_bytes})
     for pts in d.samples.values():
         pts.sort()
     if rtts:

@@ -177,7 +177,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
            "EVs retired while their path crossed no failed element in the last second", (), ("max",)),
     Metric("revival_s", lambda d, a: verdicts.revival_s(d, a["after"]), "s",
            "from the repair at after until every EV retired through a repaired element is GOOD again", ("after",), ("max",)),
-    Metric("capacity_ratio", lambda d, a: verdicts.capacity_ratio(d, *a["window"], a.get("host")), "ratio",
+    Metric("capacity_ratio", lambda d, a: verdicts.capacity_ratio(d, a["window"][0], a["window"][1], a.get("host")), "ratio",
            "goodput in window as a share of the capacity the faults left, over that share before the first fault", ("window",), (*_BOUND, "host")),
     Metric("busbw_mbps", _collective("busbw_mbps"), "Mb/s", "the collective's bus bandwidth (nccl-tests)"),
     Metric("iteration_s", _collective("iteration_s"), "s", "the collective's iteration time at a percentile",

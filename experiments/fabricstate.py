@@ -29,6 +29,7 @@ class FabricTimeline:
 
     @classmethod
     def from_played(cls, plan: AddressPlan, played: list[tuple[float, Fault]]) -> FabricTimeline:
+        """The timeline of ``played`` (``[(t_s, fault)]``), each event's effect taken from the fault table."""
         tl = cls(plan)
         for t, f in sorted(played, key=lambda x: x[0]):
             kind = FAULTS[f.event]  # what the event does, from the fault table alone
@@ -52,9 +53,11 @@ class FabricTimeline:
 
     @staticmethod
     def path_elements(p: Path) -> list[Element]:
+        """The switches and links a path crosses."""
         return [("switch", s) for s in p.hops] + [("link", *link) for link in p.links]
 
     def path_failed(self, p: Path, t0: float, t1: float) -> bool:
+        """Some element of path ``p`` was failed at some time in [t0, t1] (s)."""
         return any(self.failed(el, t0, t1) for el in self.path_elements(p))
 
     def repaired_at(self, t: float, slack: float = 0.5) -> list[Element]:

@@ -53,6 +53,7 @@ class Fault:
     args: dict = field(default_factory=dict, hash=False, compare=False)
 
     def describe(self) -> str:
+        """``event field=value ...``, as the fault log and the plots label it."""
         a = " ".join(f"{k}={v}" for k, v in self.args.items())
         return f"{self.event} {a}".strip()
 
@@ -251,8 +252,9 @@ def resolve_roce(value: Any, key: str, plan: AddressPlan, scenario_seed: int, la
         return p.t1
     if key == "switch":
         return {"t1": p.hops[1] if cross else None, "src-t0": p.hops[0], "dst-t0": p.hops[-1]}[part]
-    link = {"src-port": p.links[0], "dst-port": p.links[-1], "up": p.links[1] if cross else None,
-            "down": p.links[2] if cross else None}[part]
+    # "up" and "down" name a T1's links, which a path within one T0 group has not: refused above
+    link = {"src-port": p.links[0], "dst-port": p.links[-1], "up": p.links[1] if cross else p.links[0],
+            "down": p.links[2] if cross else p.links[-1]}[part]
     return f"{link[0]}:{link[1]}"
 
 
@@ -282,7 +284,7 @@ def parse_fault(f: Any, i: int, spec: ClosSpec, duration_s: float, problems: Pro
     where = f"faults[{i}]"
     if not isinstance(f, dict) or f.get("event") not in FAULTS:
         ev = f.get("event") if isinstance(f, dict) else f
-        problems.add(f"{where}.event = {ev!r}; allowed: {', '.join(FAULTS)}{suggest(ev, FAULTS)}")
+        problems.add(f"{where}.event = {ev!r}; allowed: {', '.join(FAULTS)}{suggest(str(ev), FAULTS)}")
         return []
     ev = f["event"]
     kind = FAULTS[ev]
@@ -296,6 +298,7 @@ def parse_fault(f: Any, i: int, spec: ClosSpec, duration_s: float, problems: Pro
     at = f.get("at")
     if not isinstance(at, (int, float)) or isinstance(at, bool) or not 0 <= at < duration_s:
         problems.add(f"{where}.at = {at!r}; allowed: a time in seconds from 0 to below duration_s ({duration_s:g})")
+        at = 0.0  # reported; the rest of the entry is still checked
     args: dict[str, Any] = {}
     plan = AddressPlan(spec)
     for k, v in given.items():

@@ -68,6 +68,7 @@ class FidelityFault:
                 f"(worst {self.worst:.3g}{unit} against {self.limit:g}{unit})")
 
     def as_dict(self) -> dict:
+        """The fault as metrics.json records it (times rounded to ms)."""
         return {"invariant": self.invariant, "where": self.where, "t0": round(self.t0, 3), "t1": round(self.t1, 3),
                 "worst": self.worst, "limit": self.limit}
 
@@ -93,6 +94,7 @@ class FidelityMonitor:
     ``switch t1-0-0``)."""
 
     def __init__(self, procs: dict[str, int], t0: float, period_s: float = PERIOD_S) -> None:
+        """Start sampling ``procs`` (label -> pid) from ``t0`` (monotonic s of t = 0)."""
         self.procs, self.t0, self.period_s = dict(procs), t0, period_s
         #: (t_s, label, waiting share, waited share of the interval)
         self.samples: list[tuple[float, str, float, float]] = []
@@ -113,6 +115,7 @@ class FidelityMonitor:
                                          d_wait / 1e9 / (now - t_prev)))
 
     def stop(self) -> None:
+        """Stop sampling (the samples stay in :attr:`samples`)."""
         self._stop.set()
         self._thread.join(timeout=5)
 

@@ -41,6 +41,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from mrclab.experiments.fabricstate import FabricTimeline
+
 BIN_S = 0.1
 
 
@@ -69,7 +71,7 @@ class RunData:
     ports: list[dict] = field(default_factory=list)
     port_mbps: float = 0.0  # one NIC port's rate (the fabric's host links), 0: unshaped
     flows: list[tuple[str, str]] = field(default_factory=list)  # (src, dst) of every flow
-    timeline: object = None  # experiments.fabricstate.FabricTimeline: the faults as played
+    timeline: FabricTimeline | None = None  # the faults as played (experiments/fabricstate.py)
     #: (t_s, host, longest gap between two turns of its loop in the telemetry interval before t, s)
     loop_gaps: list[tuple[float, str, float]] = field(default_factory=list)
     #: (t_s, "endpoint h0" | "switch t1-0-0", waiting share, waited share of the interval before t)
@@ -91,6 +93,7 @@ class RunData:
         return {k: sum(r[k] for r in last.values()) for k in ("marked", "trimmed", "queue_full")}
 
     def bins(self) -> list[float]:
+        """Start time (s) of every :data:`BIN_S` bin of the run."""
         n = int(math.ceil(self.duration_s / BIN_S))
         return [round(i * BIN_S, 6) for i in range(n)]
 
@@ -115,6 +118,7 @@ class RunData:
         return total
 
     def qp_goodput_mbps(self) -> dict[str, list[float]]:
+        """Goodput (Mb/s) per QP in :data:`BIN_S` bins: QP name -> series."""
         out = {}
         for qp in self.samples:
             sub = RunData(self.duration_s, {qp: self.samples[qp]}, {qp: "x"})
@@ -149,6 +153,7 @@ def ev_share(d: RunData, host: str, plane: int, t1: int | None, lo: float, hi: f
 
 
 def window_mean(series: list[float], lo: float, hi: float) -> float:
+    """Mean of a per-bin ``series`` over [lo, hi) seconds (0.0 for an empty window)."""
     i, j = int(round(lo / BIN_S)), int(round(hi / BIN_S))
     return _mean(series[i:j])
 
@@ -171,10 +176,13 @@ def worst_qp_ratio(d: RunData, lo: float, hi: float) -> float:
 
 
 def baseline_mbps(d: RunData, host: str | None = None, warmup_s: float = 1.0) -> float:
+    """Mean goodput (Mb/s) over :func:`baseline_window` (of ``host``'s flows if given)."""
     return window_mean(d.goodput_mbps(host), *baseline_window(d, warmup_s))
 
 
 def recovery_time_s(d: RunData, after: float, fraction: float = 0.9, host: str | None = None) -> float:
+    """Seconds from ``after`` until the 0.5 s moving mean of goodput is back above ``fraction`` x
+    the baseline (0 if it never fell; inf if it never came back)."""
     g = d.goodput_mbps(host)
     base = baseline_mbps(d, host)
     k = int(round(0.5 / BIN_S))
@@ -194,5 +202,6 @@ def retransmit_fraction(totals: dict[str, dict]) -> float:
 
 
 def retired(d: RunData, after: float, within_s: float) -> list[dict]:
+    """EV state changes to ASSUMED_BAD in [after, after + within_s] (s)."""
     return [e for e in d.events if e.get("kind") == "ev_state" and e.get("new") == "ASSUMED_BAD"
             and after <= e["t"] <= after + within_s]

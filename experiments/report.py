@@ -56,6 +56,7 @@ def load_result(folder: Path) -> tuple[dict, RunData, list[dict]]:
 
 
 def main(args) -> int:
+    """``mrclab report``: one table row per results folder and an overlaid goodput plot."""
     runs = [(Path(f), *load_result(Path(f))) for f in args.results]
     t = Table(title="mrclab report")
     for c in ("results", "scenario", "transport", "data plane", "baseline Mb/s", "expectations", "retransmits",

@@ -21,6 +21,7 @@ import math
 import shutil
 import time
 from pathlib import Path
+from typing import Any
 
 from mrclab.controller.fabric import available
 from mrclab.experiments import runner
@@ -47,7 +48,7 @@ def _headline(verdicts: list[dict], metric: str | None = None) -> dict | None:
             if v["metric"] == metric:
                 return v
     bounded = [v for v in verdicts if v["passed"] is not None]
-    return (bounded or verdicts or [None])[0]
+    return (bounded or verdicts)[0] if verdicts else None
 
 
 def _fmt(v: dict | None) -> str:
@@ -86,7 +87,7 @@ def reproduce(out: Path | None = None, *, dataplane: str | None = None, quick: b
         elapsed = time.monotonic() - t_start
         console.print(f"[bold cyan]reproduce {k}/{len(names)}[/bold cyan] {name} "
                       f"({'skipped' if dp is None else dp}; {elapsed:.0f} s so far)")
-        row = {"scenario": name, "claim": base.paper, "dataplane": dp}
+        row: dict[str, Any] = {"scenario": name, "claim": base.paper, "dataplane": dp}
         if dp is None:
             rows.append({**row, "verdict": "skipped", "why": why})
             continue
@@ -95,7 +96,7 @@ def reproduce(out: Path | None = None, *, dataplane: str | None = None, quick: b
         except MrclabError as e:  # a scenario that cannot start or crashes voids its own row, never the report
             row.update({"verdict": "void", "why": e.one_line(), "plots": []})
         rows.append(row)
-        console.print(f"  -> {row['verdict']}{' (' + row['why'] + ')' if row.get('why') else ''}: "
+        console.print(f"  -> {row['verdict']}{' (' + str(row['why']) + ')' if row.get('why') else ''}: "
                       f"MRC {row.get('mrc', '-')}")
         _write(out, rows, dataplane, quick, t_start, repeat)  # after every row: an interrupted table keeps its rows
     summary = _write(out, rows, dataplane, quick, t_start, repeat)

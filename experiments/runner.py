@@ -48,7 +48,7 @@ from mrclab.experiments.plots import cdf_plot, ev_state_plot, goodput_plot, iter
 from mrclab.experiments.results import results_folder
 from mrclab.experiments.scenario import Scenario, load_scenario, parse_set
 from mrclab.topologies.addressing import AddressPlan
-from mrclab.topologies.errors import NotAvailable
+from mrclab.topologies.errors import BadInput, NotAvailable
 from mrclab.topologies.nodes import need_root, toolchain_missing
 from mrclab.traffic.headers import DATA_OVERHEAD
 from rich.console import Console
@@ -180,6 +180,7 @@ class PortSampler:
     so the fault timeline keeps its time (a sample of 16 bmv2 switches takes tens of ms)."""
 
     def __init__(self, fab: Fabric, t0: float, period_s: float = 1.0) -> None:
+        """Start sampling ``fab``'s switch ports every ``period_s`` from ``t0`` (monotonic s of t = 0)."""
         self.fab, self.t0, self.period_s = fab, t0, period_s
         self.samples: list[dict] = []
         self._stop = threading.Event()
@@ -197,6 +198,7 @@ class PortSampler:
             self.samples += [{"t": t, **r} for r in rows]
 
     def stop(self) -> None:
+        """Stop sampling (the samples stay in :attr:`samples`)."""
         self._stop.set()
         self._thread.join(timeout=10)
 
@@ -253,10 +255,10 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
     series = data.goodput_mbps()
     per_qp = data.qp_goodput_mbps()
     with open(out / "timeseries.csv", "w", newline="") as fh:
-        w = csv.writer(fh)
-        w.writerow(["t_s", "goodput_mbps", *[f"{qp}_mbps" for qp in per_qp]])
+        table = csv.writer(fh)
+        table.writerow(["t_s", "goodput_mbps", *[f"{qp}_mbps" for qp in per_qp]])
         for i, t in enumerate(data.bins()):
-            w.writerow([f"{t:.1f}", f"{series[i]:.3f}", *[f"{v[i]:.3f}" for v in per_qp.values()]])
+            table.writerow([f"{t:.1f}", f"{series[i]:.3f}", *[f"{v[i]:.3f}" for v in per_qp.values()]])
     keys = ["t", "kind", "host", "qp", "ev", "old", "new", "reason", "psn", "label", "event", "late_ms"]
     with open(out / "events.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=keys, extrasaction="ignore")
@@ -371,6 +373,8 @@ def run_sweep(scn: Scenario, out: Path | None = None, *, live: bool = True) -> d
     """Every point of ``scn``'s sweep (experiments/sweep.py), each its own run in a subfolder of
     ``out``, then the sweep's table, plot and claims. Returns ``{points, claims, passed}``."""
     sw = scn.sweep
+    if sw is None:
+        raise BadInput(f"{scn.source}: {scn.name} has no sweep: block to run")
     out = results_folder(out, f"{scn.name}-sweep")
     grid = [(v, x) for x in sw.loss for v in sw.variants]
     points = []

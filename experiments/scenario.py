@@ -82,16 +82,20 @@ class Flow:
 
 @dataclass(frozen=True)
 class Expectation:
+    """One bound a run must meet: a metric of the registry (experiments/expectations.py) and its arguments."""
     metric: str
     args: dict = field(default_factory=dict, hash=False, compare=False)
 
     def describe(self) -> str:
+        """``metric(arg=value, ...)``, as the verdict table shows it."""
         a = ", ".join(f"{k}={v}" for k, v in self.args.items())
         return f"{self.metric}({a})"
 
 
 @dataclass(frozen=True)
 class Scenario:
+    """A validated scenario: fabric (and its bmv2 variant), data plane, seed, duration, transport,
+    workload, collective, sweep, fault timeline and expectations (see the module docstring)."""
     name: str
     source: str
     spec: ClosSpec
@@ -113,6 +117,7 @@ class Scenario:
     raw: dict = field(default_factory=dict, hash=False, compare=False)
 
     def spec_for(self, dataplane: str) -> ClosSpec:
+        """The fabric the scenario runs on ``dataplane`` (``fabric_bmv2`` overrides on bmv2)."""
         return self.spec_bmv2 if dataplane == "bmv2" else self.spec
 
     @property
@@ -258,6 +263,7 @@ def parse_scenario(raw: dict, src: str) -> Scenario:
         problems.add(f"demonstrates: {', '.join(map(str, bad))}; allowed: {', '.join(TransportSettings.MECHANISMS)}")
     sweep = parse_sweep(raw, problems)
     problems.raise_if_any(ScenarioError)
+    assert spec is not None and spec_bmv2 is not None  # a fabric that did not parse is a problem raised above
     expect = parsed["expect_roce"] if kind == "roce" and "expect_roce" in raw else parsed["expect"]
     return Scenario(
         name=str(raw.get("name", Path(src).stem)), source=src, spec=spec, spec_bmv2=spec_bmv2,
@@ -330,7 +336,7 @@ def _expectations(items: Any, key: str, dur: float, spec: ClosSpec, problems: Pr
         said = check_expectation(e.get("metric"), args, ctx)
         for x in said:
             problems.add(f"{where}{'' if x.startswith(('.', '(')) else '.'}{x}"
-                         + (suggest(e.get("metric"), METRICS) if x.startswith("metric =") else ""))
+                         + (suggest(str(e.get("metric")), METRICS) if x.startswith("metric =") else ""))
         if not said:
             expect.append(Expectation(e["metric"], args))
     return expect

@@ -40,10 +40,12 @@ def point(scn: Scenario, variant: dict, loss: float) -> Scenario:
 
 
 def label(variant: dict, loss: float) -> str:
+    """How a sweep point is named in tables: ``<variant>, loss <x>``."""
     return f"{variant['label']}, loss {loss:g}"
 
 
 def folder_name(variant: dict, loss: float) -> str:
+    """A sweep point's results folder: the variant's label made path-safe, then ``-loss<x>``."""
     return "".join(c if c.isalnum() else "-" for c in variant["label"]).strip("-").lower() + f"-loss{loss:g}"
 
 

@@ -37,6 +37,7 @@ _CLAIM = {"metric": Rule(choices=("busbw_ratio", "busbw_retained"), required=Tru
 
 @dataclass(frozen=True)
 class Sweep:
+    """A validated sweep: transport / QP variants, random-loss rates, and the claims between points."""
     variants: tuple[dict, ...]
     loss: tuple[float, ...]
     claims: tuple[dict, ...]

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import math
 
+from mrclab.experiments.fabricstate import FabricTimeline
 from mrclab.experiments.metrics import RunData, baseline_window, window_mean
+from mrclab.topologies.addressing import Path
 
 #: A retirement answers a loss that may have happened up to this long before it (a retransmission
 #: timeout is at most max_rto_s, 1 s, and is usually a few RTTs): a path failed in [t - grace, t]
@@ -29,8 +31,15 @@ def _ev_changes(d: RunData) -> dict[tuple, list[tuple[float, str]]]:
     return out
 
 
-def _path(d: RunData, host: str, peer: str, ev: int):
-    return d.timeline.plan.path_for_ev(host, peer, ev)
+def _timeline(d: RunData) -> FabricTimeline:
+    """The run's fault timeline; ValueError for run data made without one (a bug of the caller)."""
+    if d.timeline is None:
+        raise ValueError("run data without a fault timeline: verdicts judge a run against its faults")
+    return d.timeline
+
+
+def _path(d: RunData, host: str, peer: str, ev: int) -> Path:
+    return _timeline(d).plan.path_for_ev(host, peer, ev)
 
 
 def false_retirements(d: RunData) -> float:
@@ -39,7 +48,7 @@ def false_retirements(d: RunData) -> float:
     n = 0
     for (host, peer, _qp, ev), changes in _ev_changes(d).items():
         for t, new in changes:
-            if new == "ASSUMED_BAD" and not d.timeline.path_failed(_path(d, host, peer, ev), t - RETIRE_GRACE_S, t):
+            if new == "ASSUMED_BAD" and not _timeline(d).path_failed(_path(d, host, peer, ev), t - RETIRE_GRACE_S, t):
                 n += 1
     return float(n)
 
@@ -47,13 +56,13 @@ def false_retirements(d: RunData) -> float:
 def revival_s(d: RunData, after: float) -> float:
     """Seconds from the repair at ``after`` until every EV retired through a repaired element is
     GOOD again (the slowest); inf when one never is; 0 when no such EV was retired."""
-    repaired = set(d.timeline.repaired_at(after, MATCH_S))
+    repaired = set(_timeline(d).repaired_at(after, MATCH_S))
     worst = 0.0
     for (host, peer, _qp, ev), changes in _ev_changes(d).items():
         state = next((s for t, s in reversed(changes) if t <= after), "GOOD")
         if state != "ASSUMED_BAD":
             continue
-        if not repaired & set(d.timeline.path_elements(_path(d, host, peer, ev))):
+        if not repaired & set(_timeline(d).path_elements(_path(d, host, peer, ev))):
             continue
         back = next((t for t, s in changes if t > after and s == "GOOD"), None)
         worst = max(worst, math.inf if back is None else back - after)
@@ -65,15 +74,15 @@ def retire_time_rtts(d: RunData, after: float) -> float:
     the first packet lost on it (sent, that is: the loss events say how long before they were
     found each packet had left) to its retirement, in smoothed RTTs; the slowest (inf if none was
     retired)."""
-    failed = set(d.timeline.failed_at(after, MATCH_S))
-    lost: dict[tuple, list[float]] = {}
+    failed = set(_timeline(d).failed_at(after, MATCH_S))
+    lost: dict[tuple, list[tuple[float, float]]] = {}  # EV -> [(found at, sent at)]
     for e in d.events:
         if e.get("kind") == "loss":
             lost.setdefault((e["host"], e["peer"], e["qp"], e["ev"]), []).append((e["t"], e["t"] - e.get("age_s", 0)))
     times = []
     for key, changes in _ev_changes(d).items():
         host, peer, _qp, ev = key
-        if not failed & set(d.timeline.path_elements(_path(d, host, peer, ev))):
+        if not failed & set(_timeline(d).path_elements(_path(d, host, peer, ev))):
             continue
         t = next((t for t, s in changes if t >= after and s == "ASSUMED_BAD"), None)
         if t is None:
@@ -92,8 +101,8 @@ def capacity_ratio(d: RunData, lo: float, hi: float, host: str | None = None) ->
     flows = [f for f in d.flows if host is None or f[0] == host]
     g = d.goodput_mbps(host)
     b0, b1 = baseline_window(d)
-    cap_base = d.timeline.capacity(flows, b0, b1)
-    cap = d.timeline.capacity(flows, lo, hi)
+    cap_base = _timeline(d).capacity(flows, b0, b1)
+    cap = _timeline(d).capacity(flows, lo, hi)
     base = window_mean(g, b0, b1)
     if not cap or not base or not cap_base:
         return 0.0

@@ -96,6 +96,7 @@ class EndpointConfig:
     version: int = VERSION
 
     def to_json(self) -> str:
+        """The config as the JSON file the endpoint reads."""
         return json.dumps(asdict(self), indent=1)
 
     @classmethod
@@ -124,6 +125,7 @@ class EndpointConfig:
 
     @classmethod
     def load(cls, path: str | Path) -> EndpointConfig:
+        """The config in the JSON file at ``path``; raises :class:`ContractError` naming what is wrong."""
         try:
             d = json.loads(Path(path).read_text())
         except (OSError, ValueError) as e:
@@ -142,6 +144,7 @@ class Event:
 
 @dataclass(frozen=True, kw_only=True)
 class EvStateChanged(Event):
+    """An EV of QP ``qp`` changed state (``old`` -> ``new``) for ``reason``."""
     kind: ClassVar[str] = "ev_state"
     qp: int
     ev: int
@@ -176,6 +179,7 @@ class GapFound(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class TimedOut(Event):
+    """A data packet (``psn``, sent on ``ev``) was not acknowledged before the retransmission timeout."""
     kind: ClassVar[str] = "timeout"
     qp: int
     psn: int
@@ -184,6 +188,7 @@ class TimedOut(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class Nacked(Event):
+    """The receiver NACKed a data packet (``psn`` on ``ev``) that reached it trimmed."""
     kind: ClassVar[str] = "nack"
     qp: int
     psn: int
@@ -202,6 +207,7 @@ class Trimmed(Event):
 
 @dataclass(frozen=True, kw_only=True)
 class MessageCorrupt(Event):
+    """A completed message's CRC did not match: its bytes are not what was sent."""
     kind: ClassVar[str] = "corrupt"
     qp: int
     msn: int
@@ -288,11 +294,13 @@ class RxQp:
 
     @classmethod
     def of(cls, src: str, qp: int, st: ReceiverStats) -> RxQp:
+        """The receive side of QP ``qp`` from ``src`` as its stats stand now."""
         return cls(src, qp, st.delivered_bytes, st.messages_delivered, st.messages_corrupt, st.duplicates, st.trimmed)
 
 
 @dataclass(frozen=True)
 class Start:
+    """The first record: the endpoint is ready (sockets open); its host, transport and QPs."""
     host: str
     transport: str
     qps: tuple[int, ...]

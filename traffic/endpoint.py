@@ -55,13 +55,16 @@ class Telemetry:
     """Telemetry records as JSON lines (nothing without a path)."""
 
     def __init__(self, path: str | None) -> None:
+        """Append to ``path`` (line-buffered), or write nothing when it is None."""
         self.fh = open(path, "a", buffering=1) if path else None
 
     def write(self, rec: C.Record) -> None:
+        """One record as a JSON line."""
         if self.fh is not None:
             self.fh.write(C.encode(rec) + "\n")
 
     def close(self) -> None:
+        """Close the file (records written so far stay)."""
         if self.fh is not None:
             self.fh.close()
 
@@ -70,6 +73,8 @@ class Endpoint:
     """Raw sockets + :class:`HostStack` + telemetry for one host. ``run()`` returns an exit code."""
 
     def __init__(self, cfg: C.EndpointConfig) -> None:
+        """The endpoint of ``cfg``: its fabric's address plan, a :class:`HostStack` with its QPs
+        and collective, telemetry; sockets are opened by :meth:`run`. Raises ContractError for a bad config."""
         self.cfg = cfg
         spec = load_spec(cfg.topo)
         self.plan = AddressPlan(spec)
@@ -111,6 +116,7 @@ class Endpoint:
 
     # ---- sockets and ports -----------------------------------------------------------------
     def open(self) -> None:
+        """One raw AF_PACKET socket per plane, bound to the host's NIC port there, non-blocking."""
         for p in range(self.plan.spec.planes):
             s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
             try:
@@ -144,6 +150,8 @@ class Endpoint:
 
     # ---- loop ----------------------------------------------------------------------------------
     def run(self) -> int:
+        """Open the sockets, say ready, wait for t = 0, then move frames until every QP is done (or a
+        stop is requested); writes samples and a summary to telemetry. Returns the exit code (0)."""
         self.open()
         cpu0 = _cpu_s()
         stack, socks = self.stack, self.socks
@@ -179,7 +187,8 @@ class Endpoint:
             if now >= next_ports:
                 stack.set_local_ports(self.port_state())
                 next_ports = now + PORT_POLL_S
-            if self.coll is not None and not coll_started and t >= self.cfg.collective.start_s:
+            if self.coll is not None and self.cfg.collective is not None and not coll_started \
+                    and t >= self.cfg.collective.start_s:
                 coll_started = True
                 self.coll.start(time.monotonic)
             for i, (s, start, dur) in enumerate(self.flows):
@@ -226,8 +235,8 @@ class Endpoint:
         self.tel.write(C.Summary(self._tx(final=True), self._rx(), stack.dropped(), sum(cpu1) - sum(cpu0),
                                  cpu1[1] - cpu0[1]))
         self.tel.close()
-        for s in socks.values():
-            s.close()
+        for sock in socks.values():
+            sock.close()
         for fd in self._carrier.values():
             os.close(fd)
         return 0
@@ -279,6 +288,7 @@ class Endpoint:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """``python -m mrclab.traffic.endpoint --config FILE``: exit 0, or 2 for a bad config."""
     ap = argparse.ArgumentParser(description="MRC endpoint (run inside a host namespace)")
     ap.add_argument("--config", required=True)
     a = ap.parse_args(argv)

@@ -185,7 +185,8 @@ class MrcSender:
                 if not box.fetch():
                     break
                 cur = box.cur
-            msn, data, crc, off = cur  # type: ignore[misc]
+                assert cur is not None  # fetch() took a message
+            msn, data, crc, off = cur
             msg_len = len(data)
             if off == 0 and msn not in ring.base:
                 if not ring.fits(msg_len):

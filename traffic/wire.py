@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import struct
 
-from mrclab.topologies.addressing import AddressPlan
+from mrclab.topologies.addressing import AddressPlan, PathTemplate
 from mrclab.traffic import headers as H
 from mrclab.traffic.packet import Pkt
 from scapy.layers.inet import UDP
@@ -60,7 +60,7 @@ class Wire:
         self.my_nic = plan.nic_address(host).packed
         self._tpl: dict[tuple[str, int], bytes] = {}
         self._prefixes: dict[str, dict[int, bytes]] = {}  # peer -> (EV << 16 | UDP payload length) -> prefix
-        self._templates: dict[str, object] = {}
+        self._templates: dict[str, PathTemplate] = {}
         self.nic_to_host = {plan.nic_address(h).packed: h for h in plan.spec.hosts()}
         self.rejected: dict[str, int] = {}
 
@@ -83,7 +83,7 @@ class Wire:
         tpl = self._templates.get(peer)
         if tpl is None:
             tpl = self._templates[peer] = self.plan.template(self.host, peer)
-        return tpl.outer_dst_int(ev).to_bytes(16, "big")  # type: ignore[attr-defined]
+        return tpl.outer_dst_int(ev).to_bytes(16, "big")
 
     def _prefix(self, peer: str, ev: int, n: int, ect: int) -> bytes:
         """Ethernet .. UDP of a packet to ``peer`` on ``ev`` whose UDP payload is ``n`` bytes:
