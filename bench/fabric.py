@@ -41,7 +41,8 @@ from mrclab.controller.fabric import Fabric
 from mrclab.controller.p4runtime import DesiredEntry, EntryKey, P4Info, P4Switch
 from mrclab.p4src import FORWARD_P4
 from mrclab.topologies import kernel
-from mrclab.topologies.nodes import toolchain_missing
+from mrclab.topologies.errors import NotAvailable
+from mrclab.topologies.nodes import bmv2_binary, toolchain_missing
 from mrclab.topologies.spec import load_spec
 from mrclab.traffic.pathprobe import probe_frame
 from rich.console import Console
@@ -227,15 +228,16 @@ def _median(xs: list[float]) -> float:
     return statistics.median(xs) if xs else 0.0
 
 
-def measure(dataplane: str, log) -> dict:
+def measure(dataplane: str, log, build: str | None = None) -> dict:
     """Every figure of one data plane, on a fresh default fabric: ``timings`` (bring-up phases, s),
     ``entries``, ``entries_per_s`` and ``path_pps``; then bmv2 ``trivial_pps``, ``cpu_us`` and
     ``trivial_cpu_us``, linux ``bare_pps`` (the queue program detached), each the median of its
     rounds, which are kept under ``rounds``; a linux fabric without the queue program has one
-    search and its ``trials`` instead. ``log`` takes progress lines."""
+    search and its ``trials`` instead. ``log`` takes progress lines; ``build``: which BMv2 build
+    (topologies/nodes.py bmv2_binary), named in the result's ``dataplane`` column."""
     spec = load_spec()
-    res: dict = {"dataplane": dataplane}
-    with Fabric(spec, dataplane, watchdog=False) as fab:
+    res: dict = {"dataplane": f"{dataplane} ({build} build)" if build else dataplane}
+    with Fabric(spec, dataplane, watchdog=False, bmv2_build=build) as fab:
         res["timings"] = dict(fab.timings)
         res["entries"] = fab.routes.n_entries
         log(f"{dataplane}: up and verified in {fab.timings['total_s']:.2f} s")
@@ -277,6 +279,13 @@ def measure(dataplane: str, log) -> dict:
     return res
 
 
+def _has_logging_build() -> bool:
+    try:
+        return bmv2_binary(build="logging")[1] == "logging build"
+    except NotAvailable:
+        return False
+
+
 def main(args=None) -> int:
     """``mrclab bench fabric``: :func:`measure` for each data plane of ``args.dataplane`` (default:
     bmv2 and linux where the P4 toolchain is installed, else linux), then one table. Returns 0, or
@@ -285,7 +294,11 @@ def main(args=None) -> int:
     if "bmv2" in dps and (why := toolchain_missing()):
         console.print(f"[red]bmv2: {why}[/red]")
         return 3
-    results = [measure(dp, lambda m: console.print(f"[dim]{m}[/dim]")) for dp in dps]
+    # bmv2 twice where both builds are installed: the forwarding build mrclab runs and the logging
+    # build --debug runs, side by side in one run (vagrant/build-toolchain.sh builds both)
+    runs = [(dp, b) for dp in dps for b in ((["forwarding", "logging"] if _has_logging_build() else [None])
+                                             if dp == "bmv2" else [None])]
+    results = [measure(dp, lambda m: console.print(f"[dim]{m}[/dim]"), b) for dp, b in runs]
     t = Table(title="mrclab bench fabric (default fabric: 4 hosts, 16 switches)")
     t.add_column("figure")
     for r in results:

@@ -76,12 +76,14 @@ class Fabric:
 
     def __init__(self, spec: ClosSpec, dataplane: str | None = None, *, debug: bool = False,
                  progress: Callable[[str], None] | None = None, watchdog: bool = True, loss_salt: int = 0,
-                 queues: QueueSettings = QueueSettings(), frame_bytes: int = DEFAULT_FRAME_BYTES) -> None:
+                 queues: QueueSettings = QueueSettings(), frame_bytes: int = DEFAULT_FRAME_BYTES,
+                 bmv2_build: str | None = None) -> None:
         """Plan the fabric (address, route and queue plans) and its emulation; builds nothing until
         :meth:`start`. ``dataplane`` None: :func:`~topologies.nodes.default_dataplane`;
         ``watchdog``: on bmv2, give a switch that lost its pipeline everything again; ``queues``,
         ``frame_bytes``: the queue plan's settings and frame size (controller/queues.py), used
-        where this machine gives the data plane switch queues. Raises as
+        where this machine gives the data plane switch queues; ``bmv2_build``: "forwarding" or
+        "logging" (topologies/nodes.py bmv2_binary; None: as ``debug`` says). Raises as
         :class:`~topologies.emulation.Emulation` does."""
         self.spec = spec
         self.plan = AddressPlan(spec)
@@ -92,7 +94,7 @@ class Fabric:
         #: every switch port's rate, depth and thresholds (controller/queues.py), where switches queue
         self.queues: dict[tuple[str, int], PortQueue] = queue_plan(self.plan, queues, frame_bytes) \
             if self.congestion else {}
-        self.emu = Emulation(spec, self.dataplane, debug=debug, progress=self.progress,
+        self.emu = Emulation(spec, self.dataplane, debug=debug, progress=self.progress, bmv2_build=bmv2_build,
                              thrift_port=THRIFT_PORT if self.congestion else None, switch_queues=self.congestion)
         self.thrift: dict = {}  # switch -> SwitchThrift (bmv2 with queues)
         self.bpf: dict = {}  # switch -> SwitchBpf (linux with queues)

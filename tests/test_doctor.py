@@ -29,3 +29,22 @@ def test_a_missing_clang_takes_the_linux_queues_and_says_why(monkeypatch):
     assert not c.found and c.install == "apt-get install -y clang libbpf-dev"
     _runs, have, missing = doctor.planes()["linux"]
     assert "congestion: clang is not installed" in missing and "gray_loss" in missing
+
+
+def test_the_forwarding_build_runs_and_debug_takes_the_logging_build(tmp_path, monkeypatch):
+    """simple_switch_grpc on PATH is the forwarding build; --debug takes the logging build that
+    vagrant/build-toolchain.sh installs beside it, and says which it took."""
+    from mrclab.topologies import nodes
+
+    prefix = tmp_path / "usr"
+    fwd = prefix / "bin" / "simple_switch_grpc"
+    fwd.parent.mkdir(parents=True)
+    fwd.write_text("")
+    monkeypatch.setattr(nodes.shutil, "which", lambda name: str(fwd) if name == "simple_switch_grpc" else None)
+    assert nodes.bmv2_binary(debug=True) == (str(fwd), nodes.bmv2_binary()[1])  # no logging build: the one there is
+    assert "only build" in nodes.bmv2_binary()[1]
+    log = prefix / nodes.LOGGING_BUILD
+    log.parent.mkdir(parents=True)
+    log.write_text("")
+    assert nodes.bmv2_binary() == (str(fwd), "forwarding build")
+    assert nodes.bmv2_binary(debug=True) == (str(log), "logging build")

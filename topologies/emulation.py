@@ -28,6 +28,7 @@ from mrclab.topologies.nodes import (
     FabricBusy,
     LinuxSrv6Switch,
     NicHost,
+    bmv2_binary,
     bmv2_device,
     need_root,
     toolchain_missing,
@@ -69,13 +70,15 @@ class Emulation:
         progress: Callable[[str], None] | None = None,
         thrift_port: int | None = None,
         switch_queues: bool = False,
+        bmv2_build: str | None = None,
     ) -> None:
         """Check what the fabric needs; builds nothing until :meth:`start`.
 
         ``dataplane``: one of :data:`DATAPLANES`; ``debug``: BMv2 per-packet logs and pcaps in the
         run directory; ``thrift_port``: BMv2's Thrift runtime port in each switch's namespace
         (bmv2 only; None: no Thrift); ``switch_queues``: the switches queue themselves, so only
-        host NIC ports get a ``tbf`` (implied by a Thrift port). Raises EmulationError for an
+        host NIC ports get a ``tbf`` (implied by a Thrift port); ``bmv2_build``: "forwarding" or
+        "logging" (None: the forwarding build, the logging one with ``debug``). Raises EmulationError for an
         unknown data plane, NotAvailable without root or, for bmv2, without p4c and
         simple_switch_grpc.
         """
@@ -88,6 +91,7 @@ class Emulation:
         self.plan = AddressPlan(spec)
         self.dataplane = dataplane
         self.debug = debug
+        self.bmv2_build = bmv2_build
         self.thrift_port = thrift_port if dataplane == "bmv2" else None
         #: the switches queue themselves (bmv2 with Thrift; linux: the controller's htb and eBPF):
         #: only host NIC ports get a tbf
@@ -140,7 +144,7 @@ class Emulation:
         for sw in spec.switches():
             if self.dataplane == "bmv2":
                 node = net.addSwitch(sw, cls=Bmv2Switch, device_id=bmv2_device(spec, sw), run_dir=state.run_dir,
-                                     debug=self.debug, thrift_port=self.thrift_port)
+                                     debug=self.debug, thrift_port=self.thrift_port, build=self.bmv2_build)
             else:
                 node = net.addSwitch(sw, cls=LinuxSrv6Switch)
             self._track(node)
@@ -160,7 +164,8 @@ class Emulation:
         if spec.link.bandwidth_mbps > 0 or spec.link.t0_t1_bandwidth_mbps > 0:
             self._shape()
         if self.dataplane == "bmv2":
-            self.progress(f"starting {spec.n_switches} simple_switch_grpc processes")
+            binary, build = bmv2_binary(self.debug, self.bmv2_build)
+            self.progress(f"starting {spec.n_switches} simple_switch_grpc processes ({build}: {binary})")
             for sw in self.switches():
                 sw.start()
                 assert sw.proc is not None

@@ -28,6 +28,10 @@ from mrclab.topologies.errors import NotAvailable, RunFailed
 from mrclab.topologies.spec import ClosSpec
 
 BMV2_BINARY = "simple_switch_grpc"
+#: Where vagrant/build-toolchain.sh installs BMv2's logging build, relative to the prefix of the
+#: forwarding build on PATH (``<prefix>/bin/simple_switch_grpc``): p4lang's default flags, with the
+#: logging macros and the event logger, for ``--debug``'s per-packet log.
+LOGGING_BUILD = Path("lib") / "mrclab" / "bmv2-logging" / "bin" / BMV2_BINARY
 #: Device that anchors a linux switch's SRv6 SIDs: a veth pair local to the namespace (this kernel
 #: has no ``dummy`` driver, ``dev lo`` does not forward after ``End``, and a port would take the
 #: SID with it when it goes down).
@@ -63,6 +67,28 @@ def toolchain_missing() -> str | None:
     """None when p4c and simple_switch_grpc are on PATH, else the reason bmv2 cannot run."""
     missing = [b for b in ("p4c", BMV2_BINARY) if shutil.which(b) is None]
     return f"{' and '.join(missing)} not on PATH" if missing else None
+
+
+def bmv2_binary(debug: bool = False, build: str | None = None) -> tuple[str, str]:
+    """(the ``simple_switch_grpc`` to run, which build it is). The one on PATH is the forwarding
+    build (vagrant/build-toolchain.sh: ``--disable-logging-macros --disable-elogger``, -O3); with
+    ``debug`` the logging build beside it (:data:`LOGGING_BUILD`) when it is installed, since the
+    forwarding build compiled its per-packet log out. ``build`` ("forwarding" or "logging") asks
+    for one build whatever ``debug`` says (mrclab bench fabric measures both). Raises
+    :class:`NotAvailable` when none is on PATH, or the build asked for is not installed."""
+    found = shutil.which(BMV2_BINARY)
+    if found is None:
+        raise NotAvailable(f"{BMV2_BINARY} is not on PATH (vagrant/build-toolchain.sh builds it)")
+    logging = Path(found).resolve().parent.parent / LOGGING_BUILD
+    if build == "logging" and not logging.exists():
+        raise NotAvailable(f"BMv2's logging build is not installed ({logging}); vagrant/build-toolchain.sh builds it")
+    if build == "forwarding":
+        return found, "forwarding build" if logging.exists() else "the only build installed"
+    if (debug or build == "logging") and logging.exists():
+        return str(logging), "logging build"
+    if logging.exists():
+        return found, "forwarding build"
+    return found, "the only build installed (its flags unknown: vagrant/build-toolchain.sh builds both)"
 
 
 def default_dataplane() -> str:
@@ -111,16 +137,18 @@ class Bmv2Switch(_NsNode, Switch):
     """``simple_switch_grpc`` in the node's namespace, started with no P4 program (``--no-p4``)."""
 
     def __init__(self, name: str, device_id: int = 0, run_dir: str = "/tmp", debug: bool = False,
-                 thrift_port: int | None = None, **params) -> None:
+                 thrift_port: int | None = None, build: str | None = None, **params) -> None:
         """Switch node ``name`` (nothing started yet): ``device_id`` its P4Runtime device id,
         ``run_dir`` where its socket and logs go, ``debug`` per-packet logs and pcaps,
-        ``thrift_port`` its Thrift runtime's port (None: no Thrift, one egress queue per port)."""
+        ``thrift_port`` its Thrift runtime's port (None: no Thrift, one egress queue per port),
+        ``build`` which BMv2 build (:func:`bmv2_binary`; None: as ``debug`` says)."""
         params["inNamespace"] = True
         super().__init__(name, **params)
         self.device_id = device_id
         self.run_dir = Path(run_dir)
         self.debug = debug
         self.thrift_port = thrift_port
+        self.build = build
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -131,7 +159,7 @@ class Bmv2Switch(_NsNode, Switch):
     def command(self) -> list[str]:
         """The ``simple_switch_grpc`` argv: every port as ``N@<intf>``, logs as ``debug`` says, Thrift
         and two priority queues per port when ``thrift_port`` is set, P4Runtime on the unix socket."""
-        cmd = [BMV2_BINARY, "--no-p4", "--device-id", str(self.device_id)]
+        cmd = [bmv2_binary(self.debug, self.build)[0], "--no-p4", "--device-id", str(self.device_id)]
         for intf in self.intfList():
             if intf.name != "lo":
                 cmd += ["-i", f"{self.ports[intf]}@{intf.name}"]
