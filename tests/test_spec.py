@@ -15,8 +15,8 @@ def test_default_lab_fabric_shape():
 @pytest.mark.parametrize(
     "field,value,allowed",
     [
-        ("planes", 0, "from 1 to 16"),
-        ("planes", 17, "from 1 to 16"),
+        ("planes", 0, "from 1 to 8"),
+        ("planes", 9, "from 1 to 8"),
         ("t0_per_plane", 1025, "from 1 to 1024"),  # more T0s than 10 uSID index bits hold
         ("t1_per_plane", 0, "from 1 to 1024"),
         ("hosts_per_t0", 1025, "from 1 to 1024"),  # a host count the downlink uSID cannot encode

@@ -91,3 +91,14 @@ def test_the_readers_see_every_constant_they_are_asked_for():
     """The parsers themselves can fail: each name the table binds was found in its source."""
     assert {b[2] for b in BOUND if b[2]} <= set(P4)
     assert {b[3] for b in BOUND if b[3]} <= set(C)
+
+
+def test_a_fabric_has_no_more_planes_than_the_port_state_bitmap_has_bits():
+    """One NIC port per plane and one bit per port in the port-state byte of every data packet,
+    SACK and probe: a ninth plane could not be said (it crashed the endpoint before the limit)."""
+    from mrclab.topologies.spec import MAX_NIC_PORTS, ClosSpec, SpecError
+
+    assert H.MRCX.format.endswith("BBH") and H.PROBE.format == "!IBBHIQ"  # flags, port_state: one byte each
+    assert MAX_NIC_PORTS == 8
+    with pytest.raises(SpecError, match="planes.*from 1 to 8"):
+        ClosSpec.from_dict({"name": "nine", "planes": 9})

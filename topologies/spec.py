@@ -34,6 +34,10 @@ from mrclab.topologies.schema import Problems, check_mapping, field_rules, rule
 DEFAULT_TOPO = Path(__file__).with_name("lab.yaml")
 
 MAX_PLANES = 16  # 4 plane bits in every uSID
+#: Planes a fabric may have: one NIC port per plane, and MRC's port-state bitmap (every data
+#: packet, SACK and probe carries it; traffic/headers.py) is one byte on the wire, so 8, the
+#: paper's own count, although the uSID has room for MAX_PLANES.
+MAX_NIC_PORTS = 8
 MAX_INDEX = 1023  # 10 index bits in every uSID (T0 group, T1 number, host in group)
 MAX_HOSTS = (MAX_INDEX + 1) ** 2  # T0 groups x hosts per group, both 10-bit uSID indexes
 
@@ -74,7 +78,7 @@ class ClosSpec:
     """A validated multi-plane two-tier Clos. Build it with :func:`load_spec` or :meth:`from_dict`."""
 
     name: str = field(default="lab", metadata=rule(check=lambda v: None if v else "must be a non-empty string"))
-    planes: int = field(default=4, metadata=rule(**_COUNT, lo=1, hi=MAX_PLANES))
+    planes: int = field(default=4, metadata=rule(**_COUNT, lo=1, hi=MAX_NIC_PORTS))  # see MAX_NIC_PORTS
     t0_per_plane: int = field(default=2, metadata=rule(**_COUNT, lo=1, hi=MAX_INDEX + 1))
     t1_per_plane: int = field(default=2, metadata=rule(**_COUNT, lo=1, hi=MAX_INDEX + 1))
     hosts_per_t0: int = field(default=2, metadata=rule(**_COUNT, lo=1, hi=MAX_INDEX + 1))

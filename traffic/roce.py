@@ -24,9 +24,9 @@ from mrclab.traffic import headers as H
 from mrclab.traffic.contract import Event, Nacked, TimedOut
 from mrclab.traffic.dcqcn import Dcqcn, Pacer
 from mrclab.traffic.evs import EvState
+from mrclab.traffic.outbox import Outbox
 from mrclab.traffic.packet import PSN_MOD, Pkt, psn_near, rkey_for
 from mrclab.traffic.receiver import MrcReceiver
-from mrclab.traffic.region import RegionRing
 from mrclab.traffic.rtt import RttEstimator
 from mrclab.traffic.settings import TransportSettings
 from mrclab.traffic.stats import SenderStats
@@ -50,24 +50,19 @@ class RoceSender:
         window holds it."""
         self.qp, self.ev, self.s, self.imm = qp, ev, settings, imm
         self.events = events or (lambda _e: None)
-        self._messages = messages
+        self.stats = SenderStats()
+        #: the messages cut into packets, kept until acknowledged (traffic/outbox.py, as MRC's)
+        self.box = Outbox(messages, settings, self.stats)
         self.pkts: list[tuple[int, int, int, int, int]] = []  # psn -> (msn, msg_len, crc, offset, length)
-        self.cache: dict[int, bytes] = {}
         self.una = 0  # oldest unacknowledged PSN
         self.nxt = 0  # next PSN to (re)send
         self.built = 0  # PSNs materialised so far
-        self.exhausted = False
         self.timer: float | None = None
         self.backoff = 1
         self.local_ports = 0xFF
-        self.stats = SenderStats()
-        self._msg_end: dict[int, int] = {}  # last PSN of each message
         self._high = 0  # one past the highest PSN ever sent: below it a send is a retransmission
-        self.ring = RegionRing(settings.region_bytes)
         self.rtt = RttEstimator(settings)
         self.sent_at: dict[int, float] = {}  # first transmissions, for RTT samples
-        self.msg_start: dict[int, float] = {}  # msn -> when its first packet left
-        self.completion_s: list[float] = []
         mss = settings.payload_bytes + H.DATA_OVERHEAD
         line = settings.port_mbps * 1e6
         self.dcqcn = Dcqcn(line, mss, settings.dcqcn_timer_s) if settings.roce_cc == "dcqcn" and line > 0 else None
@@ -77,11 +72,16 @@ class RoceSender:
     @property
     def done(self) -> bool:
         """Every message taken has been acknowledged and no more will be taken."""
-        return self.exhausted and self.una >= self.built
+        return self.box.exhausted and self.una >= self.built
 
     def stop(self) -> None:
         """Take no new message; those already cut into packets are still sent."""
-        self.exhausted = True
+        self.box.exhausted = True
+
+    @property
+    def completion_s(self) -> list[float]:
+        """Completion time (s) of every acknowledged message, first packet sent to last acknowledged."""
+        return self.box.completion_s
 
     def set_local_ports(self, state: int) -> None:
         """This NIC's port bitmap, carried in every data packet (one path: nothing else changes)."""
@@ -111,19 +111,14 @@ class RoceSender:
         return {self.ev: self.stats.data_packets + self.stats.retransmits}
 
     def _materialise(self) -> bool:
-        if self.exhausted:
+        """The next message from the outbox, placed in the region and cut into PSNs (go-back-N
+        resends any of them); False when none is ready or the source is exhausted."""
+        if not self.box.fetch():
             return False
-        try:
-            item = next(self._messages)
-        except StopIteration:
-            self.exhausted = True
-            return False
-        if item is None:  # nothing ready yet (traffic/outbox.py)
-            return False
-        msn, data = item
-        self.cache[msn] = data
-        self.ring.place(msn, len(data))
-        crc = H.crc32(data)
+        assert self.box.cur is not None  # fetch() took a message
+        msn, data, crc, _ = self.box.cur
+        self.box.cur = None  # every packet of it is a PSN from now on
+        self.box.ring.place(msn, len(data))
         off = 0
         while True:
             ln = min(self.s.payload_bytes, len(data) - off)
@@ -131,9 +126,7 @@ class RoceSender:
             off += ln
             if off >= len(data):
                 break
-        self._msg_end[msn] = len(self.pkts) - 1
         self.built = len(self.pkts)
-        self.stats.messages_sent += 1
         return True
 
     def poll(self, now: float, budget: int = 64) -> list[Pkt]:
@@ -160,8 +153,8 @@ class RoceSender:
                 if not self.pacer.allow(ln + H.DATA_OVERHEAD, cc.rate_bps, now):
                     break
                 cc.on_sent(ln + H.DATA_OVERHEAD, now)
-            data = memoryview(self.cache[msn])[off : off + ln]
-            va = self.ring.base[msn] + off
+            data = memoryview(self.box.cache[msn][0])[off : off + ln]
+            va = self.box.ring.base[msn] + off
             retx = self.nxt < self._high
             out.append(Pkt(op=H.OP_WRITE_IMM if self.imm else H.OP_WRITE, qp=self.qp, psn=self.nxt % PSN_MOD,
                            ev=self.ev, flags=H.F_RETX if retx else 0, msn=msn, msg_len=msg_len, msg_crc=crc,
@@ -173,7 +166,7 @@ class RoceSender:
             else:
                 self.stats.data_packets += 1
                 self.sent_at[self.nxt] = now
-                self.msg_start.setdefault(msn, now)
+                self.box.started.setdefault(msn, now)
             self.nxt += 1
             self._high = max(self._high, self.nxt)
             if self.timer is None:
@@ -214,14 +207,7 @@ class RoceSender:
             self.sent_at.pop(psn, None)
             msn, _, _, _, ln = self.pkts[psn]
             self.stats.bytes_acked += ln
-            if self._msg_end.get(msn) == psn:
-                self.stats.messages_acked += 1
-                self.cache.pop(msn, None)
-                self.ring.release(msn)
-                self._msg_end.pop(msn, None)
-                t0 = self.msg_start.pop(msn, None)
-                if t0 is not None:
-                    self.completion_s.append(now - t0)
+            self.box.acked(msn, 1, now)  # the message is released with its last packet
         self.una = cum
         self.nxt = max(self.nxt, cum)
         self.backoff = 1
