@@ -229,7 +229,10 @@ class Endpoint:
             if not self.flows and t > max_end + self.cfg.receiver_linger_s:
                 break
             if not work:
-                poller.poll(1)
+                if stack.senders or stack.receivers:
+                    poller.poll(1)  # timers of QPs in flight (SACK delay 1 ms, RTO, probes): every ms
+                else:  # nothing of ours in flight: a frame wakes us, else the carrier poll or telemetry
+                    poller.poll(max(1, int((min(next_ports, next_tel) - time.monotonic()) * 1000)))
         self._sample()
         cpu1 = _cpu_s()
         self.tel.write(C.Summary(self._tx(final=True), self._rx(), stack.dropped(), sum(cpu1) - sum(cpu0),
