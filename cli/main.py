@@ -194,7 +194,7 @@ def cmd_size(args) -> int:
     out.print(f"one T0-T1 link is {100 * s.t0_t1_link_share():.2f}% of a node's capacity; one NIC-T0 link is 1/{s.planes}")
     out.print(f"hosts: {s.hosts}")
     if not s.encodable:
-        out.print("[yellow]note: this size exceeds mrclab's address plan (16 planes, 1024 switches per tier per plane)[/yellow]")
+        out.print("[yellow]note: this size exceeds what mrclab can build (8 planes: a NIC's port-state byte; 1024 switches per tier per plane: the uSID)[/yellow]")
     return 0
 
 

@@ -160,6 +160,7 @@ def test_sizing_matches_the_paper():
     assert s.hosts == 131_072 and s.hosts_per_t0 == 256 and s.t0_per_plane == 512 and s.t1_per_plane == 256
     assert s.switches == 8 * (512 + 256)
     assert s.encodable
+    assert not size_clos(64, 16).encodable  # the uSID has room for 16 planes, a NIC's port-state byte for 8
     assert size_clos(64, 4).hosts == 32 * 64
     with pytest.raises(ValueError, match="even integer"):
         size_clos(511, 8)

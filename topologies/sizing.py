@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mrclab.topologies.spec import MAX_HOSTS, MAX_INDEX, MAX_PLANES
+from mrclab.topologies.spec import MAX_HOSTS, MAX_INDEX, MAX_NIC_PORTS
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class Sizing:
     switches: int
     host_links: int
     fabric_links: int
-    encodable: bool  # whether this project's address plan can encode the fabric
+    encodable: bool  # whether mrclab can build it: its address plan and the NIC's port-state byte (8 planes)
 
     @property
     def links(self) -> int:
@@ -63,5 +63,5 @@ def size_clos(ports: int, planes: int) -> Sizing:
         switches=planes * (t0 + t1),
         host_links=hosts * planes,
         fabric_links=planes * t0 * t1,
-        encodable=planes <= MAX_PLANES and t0 <= MAX_INDEX + 1 and hosts <= MAX_HOSTS and down <= MAX_INDEX + 1,
+        encodable=planes <= MAX_NIC_PORTS and t0 <= MAX_INDEX + 1 and hosts <= MAX_HOSTS and down <= MAX_INDEX + 1,
     )
