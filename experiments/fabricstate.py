@@ -1,6 +1,6 @@
 """What a scenario's fault timeline leaves of the fabric, over time: which elements are failed when,
 whether a path crosses one, and how much capacity each flow keeps. The verdicts that judge a run
-against the fabric (experiments/metrics.py: false retirements, revival, time to retire, goodput
+against the fabric (experiments/verdicts.py: false retirements, revival, time to retire, goodput
 against capacity) read it; it knows the plan and the timeline, never the run's outcome.
 
 Elements are switches and links, a link as ``(lower, upper)`` like ``ClosSpec.links()``. A switch

@@ -3,7 +3,7 @@ an EV retired while its path was whole, an EV through a repaired element still r
 EV through a failed element took to be retired, goodput against the capacity the faults left.
 
 Each function takes the run's :class:`~experiments.metrics.RunData` (its events and its
-``timeline``) and returns one number; experiments/metrics.py names them as metrics.
+``timeline``) and returns one number; the metric registry (experiments/expectations.py) names them.
 """
 
 from __future__ import annotations
