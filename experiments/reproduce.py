@@ -26,6 +26,7 @@ from typing import Any
 from mrclab.controller.fabric import available
 from mrclab.experiments import runner
 from mrclab.experiments.expectations import verdict_word
+from mrclab.experiments.regime import describe as describe_regime
 from mrclab.experiments.repeat import figure, run_repeated
 from mrclab.experiments.results import results_folder
 from mrclab.experiments.scenario import SCENARIO_DIR, Scenario, load_scenario
@@ -158,6 +159,7 @@ def _run_row(name: str, base: Scenario, dur: float | None, dp: str, out: Path, l
         h_roce = _headline(runs["roce"]["expectations"], h_mrc["metric"] if h_mrc else None)
         verdict, why = _row_verdict(list(runs.values()))
         row.update({"mrc": _fmt(h_mrc), "roce": _fmt(h_roce), "verdict": verdict,
+                    "regime": runs["mrc"].get("regime"),
                     "expectations": {tr: m["expectations"] for tr, m in runs.items()},
                     "plots": [f"plots/{name}-mrc.png", f"plots/{name}-roce.png"]})
         if why:
@@ -187,6 +189,9 @@ def report_md(s: dict) -> str:
             continue
         lines += ["", f"## {r['scenario']} ({r['dataplane']})", "", r["claim"], ""]
         lines += [f"![{p}]({p})" for p in r["plots"]]
+        if r.get("regime"):
+            lines += ["", describe_regime(r["regime"]) + "."]
+            lines += [f"- weakens: {w}" for w in r["regime"]["weakens"]]
         if "claims" in r:
             lines += ["", "| claim | value | bound | verdict |", "| --- | --- | --- | --- |"]
             lines += [f"| {c['claim']} | {c['value']:.2f} | {c['bound']} | "

@@ -45,6 +45,8 @@ from mrclab.experiments.fabricstate import FabricTimeline
 from mrclab.experiments.faults import FAULTS, play
 from mrclab.experiments.metrics import BIN_S, RunData, baseline_mbps
 from mrclab.experiments.plots import cdf_plot, ev_state_plot, goodput_plot, iteration_plot, queue_plot, window_plot
+from mrclab.experiments.regime import describe as describe_regime
+from mrclab.experiments.regime import regime
 from mrclab.experiments.results import results_folder
 from mrclab.experiments.scenario import Scenario, load_scenario, parse_set
 from mrclab.topologies.addressing import AddressPlan
@@ -124,11 +126,13 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
     scn = dataclasses.replace(scn, settings=dataclasses.replace(scn.settings, port_mbps=spec.link.bandwidth_mbps)) \
         if scn.settings.port_mbps == 0 else scn
     sampler = monitor = None
+    queues: dict = {}
     try:
         with Fabric(spec, dp, progress=lambda m: console.print(f"[dim]·[/dim] {m}"), watchdog=dp == "bmv2",
                     loss_salt=scn.seed, queues=scn.queues.for_transport(scn.transport),
                     frame_bytes=scn.settings.payload_bytes + DATA_OVERHEAD, debug=debug) as fab, \
                 (Captures(fab, scn.hosts(), out / "pcap") if pcap else contextlib.nullcontext()):
+            queues = dict(fab.queues)
             bound = path_queue_bound_s(fab.plan, fab.queues)
             if "min_rto_s" not in (scn.raw.get("transport") or {}) and 2 * bound > scn.settings.min_rto_s:
                 # the timer's floor covers a packet queued up to the trim threshold at every hop
@@ -172,7 +176,7 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
     if (cc := scn.collective) is not None:
         data.collective = CollectiveRun(cc.kind, cc.hosts, cc.message_bytes, scn.seed, cc.qps_per_peer)
     data.timeline = FabricTimeline.from_played(AddressPlan(spec), [(x["t"], f) for x, f in zip(fault_log, scn.faults)])
-    return _finish(scn, dp, data, fault_log, out), data
+    return _finish(scn, dp, data, fault_log, out, queues), data
 
 
 class PortSampler:
@@ -235,7 +239,8 @@ def _play(fab: Fabric, scn: Scenario, procs, out: Path, t0: float, fault_log: li
             time.sleep(max(0.0, min(BIN_S, nxt - now)))
 
 
-def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: Path) -> dict:
+def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: Path,
+            queues: dict | None = None) -> dict:
     found = fidelity.faults(data.run_delays, data.loop_gaps)
     fidelity.write_csv(out / "fidelity.csv", data.run_delays, data.loop_gaps)
     faults = [{"t": f["t"], "label": f["label"]} for f in fault_log] + \
@@ -292,6 +297,7 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
         "collective": coll,
         "passed": all(v["passed"] is not False for v in verdicts),
         "void": [v["expectation"] for v in verdicts if v.get("void")],
+        "regime": regime(scn.spec_for(dp), scn.settings, queues or {}, data.rtt_us),
         "fidelity_faults": [f.as_dict() for f in found],
     }
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
@@ -322,6 +328,10 @@ def _summary(m: dict, out: Path) -> None:
         + (f"; switch ports: {sw['marked']} marked, {sw['trimmed']} trimmed, {sw['queue_full']} dropped full"
            if sw else "")
         + f"; results in {out}/ (plot: {out / 'goodput.png'})")
+    if m.get("regime"):
+        Console(highlight=False).print(describe_regime(m["regime"]))
+        for w in m["regime"]["weakens"]:
+            Console(highlight=False).print(f"  [dim]weakens: {w}[/dim]")
     if m.get("collective"):
         _collective_table(m["collective"])
     if (out / "pcap").is_dir():

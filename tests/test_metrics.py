@@ -110,3 +110,30 @@ def test_the_metric_registry_is_the_one_list_docs_help_and_dispatch_read():
     doc = (Path(__file__).resolve().parents[1] / "docs" / "design.md").read_text()
     table = re.search(r"<!-- metrics:begin -->\n(.*?)\n<!-- metrics:end -->", doc, re.S)
     assert table and table.group(1) == metric_table(), "docs/design.md's metric table is not the registry's"
+
+
+def test_the_regime_says_bdp_thresholds_and_timer_floor_and_what_they_weaken():
+    from mrclab.controller.queues import PortQueue
+    from mrclab.experiments.regime import PAPER_BDP_PACKETS, regime
+    from mrclab.topologies.spec import load_spec
+    from mrclab.traffic.settings import TransportSettings
+
+    spec = load_spec()
+    spec = dataclasses_replace_link(spec, 8.0)
+    q = {("t1-0-0", 1): PortQueue("t1-0-0", 1, "t0-0-0", 8.0, 849, 6000, 16, 64, 4, 8, 16),
+         ("t0-0-0", 1): PortQueue("t0-0-0", 1, "h0", 8.0, 849, 6000, 16, 64, 0, 8, 16)}
+    s = TransportSettings(min_rto_s=0.028)
+    r = regime(spec, s, q, rtt_us=2000.0)  # 849 pps x 2 ms: 1.7 packets per path
+    assert r["bdp_packets"] == pytest.approx(849.0 * 0.002, rel=0.01)
+    assert r["ecn_k_bdp"] == pytest.approx(4 / r["bdp_packets"], rel=0.01) and r["rto_floor_rtts"] == 14.0
+    assert r["evs_per_qp"] == spec.planes * s.evs_per_plane and 70 < PAPER_BDP_PACKETS < 76
+    assert any("holds 1.7 packets" in w for w in r["weakens"]) and any("14 RTTs" in w for w in r["weakens"])
+    fast = regime(spec, s, q, rtt_us=200_000.0)  # a long RTT: a deep path, thresholds a fraction of it
+    assert not any("packets (paper" in w for w in fast["weakens"]) and fast["rto_floor_rtts"] < 1
+    assert regime(spec, s, {}, None)["bdp_packets"] is None
+
+
+def dataclasses_replace_link(spec, mbps):
+    import dataclasses
+
+    return dataclasses.replace(spec, link=dataclasses.replace(spec.link, bandwidth_mbps=mbps))
