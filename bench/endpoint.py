@@ -52,13 +52,17 @@ class VethPair:
         is made. Raises KernelError."""
         self.state = RunState.create("bench", {})
         self.ns = {"h0": netns_name("bench-a"), "h1": netns_name("bench-b")}
-        for ns in self.ns.values():
-            self.state.add_netns(ns)  # recorded first: a signal in between still leaves it to cleanup
-            kernel.netns_add(ns)
-        kernel.veth_add(self.ns["h0"], "h0-eth0", self.ns["h1"], "h1-eth0")
-        for h, ns in self.ns.items():
-            kernel.sysctl(ns, [f"net.ipv6.conf.{h}-eth0.disable_ipv6=1"])
-            kernel.link_set(ns, f"{h}-eth0", mtu=9000, up=True)
+        try:
+            for ns in self.ns.values():
+                self.state.add_netns(ns)  # recorded first: a signal in between still leaves it to cleanup
+                kernel.netns_add(ns)
+            kernel.veth_add(self.ns["h0"], "h0-eth0", self.ns["h1"], "h1-eth0")
+            for h, ns in self.ns.items():
+                kernel.sysctl(ns, [f"net.ipv6.conf.{h}-eth0.disable_ipv6=1"])
+                kernel.link_set(ns, f"{h}-eth0", mtu=9000, up=True)
+        except BaseException:  # a signal or an error half way: nobody holds this object to close it
+            cleanup_run(self.state)
+            raise
         self.spec = {"name": "veth", "planes": 1, "t0_per_plane": 1, "t1_per_plane": 1, "hosts_per_t0": 2}
 
     def netns(self, h: str) -> str:

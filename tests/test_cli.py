@@ -26,4 +26,4 @@ def test_bad_topo_file_exits_2(tmp_path):
         assert "root" in r.stderr
     else:
         assert r.returncode == 2
-        assert "planes" in r.stderr and "from 1 to 16" in r.stderr
+        assert "planes" in r.stderr and "from 1 to 8" in r.stderr

@@ -84,7 +84,7 @@ def test_a_scenario_that_is_not_yaml_or_not_a_mapping(tmp_path):
 
 
 BROKEN_TOPOLOGIES = {
-    "zero-planes": ("planes: 0\n", ["'planes' = 0", "from 1 to 16"]),
+    "zero-planes": ("planes: 0\n", ["'planes' = 0", "from 1 to 8"]),
     "typo": ("plains: 4\n", ["unknown field(s) plains"]),
     "short-block": ("locator_block: 'fcbb:bb00::/48'\n", ["/32"]),
     "link-key": ("link: {delay_ms: 3}\n", ["link.delay_ms"]),

@@ -60,7 +60,7 @@ def test_bad_faults_are_refused(fault, msg):
     ({"transport": {"kind": "tcp"}}, "transport.kind 'tcp'; allowed: mrc, roce"),
     ({"dataplane": "p4"}, "dataplane 'p4'; allowed: auto, bmv2, linux"),
     ({"durration_s": 10}, "unknown field(s) durration_s"),
-    ({"fabric": {"topo": "lab", "planes": 0}}, "'planes' = 0; allowed: an integer from 1 to 16"),
+    ({"fabric": {"topo": "lab", "planes": 0}}, "'planes' = 0; allowed: an integer from 1 to 8"),
     ({"fabric": {"topo": "nope"}}, "fabric.topo = 'nope'"),
 ])
 def test_bad_scenarios_are_refused(changes, msg):
