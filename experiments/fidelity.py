@@ -7,16 +7,19 @@ mrclab watches two, each sampled into the results folder (``fidelity.csv``):
 
 * **CPU starvation** (:class:`FidelityMonitor`): every endpoint's and every BMv2 switch's time
   runnable but not running, from the scheduler's own account (``/proc/PID/task/*/schedstat``:
-  time on a CPU and run-queue delay, ns, summed over the process's threads; psutil does not read
-  them). In each sample interval, the *waiting share* is run-queue delay / (run-queue delay + CPU
-  time): of the time the process wanted a CPU, how much it did not get. A process starved when its
-  waiting share was over :data:`RUN_DELAY_MAX` while it waited at least :data:`MIN_WAIT` of the
-  interval (a process that ran 0.1 ms and waited 0.3 ms was not held back in any way that shows):
-  its packets left, or were forwarded, late.
+  run-queue delay in ns and the number of times it ran, summed over the process's threads; psutil
+  does not read them). In each sample interval the *scheduling delay* is run-queue delay per run:
+  how long, on average, the process waited for a CPU each time it became runnable. A process
+  starved when that delay was over :data:`SCHED_DELAY_MAX_S` while it waited at least
+  :data:`MIN_WAIT` of the interval: its packets left, or were forwarded, that much late each time.
+  (A share of waiting alone says nothing here: ten endpoints that each wake a thousand times a
+  second share two cores with short waits that no packet notices.)
 * **Late timers** (the endpoints' telemetry): the longest time between two turns of an endpoint's
   loop in each telemetry interval (``loop_gap_max_s`` of its samples). Its timers, pacing and
-  retransmission deadlines fire at most that late; over :data:`LOOP_GAP_MAX_S` they fired late
-  enough to change what the transport does (the retransmission timer's floor is tens of ms).
+  retransmission deadlines fire at most that late; later than the run's retransmission timer
+  floor (:func:`loop_gap_limit`, at least :data:`LOOP_GAP_MIN_S`) they fired late enough to
+  change what the transport does: a timeout that should not have fired, or one that fired a
+  whole timer late.
 
 A sample interval where an invariant broke is a :class:`FidelityFault`; overlapping faults of one
 invariant merge. A verdict whose window overlaps a fault reads ``void (<invariant>, <where>,
@@ -27,8 +30,8 @@ Not watched yet (named so nobody reads the silence as a pass): each backlogged p
 against its configured rate, and packets lost outside the model (veth, qdisc or BMv2 input drops
 that neither the P4 nor the eBPF program counts).
 
-Thresholds (README.md, "Results that hold", has the measurements that set them): :data:`RUN_DELAY_MAX` and
-:data:`LOOP_GAP_MAX_S`.
+Thresholds (README.md, "Results that hold", has the measurements that set them): :data:`SCHED_DELAY_MAX_S` and
+:func:`loop_gap_limit`.
 """
 
 from __future__ import annotations
@@ -39,12 +42,18 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-#: A process starved: more than this share of the time it wanted a CPU spent waiting for one ...
-RUN_DELAY_MAX = 0.75
+#: A process starved: it waited longer than this for a CPU each time it became runnable (s) ...
+SCHED_DELAY_MAX_S = 0.0005
 #: ... while it waited at least this share of the sample interval (thread-seconds per second).
-MIN_WAIT = 0.1
-#: An endpoint's timers fired late: its loop did not come round for this long (s).
-LOOP_GAP_MAX_S = 0.05
+MIN_WAIT = 0.3
+#: The least loop gap that counts as late timers (s), whatever the run's timer floor.
+LOOP_GAP_MIN_S = 0.025
+
+
+def loop_gap_limit(min_rto_s: float) -> float:
+    """The loop gap (s) over which an endpoint's timers fired late for a run whose retransmission
+    timer floor is ``min_rto_s``: the floor itself, at least :data:`LOOP_GAP_MIN_S`."""
+    return max(LOOP_GAP_MIN_S, min_rto_s)
 #: How often the monitor samples the processes (s).
 PERIOD_S = 0.25
 
@@ -63,7 +72,7 @@ class FidelityFault:
 
     def describe(self) -> str:
         """``<invariant>, <where>, <how long>`` as a void verdict says it."""
-        unit = "s" if self.invariant == "late timers" else ""
+        unit = "s"
         return (f"{self.invariant}, {self.where}, {self.t1 - self.t0:.2f} s at {self.t0:.1f}-{self.t1:.1f} s "
                 f"(worst {self.worst:.3g}{unit} against {self.limit:g}{unit})")
 
@@ -73,19 +82,19 @@ class FidelityFault:
                 "worst": self.worst, "limit": self.limit}
 
 
-def schedstat_ns(pid: int) -> tuple[int, int]:
-    """(ns on a CPU, ns runnable but waiting for one) of the process's threads so far; (0, 0) if gone."""
-    cpu = wait = 0
+def schedstat(pid: int) -> tuple[int, int]:
+    """(ns runnable but waiting for a CPU, times it ran) of the process's threads so far; (0, 0) if gone."""
+    wait = runs = 0
     try:
         for task in Path(f"/proc/{pid}/task").iterdir():
             try:
                 f = (task / "schedstat").read_text().split()
-                cpu, wait = cpu + int(f[0]), wait + int(f[1])
+                wait, runs = wait + int(f[1]), runs + int(f[2])
             except (OSError, IndexError, ValueError):
                 continue
     except OSError:
         return 0, 0
-    return cpu, wait
+    return wait, runs
 
 
 class FidelityMonitor:
@@ -96,9 +105,9 @@ class FidelityMonitor:
     def __init__(self, procs: dict[str, int], t0: float, period_s: float = PERIOD_S) -> None:
         """Start sampling ``procs`` (label -> pid) from ``t0`` (monotonic s of t = 0)."""
         self.procs, self.t0, self.period_s = dict(procs), t0, period_s
-        #: (t_s, label, waiting share, waited share of the interval)
+        #: (t_s, label, scheduling delay per run (s), waited share of the interval)
         self.samples: list[tuple[float, str, float, float]] = []
-        self._last = {label: (time.monotonic(), *schedstat_ns(pid)) for label, pid in self.procs.items()}
+        self._last = {label: (time.monotonic(), *schedstat(pid)) for label, pid in self.procs.items()}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="mrclab-fidelity", daemon=True)
         self._thread.start()
@@ -106,12 +115,12 @@ class FidelityMonitor:
     def _loop(self) -> None:
         while not self._stop.wait(self.period_s):
             for label, pid in self.procs.items():
-                now, cpu, wait = time.monotonic(), *schedstat_ns(pid)
-                t_prev, cpu_prev, wait_prev = self._last[label]
-                self._last[label] = (now, cpu, wait)
-                d_cpu, d_wait = cpu - cpu_prev, wait - wait_prev
-                if now > t_prev and d_cpu >= 0 and d_wait >= 0 and d_cpu + d_wait > 0:
-                    self.samples.append((round(now - self.t0, 3), label, d_wait / (d_cpu + d_wait),
+                now, wait, runs = time.monotonic(), *schedstat(pid)
+                t_prev, wait_prev, runs_prev = self._last[label]
+                self._last[label] = (now, wait, runs)
+                d_wait, d_runs = wait - wait_prev, runs - runs_prev
+                if now > t_prev and d_wait >= 0 and d_runs > 0:
+                    self.samples.append((round(now - self.t0, 3), label, d_wait / 1e9 / d_runs,
                                          d_wait / 1e9 / (now - t_prev)))
 
     def stop(self) -> None:
@@ -121,18 +130,18 @@ class FidelityMonitor:
 
 
 def faults(cpu: list[tuple[float, str, float, float]], gaps: list[tuple[float, str, float]], *,
-           period_s: float = PERIOD_S, gap_period_s: float = 0.1, run_delay_max: float = RUN_DELAY_MAX,
-           min_wait: float = MIN_WAIT, loop_gap_max_s: float = LOOP_GAP_MAX_S) -> list[FidelityFault]:
-    """The fidelity faults of a run: from the monitor's CPU samples ``(t, label, waiting share,
-    waited share of the interval)``, each covering the ``period_s`` before ``t``, and the
+           period_s: float = PERIOD_S, gap_period_s: float = 0.1, sched_delay_max_s: float = SCHED_DELAY_MAX_S,
+           min_wait: float = MIN_WAIT, loop_gap_max_s: float = LOOP_GAP_MIN_S) -> list[FidelityFault]:
+    """The fidelity faults of a run: from the monitor's CPU samples ``(t, label, scheduling delay
+    per run (s), waited share of the interval)``, each covering the ``period_s`` before ``t``, and the
     endpoints' loop gaps ``(t, host, gap s)``,
     each covering the ``gap_period_s`` before ``t``. Intervals of one invariant that overlap, or
     are less than half a sample period apart (the samples' own jitter), merge (their ``where``
     lists every place)."""
     raw: list[FidelityFault] = []
-    for t, label, share, waited in cpu:
-        if share > run_delay_max and waited >= min_wait:
-            raw.append(FidelityFault("CPU starvation", label, t - period_s, t, share, run_delay_max))
+    for t, label, delay, waited in cpu:
+        if delay > sched_delay_max_s and waited >= min_wait:
+            raw.append(FidelityFault("CPU starvation", label, t - period_s, t, delay, sched_delay_max_s))
     for t, host, gap in gaps:
         if gap > loop_gap_max_s:
             raw.append(FidelityFault("late timers", f"endpoint {host}", t - max(gap, gap_period_s), t, gap,
@@ -155,13 +164,14 @@ def overlapping(windows: list[tuple[float, float]], found: list[FidelityFault]) 
     return [f for f in found if any(f.t0 < hi and f.t1 > lo for lo, hi in windows)]
 
 
-def write_csv(path: Path, cpu: list[tuple[float, str, float, float]], gaps: list[tuple[float, str, float]]) -> None:
+def write_csv(path: Path, cpu: list[tuple[float, str, float, float]], gaps: list[tuple[float, str, float]],
+              loop_gap_max_s: float = LOOP_GAP_MIN_S) -> None:
     """``fidelity.csv``: one row per sample: t_s, invariant, where, value, limit."""
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["t_s", "invariant", "where", "value", "limit"])
-        for t, label, share, waited in cpu:
-            w.writerow([f"{t:.3f}", "waiting share", label, f"{share:.4f}", RUN_DELAY_MAX])
+        for t, label, delay, waited in cpu:
+            w.writerow([f"{t:.3f}", "scheduling delay per run (s)", label, f"{delay:.6f}", SCHED_DELAY_MAX_S])
             w.writerow([f"{t:.3f}", "waited share of interval", label, f"{waited:.4f}", MIN_WAIT])
         for t, host, gap in gaps:
-            w.writerow([f"{t:.3f}", "loop gap (s)", f"endpoint {host}", f"{gap:.4f}", LOOP_GAP_MAX_S])
+            w.writerow([f"{t:.3f}", "loop gap (s)", f"endpoint {host}", f"{gap:.4f}", loop_gap_max_s])

@@ -74,7 +74,7 @@ class RunData:
     timeline: FabricTimeline | None = None  # the faults as played (experiments/fabricstate.py)
     #: (t_s, host, longest gap between two turns of its loop in the telemetry interval before t, s)
     loop_gaps: list[tuple[float, str, float]] = field(default_factory=list)
-    #: (t_s, "endpoint h0" | "switch t1-0-0", waiting share, waited share of the interval before t)
+    #: (t_s, "endpoint h0" | "switch t1-0-0", scheduling delay per run (s), waited share of the interval before t)
     run_delays: list[tuple[float, str, float, float]] = field(default_factory=list)
 
     def mct_percentiles(self, host: str | None = None) -> dict[str, float]:

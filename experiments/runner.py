@@ -241,8 +241,9 @@ def _play(fab: Fabric, scn: Scenario, procs, out: Path, t0: float, fault_log: li
 
 def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: Path,
             queues: dict | None = None) -> dict:
-    found = fidelity.faults(data.run_delays, data.loop_gaps)
-    fidelity.write_csv(out / "fidelity.csv", data.run_delays, data.loop_gaps)
+    gap_limit = fidelity.loop_gap_limit(scn.settings.min_rto_s)
+    found = fidelity.faults(data.run_delays, data.loop_gaps, loop_gap_max_s=gap_limit)
+    fidelity.write_csv(out / "fidelity.csv", data.run_delays, data.loop_gaps, gap_limit)
     faults = [{"t": f["t"], "label": f["label"]} for f in fault_log] + \
         [{"t": f.t0, "t_end": f.t1, "kind": "fidelity", "label": f.describe()} for f in found]
     title = f"{scn.name}: {scn.transport} on {dp}"

@@ -14,17 +14,19 @@ from mrclab.experiments.metrics import RunData
 from mrclab.experiments.runner import exit_code
 
 
-def test_starvation_needs_a_high_waiting_share_and_real_waiting():
-    cpu = [(1.0, "endpoint h0", 0.9, 0.5),   # starved: 90% of wanted time waiting, half the interval
-           (2.0, "endpoint h0", 0.9, 0.01),  # a process that barely ran: not held back in any way that shows
-           (3.0, "endpoint h1", 0.5, 0.4)]   # busy, but got most of what it asked for
+def test_starvation_needs_a_long_wait_per_run_and_real_waiting():
+    cpu = [(1.0, "endpoint h0", 0.005, 0.5),    # starved: 5 ms for a CPU each time, half the interval waiting
+           (2.0, "endpoint h0", 0.005, 0.01),   # waited long once or twice: not held back in any way that shows
+           (3.0, "endpoint h1", 0.0002, 0.4)]   # ten endpoints on two cores: many short waits, no packet notices
     found = fidelity.faults(cpu, [])
     assert [(f.invariant, f.where, f.t0, f.t1) for f in found] == [("CPU starvation", "endpoint h0", 0.75, 1.0)]
 
 
 def test_late_timers_from_the_endpoints_loop_gaps_and_merging():
     gaps = [(1.0, "h0", 0.2), (1.1, "h1", 0.06), (5.0, "h0", 0.01)]
-    found = fidelity.faults([], gaps)
+    assert fidelity.loop_gap_limit(0.028) == 0.028 and fidelity.loop_gap_limit(0.005) == fidelity.LOOP_GAP_MIN_S
+    assert fidelity.faults([], gaps, loop_gap_max_s=0.3) == []  # a run whose timer floor is 300 ms
+    found = fidelity.faults([], gaps, loop_gap_max_s=0.05)
     assert len(found) == 1 and found[0].invariant == "late timers"
     assert found[0].where == "endpoint h0, endpoint h1" and found[0].t0 == pytest.approx(0.8) and found[0].t1 == 1.1
     assert "late timers, endpoint h0, endpoint h1" in found[0].describe()
@@ -35,7 +37,7 @@ def test_a_verdict_is_void_only_when_its_window_overlaps_a_fault():
     f = fidelity.FidelityFault("late timers", "endpoint h0", 16.5, 16.8, 0.3, 0.05)
     assert fidelity.overlapping(windows(d, "capacity_ratio", {"window": [18, 24]}), [f]) == []
     # capacity_ratio also reads the baseline before the first fault: a fault there voids it
-    early = fidelity.FidelityFault("CPU starvation", "endpoint h1", 3.0, 3.25, 0.9, 0.75)
+    early = fidelity.FidelityFault("CPU starvation", "endpoint h1", 3.0, 3.25, 0.009, 0.002)
     assert fidelity.overlapping(windows(d, "capacity_ratio", {"window": [18, 24]}), [early]) == [early]
     assert fidelity.overlapping(windows(d, "revival_s", {"after": 16}), [f]) == [f]
     assert fidelity.overlapping(windows(d, "evs_retired", {"after": 8, "within_s": 1.0}), [f]) == []
