@@ -4,7 +4,7 @@
 #
 # p4lang's packages break now and then (a release missing for a new Ubuntu, a key rotated).
 # When this step fails, the toolchain is built from its sources at pinned releases by
-# vagrant/build-toolchain.sh (about 45 minutes on two cores; MRCLAB_NO_BUILD=1 skips it, and the
+# vagrant/build-toolchain.sh (about an hour on two cores; MRCLAB_NO_BUILD=1 skips it, and the
 # VM comes up with the linux data plane only).
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
