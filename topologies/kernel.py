@@ -1,14 +1,16 @@
 """Every call mrclab makes into the kernel's network configuration, in one module, per concern:
 namespaces, links, qdiscs, routes, sysctls and commands run inside a namespace.
 
-pyroute2 (netlink from Python) where it serves: naming, listing, attaching and deleting network
-namespaces, the processes inside one, creating veth pairs and reading a link's counters. The
-iproute2 commands stay for four things, each for its reason:
+pyroute2 where it serves: listing, naming (attaching), deleting network namespaces and finding
+the processes inside one, all done in this process with no fork. Anything that has to *enter* a
+namespace stays on iproute2, which forks and execs: pyroute2 enters one by forking without exec
+(``NetNS``, ``netns.create``), which deadlocks in a process with other threads (gRPC's, in a bmv2
+fabric's controller: ``mrclab bench fabric`` hung in its first trial reading a link's counters)
+and costs 16.2 ms a call here against 2.7 ms for ``ip`` (20 link flips each, one namespace). So
+iproute2 does, each for that reason or its own:
 
-* a link set up or down, or its MTU (:func:`link_set`): a fault flips links while the run goes, and
-  pyroute2's ``NetNS`` forks to open its socket in the namespace: 16.2 ms a call here against
-  2.7 ms for ``ip`` (20 calls each, one namespace; a cached socket would outlive a namespace that
-  a restarted switch re-creates under the same name);
+* creating a namespace and a veth pair, setting a link up / down / its MTU and reading its
+  counters (:func:`netns_add`, :func:`veth_add`, :func:`link_set`, :func:`link_stats`);
 * bulk writes, ``ip -batch`` and ``tc -batch`` (:func:`ip_batch`, :func:`tc_batch`): a switch's
   seg6 routes use the ``next-csid`` flavour of ``End`` (uN, RFC 9800), which pyroute2 0.9 cannot
   encode, and a switch's htb classes, pfifo leaves and tbf shapers are written by the hundreds in
@@ -26,12 +28,9 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
-from collections.abc import Iterator
 
 from mrclab.topologies.errors import RunFailed
-from pyroute2 import NetNS
 from pyroute2 import netns as pr_netns
-from pyroute2.netlink.exceptions import NetlinkError
 
 
 class KernelError(RunFailed):
@@ -46,10 +45,9 @@ def netns_list() -> list[str]:
 
 def netns_add(name: str) -> None:
     """Create the named network namespace. Raises :class:`KernelError` if it exists or cannot be made."""
-    try:
-        pr_netns.create(name)
-    except OSError as e:
-        raise KernelError(f"cannot create namespace {name}: {e.strerror or e}") from None
+    r = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
+    if r.returncode != 0:
+        raise KernelError(f"cannot create namespace {name}: {r.stderr.strip()}")
 
 
 def netns_attach(name: str, pid: int) -> None:
@@ -76,26 +74,9 @@ def netns_pids(name: str) -> list[int]:
 
 
 # ---- links --------------------------------------------------------------------------------------------
-@contextlib.contextmanager
-def _netlink(netns: str | None) -> Iterator[NetNS]:
-    try:
-        with NetNS(netns) as ipr:
-            yield ipr
-    except NetlinkError as e:
-        raise KernelError(f"netlink in {netns}: {e.args[-1] if e.args else e} (errno {e.code})") from None
-
-
-def _index(ipr, ifname: str, netns: str | None) -> int:
-    found = ipr.link_lookup(ifname=ifname)
-    if not found:
-        raise KernelError(f"no interface {ifname} in namespace {netns}")
-    return found[0]
-
-
 def veth_add(netns_a: str, name_a: str, netns_b: str, name_b: str) -> None:
     """A veth pair, ``name_a`` in ``netns_a`` and ``name_b`` in ``netns_b`` (both down)."""
-    with _netlink(netns_a) as ipr:
-        ipr.link("add", ifname=name_a, kind="veth", peer={"ifname": name_b, "net_ns_fd": netns_b})
+    ip(netns_a, ["link", "add", name_a, "type", "veth", "peer", "name", name_b, "netns", netns_b])
 
 
 def link_set(netns: str, ifname: str, *, up: bool | None = None, mtu: int | None = None) -> None:
@@ -107,12 +88,13 @@ def link_set(netns: str, ifname: str, *, up: bool | None = None, mtu: int | None
 
 
 def link_stats(netns: str, ifname: str) -> dict[str, int]:
-    """The link's 64-bit counters (``rx_packets``, ``tx_packets``, ``rx_dropped``, ``tx_dropped``, ...),
-    as ``ip -s link`` shows them."""
-    with _netlink(netns) as ipr:
-        link = ipr.get_links(_index(ipr, ifname, netns))[0]
-    stats = link.get_attr("IFLA_STATS64") or link.get_attr("IFLA_STATS") or {}
-    return {k: int(v) for k, v in dict(stats).items()}
+    """The link's 64-bit counters as ``ip -s link`` shows them, flattened: ``rx_packets``,
+    ``tx_packets``, ``rx_bytes``, ``rx_dropped``, ``tx_dropped``, ... Raises :class:`KernelError`."""
+    got = ip_json(netns, ["-s", "link", "show", ifname])
+    if not got:
+        raise KernelError(f"no interface {ifname} in namespace {netns}")
+    stats = got[0].get("stats64", {})
+    return {f"{d}_{k}": int(v) for d in ("rx", "tx") for k, v in stats.get(d, {}).items() if isinstance(v, int)}
 
 
 # ---- bulk writes: routes and qdiscs --------------------------------------------------------------------
