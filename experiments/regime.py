@@ -18,8 +18,11 @@ from mrclab.traffic.headers import DATA_OVERHEAD
 from mrclab.traffic.settings import TransportSettings
 
 #: The paper's fabric: NIC port rate (Gb/s), RTT (us, the middle of 5-6.5), frame (bytes), EVs per QP.
-PAPER = {"port_gbps": 400.0, "rtt_us": 6.0, "frame_bytes": 4096, "evs_per_qp": (128, 256)}
-PAPER_BDP_PACKETS = PAPER["port_gbps"] * 1e9 * PAPER["rtt_us"] * 1e-6 / 8 / PAPER["frame_bytes"]  # about 73
+PAPER_PORT_GBPS = 400.0
+PAPER_RTT_US = 6.0
+PAPER_FRAME_BYTES = 4096
+PAPER_EVS_PER_QP = (128, 256)
+PAPER_BDP_PACKETS = PAPER_PORT_GBPS * 1e9 * PAPER_RTT_US * 1e-6 / 8 / PAPER_FRAME_BYTES  # about 73
 
 
 def regime(spec: ClosSpec, settings: TransportSettings, queues: dict[tuple[str, int], PortQueue],
@@ -43,8 +46,8 @@ def regime(spec: ClosSpec, settings: TransportSettings, queues: dict[tuple[str, 
         "ecn_k_bdp": round(k / bdp, 2) if bdp and k else None, "trim_t_bdp": round(t / bdp, 2) if bdp and t else None,
         "rto_floor_rtts": round(settings.min_rto_s / (rtt_us * 1e-6), 2) if rtt_us else None,
         "evs_per_qp": evs, "in_flight_per_ev": round(settings.window_packets / evs, 2),
-        "paper": {"bdp_packets": round(PAPER_BDP_PACKETS), "evs_per_qp": list(PAPER["evs_per_qp"]),
-                  "rtt_us": PAPER["rtt_us"], "port_gbps": PAPER["port_gbps"]},
+        "paper": {"bdp_packets": round(PAPER_BDP_PACKETS), "evs_per_qp": list(PAPER_EVS_PER_QP),
+                  "rtt_us": PAPER_RTT_US, "port_gbps": PAPER_PORT_GBPS},
     }
     weak = []
     if bdp is not None and bdp < 8:
@@ -56,7 +59,7 @@ def regime(spec: ClosSpec, settings: TransportSettings, queues: dict[tuple[str, 
     if out["trim_t_bdp"] is not None and out["trim_t_bdp"] > 2:
         weak.append(f"trimming starts {out['trim_t_bdp']:.0f} BDPs deep: queues (and RTTs) grow further before "
                     "a trim says congestion")
-    if evs < PAPER["evs_per_qp"][0]:
+    if evs < PAPER_EVS_PER_QP[0]:
         weak.append(f"{evs} EVs per QP against the paper's 128-256: fewer paths to spread over and to lose")
     out["weakens"] = weak
     return out
