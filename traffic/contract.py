@@ -309,8 +309,10 @@ class Start:
 @dataclass(frozen=True)
 class Sample:
     """Every ``telemetry_interval_s``: each QP's sending and receiving side, the port-state bitmap,
-    and ``loop_gap_max_s``, the longest time (s) between two turns of the endpoint's loop since the
-    last sample: its timers fired at most that late (experiments/fidelity.py reads it)."""
+    and ``loop_gap_max_s``, since the last sample the most (s) a turn of the endpoint's loop began
+    later than it was due (the end of a turn that worked, or the end of the sleep an idle turn
+    chose; a frame that wakes it earlier is not late): its timers fired at most that late
+    (experiments/fidelity.py reads it)."""
 
     tx: tuple[TxQp, ...]
     rx: tuple[RxQp, ...]

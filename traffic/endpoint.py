@@ -178,11 +178,17 @@ class Endpoint:
             self.t0_wall = self._wait_for_go(self.cfg.go_path)
             mono0 = time.monotonic() + (self.t0_wall - time.time())
         prev = time.monotonic()
+        slept_s = 0.0  # how long the previous turn chose to sleep (0 when it had work)
         while not self.stop_requested:
             now = time.monotonic()
-            if now - prev > self.loop_gap_max_s:  # the fidelity monitor's "late timers" invariant
-                self.loop_gap_max_s = now - prev
-            prev = now
+            # the fidelity monitor's "late timers" invariant: how much later than it was due this
+            # turn began. A turn is due when the previous one ends if that one worked, or after the
+            # sleep it chose (a frame wakes it earlier): a deliberate idle sleep is never late, a
+            # long turn or a sleep overrun (a descheduled process) is
+            late = now - prev - slept_s
+            if late > self.loop_gap_max_s:
+                self.loop_gap_max_s = late
+            prev, slept_s = now, 0.0
             t = now - mono0
             if now >= next_ports:
                 stack.set_local_ports(self.port_state())
@@ -230,9 +236,11 @@ class Endpoint:
                 break
             if not work:
                 if stack.senders or stack.receivers:
-                    poller.poll(1)  # timers of QPs in flight (SACK delay 1 ms, RTO, probes): every ms
+                    sleep_ms = 1  # timers of QPs in flight (SACK delay 1 ms, RTO, probes): every ms
                 else:  # nothing of ours in flight: a frame wakes us, else the carrier poll or telemetry
-                    poller.poll(max(1, int((min(next_ports, next_tel) - time.monotonic()) * 1000)))
+                    sleep_ms = max(1, int((min(next_ports, next_tel) - time.monotonic()) * 1000))
+                slept_s = sleep_ms / 1000
+                poller.poll(sleep_ms)
         self._sample()
         cpu1 = _cpu_s()
         self.tel.write(C.Summary(self._tx(final=True), self._rx(), stack.dropped(), sum(cpu1) - sum(cpu0),
