@@ -85,3 +85,57 @@ def test_only_mrclab_is_installed_at_the_top_level(tmp_path):
     found = dict(__import__("json").loads(r.stdout))
     assert found.pop("mrclab") == str(ROOT / "traffic" / "sender.py")
     assert not [n for n, there in found.items() if there], found
+
+
+#: Each folder's floor: a module imports only from folders on lower floors (or its own). The data
+#: flows one way: spec -> route plan and transport -> experiments -> benchmarks -> command line.
+FLOORS = {"p4src": 0, "topologies": 0, "controller": 1, "traffic": 1, "experiments": 2, "bench": 3, "cli": 4}
+
+
+def _import_graph() -> dict[str, set[str]]:
+    """module (``mrclab.traffic.sender``) -> the mrclab modules or packages it imports at any depth."""
+    import ast
+
+    graph: dict[str, set[str]] = {}
+    for path in _sources():
+        rel = path.relative_to(ROOT).with_suffix("")
+        parts = [p for p in rel.parts if p != "__init__"]
+        mod = ".".join(["mrclab", *parts])
+        deps = graph.setdefault(mod, set())
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Import):
+                deps |= {a.name for a in node.names if a.name.startswith("mrclab.")}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and (node.module or "").startswith("mrclab"):
+                deps |= {f"{node.module}.{a.name}" for a in node.names} | {node.module}
+    known = set(graph)
+    # ``from mrclab.traffic import headers`` imports the module headers; ``from mrclab.traffic.sender
+    # import Sender`` the module sender (a name that is no module is dropped here)
+    return {m: {d for d in deps if d in known and d != m} for m, deps in graph.items()}
+
+
+def test_imports_run_down_the_floors_and_no_module_imports_itself_back():
+    """No arrow runs back up (a controller module importing experiments, say) and no import circle
+    between modules: both are what make a change in one place break another."""
+    graph = _import_graph()
+    up = sorted(f"{m} -> {d}" for m, deps in graph.items() for d in deps
+                if d.split(".")[1] in FLOORS and m.split(".")[1] in FLOORS
+                and FLOORS[d.split(".")[1]] > FLOORS[m.split(".")[1]])
+    assert not up, f"imports that run back up a floor: {up}"
+    state: dict[str, int] = {}
+    circles: list[str] = []
+
+    def visit(m: str, trail: list[str]) -> None:
+        state[m] = 1
+        for d in sorted(graph[m]):
+            if state.get(d) == 1:
+                circles.append(" -> ".join(trail[trail.index(d):] + [d]))
+            elif d not in state:
+                visit(d, trail + [d])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [m])
+    assert not circles, f"import circles: {circles}"
+    # the check sees imports at all: the command line reaches the runner
+    assert "mrclab.experiments.runner" in graph["mrclab.cli.main"]
