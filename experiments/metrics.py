@@ -72,10 +72,12 @@ class RunData:
     port_mbps: float = 0.0  # one NIC port's rate (the fabric's host links), 0: unshaped
     flows: list[tuple[str, str]] = field(default_factory=list)  # (src, dst) of every flow
     timeline: FabricTimeline | None = None  # the faults as played (experiments/fabricstate.py)
-    #: (t_s, host, longest gap between two turns of its loop in the telemetry interval before t, s)
+    #: (t_s, host, the most its loop began a turn later than due in the telemetry interval before t, s)
     loop_gaps: list[tuple[float, str, float]] = field(default_factory=list)
     #: (t_s, "endpoint h0" | "switch t1-0-0", scheduling delay per run (s), waited share of the interval before t)
     run_delays: list[tuple[float, str, float, float]] = field(default_factory=list)
+    #: (t_s, host, the endpoint's resident memory in bytes) at each of its telemetry samples
+    rss: list[tuple[float, str, int]] = field(default_factory=list)
 
     def mct_percentiles(self, host: str | None = None) -> dict[str, float]:
         """p50 / p99 / p99.9 message completion time (s), of ``host``'s QPs if given ({} if none)."""
@@ -173,6 +175,32 @@ def worst_qp_ratio(d: RunData, lo: float, hi: float) -> float:
     per_qp = [window_mean(g, lo, hi) for g in d.qp_goodput_mbps().values()]
     mean = _mean(per_qp)
     return min(per_qp) / mean if per_qp and mean > 0 else 0.0
+
+
+def rss_growth(d: RunData, after: float) -> float:
+    """The endpoints' memory growth: max over hosts of (resident memory at its last sample) / (its
+    resident memory at its first sample at or after ``after`` s). 1.0 is flat; ``math.inf`` when
+    no host has samples both there and later (a run that never sampled memory cannot be flat)."""
+    first: dict[str, int] = {}
+    last: dict[str, tuple[float, int]] = {}
+    for t, host, rss in sorted(d.rss):
+        if t >= after:
+            first.setdefault(host, rss)
+            last[host] = (t, rss)
+    growth = [last[h][1] / first[h] for h in first if first[h] > 0]
+    return max(growth) if growth else math.inf
+
+
+def longest_stall_s(d: RunData, lo: float = 0.0, hi: float | None = None) -> float:
+    """The longest time (s) any QP delivered nothing between two bins in which it delivered, within
+    [lo, hi] (the whole run by default), in :data:`BIN_S` steps: a QP stuck behind a fault it never
+    maps out shows the fault's whole length; one that goes on shows a bin or two at most."""
+    end = d.duration_s if hi is None else hi
+    worst = 0
+    for g in d.qp_goodput_mbps().values():
+        busy = [i for i, x in enumerate(g) if x > 0 and lo <= i * BIN_S < end]
+        worst = max([worst] + [b - a - 1 for a, b in zip(busy, busy[1:])])
+    return round(worst * BIN_S, 6)
 
 
 def baseline_mbps(d: RunData, host: str | None = None, warmup_s: float = 1.0) -> float:

@@ -137,3 +137,29 @@ def dataclasses_replace_link(spec, mbps):
     import dataclasses
 
     return dataclasses.replace(spec, link=dataclasses.replace(spec.link, bandwidth_mbps=mbps))
+
+
+def test_longest_stall_sees_a_qp_stuck_behind_a_fault_and_not_one_that_goes_on():
+    d = run_with_rate(lambda t: 0.0 if 10 <= t < 13 else 8.0)
+    v, ok, _ = evaluate(d, "longest_stall_s", {"max": 0.5})
+    assert v == pytest.approx(3.0, abs=0.11) and ok is False
+    assert evaluate(d, "longest_stall_s", {"window": [0, 9.5]})[0] == 0.0
+    goes_on = run_with_rate(lambda t: 4.0 if 10 <= t < 13 else 8.0)
+    v, ok, _ = evaluate(goes_on, "longest_stall_s", {"max": 0.5})
+    assert v == 0.0 and ok is True
+    # a QP that has not started yet or has finished is not stalled
+    late = run_with_rate(lambda t: 8.0 if 5 <= t < 15 else 0.0)
+    assert evaluate(late, "longest_stall_s", {})[0] == 0.0
+
+
+def test_rss_growth_is_the_worst_hosts_end_over_its_memory_at_after():
+    d = run_with_rate(lambda t: 8.0)
+    d.rss = [(1.0, "h0", 50), (5.0, "h0", 100), (19.0, "h0", 104), (5.0, "h2", 100), (19.0, "h2", 130)]
+    v, ok, _ = evaluate(d, "rss_growth", {"after": 4, "max": 1.1})
+    assert v == pytest.approx(1.3) and ok is False  # h2 grew by 30% after warming up
+    d.rss = [r for r in d.rss if r[1] == "h0"]
+    v, ok, _ = evaluate(d, "rss_growth", {"after": 4, "max": 1.1})
+    assert v == pytest.approx(1.04) and ok is True
+    assert evaluate(d, "rss_growth", {"after": 0, "max": 1.1})[1] is False  # from 50 before warm-up
+    d.rss = []
+    assert math.isinf(evaluate(d, "rss_growth", {"after": 4})[0])  # never sampled: cannot be flat

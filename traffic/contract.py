@@ -312,12 +312,14 @@ class Sample:
     and ``loop_gap_max_s``, since the last sample the most (s) a turn of the endpoint's loop began
     later than it was due (the end of a turn that worked, or the end of the sleep an idle turn
     chose; a frame that wakes it earlier is not late): its timers fired at most that late
-    (experiments/fidelity.py reads it)."""
+    (experiments/fidelity.py reads it); and ``rss_bytes``, the endpoint's resident memory (bytes,
+    /proc/self/statm) when the sample was taken (0: unknown)."""
 
     tx: tuple[TxQp, ...]
     rx: tuple[RxQp, ...]
     ports: int
     loop_gap_max_s: float = 0.0
+    rss_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -387,7 +389,7 @@ def decode(line: str, source: str = "telemetry") -> Timed:
             rec = Start(d["host"], d["transport"], tuple(d["qps"]))
         elif typ == "sample":
             rec = Sample(tuple(_tx(q) for q in d["tx"]), tuple(_rx(q) for q in d["rx"]), int(d["ports"]),
-                         float(d.get("loop_gap_max_s", 0.0)))
+                         float(d.get("loop_gap_max_s", 0.0)), int(d.get("rss_bytes", 0)))
         elif typ == "summary":
             rec = Summary(tuple(_tx(q) for q in d["tx"]), tuple(_rx(q) for q in d["rx"]), dict(d["dropped"]),
                           float(d["cpu_s"]), float(d["cpu_sys_s"]))

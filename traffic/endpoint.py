@@ -43,6 +43,8 @@ SOL_PACKET = 263
 #: How often the NIC ports' carrier is read (s): well inside the smallest RTO (20 ms), so a port that
 #: goes down is announced before the packets lost with it time out and blame their EVs.
 PORT_POLL_S = 0.01
+#: Bytes of a memory page (/proc/self/statm counts pages).
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 
 def _cpu_s() -> tuple[float, float]:
@@ -107,6 +109,7 @@ class Endpoint:
         self._carrier: dict[int, int] = {}  # plane -> fd of its port's sysfs carrier file
         self.stop_requested = False
         self.loop_gap_max_s = 0.0  # since the last sample
+        self._statm: int | None = None  # fd of /proc/self/statm
 
     def _iteration_done(self, it: Iteration) -> None:
         """A finished iteration, on the wall clock (the runner lines hosts up by it)."""
@@ -250,6 +253,8 @@ class Endpoint:
             sock.close()
         for fd in self._carrier.values():
             os.close(fd)
+        if self._statm is not None:
+            os.close(self._statm)
         return 0
 
     def _wait_for_go(self, path: str) -> float:
@@ -294,8 +299,19 @@ class Endpoint:
         return tuple(C.RxQp.of(peer, qp, r.stats) for (peer, qp), r in self.stack.receivers.items())
 
     def _sample(self) -> None:
-        self.tel.write(C.Sample(self._tx(), self._rx(), self.stack.local_ports, round(self.loop_gap_max_s, 6)))
+        self.tel.write(C.Sample(self._tx(), self._rx(), self.stack.local_ports, round(self.loop_gap_max_s, 6),
+                                self._rss_bytes()))
         self.loop_gap_max_s = 0.0
+
+    def _rss_bytes(self) -> int:
+        """Resident memory (bytes): /proc/self/statm's second field in pages, read from a file
+        opened once (the soak's "memory flat" reads it); 0 where there is no such file."""
+        try:
+            if self._statm is None:
+                self._statm = os.open("/proc/self/statm", os.O_RDONLY)
+            return int(os.pread(self._statm, 128, 0).split()[1]) * PAGE_BYTES
+        except (OSError, IndexError, ValueError):
+            return 0
 
 
 def main(argv: list[str] | None = None) -> int:
