@@ -43,6 +43,7 @@ from mrclab.topologies.nodes import bmv2_device, bmv2_grpc_addr, default_datapla
 from mrclab.topologies.sizing import size_clos
 from mrclab.topologies.spec import ClosSpec, load_spec
 from mrclab.traffic.pathprobe import implicate, probe_paths
+from mrclab.traffic.settings import TransportSettings
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
@@ -344,7 +345,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "median meets it and no run was void (default 1)")
     s.add_argument("--set", action="append", metavar="NAME=VALUE",
                    help="set a transport setting, e.g. --set ev_health=off to switch a mechanism off "
-                        "(ev_health, probes, port_state, nack, ecn_lb, nscc); repeatable")
+                        f"({', '.join(TransportSettings.MECHANISMS)}); repeatable")
     s.set_defaults(fn=cmd_run)
 
     s = sub.add_parser("reproduce", help="run every scenario of the paper, MRC and RoCE, into one report")

@@ -2,13 +2,14 @@
 fuzzing: malformed, truncated, unknown-QP and out-of-window frames are counted and dropped, the
 stack never raises and never corrupts a delivered message."""
 
+import dataclasses
 import random
 import struct
 import zlib
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mrclab.topologies.addressing import AddressPlan, make_ev
+from mrclab.topologies.addressing import AddressPlan, ev_plane, make_ev
 from mrclab.topologies.spec import load_spec
 from mrclab.traffic import headers as H
 from mrclab.traffic.host import HostStack
@@ -215,3 +216,17 @@ def test_reverse_evs_through_a_dead_path_leave_the_rotation_and_come_back():
             assert all(b._reverse_ev("h0") not in cut for _ in range(3 * len(r.evs)))
         now += 0.001
     assert not b.reverse["h0"].bad  # answered again once the path healed
+
+
+def test_spray_off_holds_each_mrc_qp_to_the_baselines_hashed_path():
+    """``spray: off`` (the permutation test's ablation): an MRC QP keeps to the one EV the RoCE
+    baseline's ECMP hash gives the same (src, dst, QP, seed); on, it sprays over every plane."""
+    from mrclab.traffic.roce import ecmp_ev
+
+    msgs = iter([(0, b"x" * 4096)])
+    on = HostStack(PLAN, "h0", S, seed=1).add_sender(1, "h2", msgs)
+    assert {ev_plane(ev) for ev in on.evs.active()} == set(range(PLAN.spec.planes))
+    off_stack = HostStack(PLAN, "h0", dataclasses.replace(S, spray=False), seed=1)
+    for qp in (1, 2, 3):
+        off = off_stack.add_sender(qp, "h2", iter([(0, b"x" * 4096)]))
+        assert off.evs.active() == [ecmp_ev(PLAN, "h0", "h2", qp, 1)]

@@ -86,8 +86,11 @@ class HostStack:
 
     # ---- set-up -------------------------------------------------------------------------------
     def add_sender(self, qp: int, peer: str, messages, *, imm: bool = False, pin_ev: int | None = None) -> Sender:
-        """A sender of QP ``qp`` to ``peer``; ``pin_ev`` holds an MRC QP to that one EV."""
+        """A sender of QP ``qp`` to ``peer``; ``pin_ev`` holds an MRC QP to that one EV (with
+        ``spray`` off, every MRC QP is held to the EV the baseline's ECMP hash gives it)."""
         ev_log = self._events_for(peer)
+        if self.transport == "mrc" and pin_ev is None and not self.settings.spray:
+            pin_ev = ecmp_ev(self.plan, self.host, peer, qp, self.seed)
         if self.transport == "mrc":
             s: Sender = make_sender(qp, self.plan, self.host, peer, self.settings, self.rng, messages,
                                     imm=imm, denylist=self.denylist, events=ev_log, pin_ev=pin_ev)

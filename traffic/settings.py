@@ -67,7 +67,9 @@ class TransportSettings:
     rotation; off: the sender keeps spraying into it), ``nack`` (a trimmed packet is resent at once
     on another EV; off: NACKs and trim bitmaps are ignored, so a trim is found like a loss),
     ``ecn_lb`` (ECN-marked EVs are skipped; off: marks only feed NSCC), ``nscc`` (off: the fixed
-    window).
+    window), ``spray`` (every QP spreads its packets over the EVs of every plane; off: each QP is
+    held to the one path an ECMP hash gives it, the baseline's hash, so a permutation of flows meets
+    the baseline's collisions while keeping MRC's loss recovery and congestion control).
     """
 
     window_packets: int = field(default=16, metadata=_pos("unacknowledged data packets per QP"))
@@ -97,9 +99,10 @@ class TransportSettings:
     nack: bool = field(default=True, metadata=rule(kind=bool, doc="resend a trimmed packet at once on another EV"))
     ecn_lb: bool = field(default=True, metadata=rule(kind=bool, doc="skip EVs whose packets come back ECN-marked"))
     nscc: bool = field(default=True, metadata=rule(kind=bool, doc="NSCC's window (off: the fixed window_packets)"))
+    spray: bool = field(default=True, metadata=rule(kind=bool, doc="spray every QP over every EV (off: one ECMP path)"))
 
     #: the switchable mechanisms, by name
-    MECHANISMS = ("ev_health", "probes", "port_state", "nack", "ecn_lb", "nscc")
+    MECHANISMS = ("ev_health", "probes", "port_state", "nack", "ecn_lb", "nscc", "spray")
 
     @classmethod
     def from_dict(cls, d: Any, source: str = "transport") -> TransportSettings:
