@@ -14,8 +14,10 @@ mrclab watches two, each sampled into the results folder (``fidelity.csv``):
   :data:`MIN_WAIT` of the interval: its packets left, or were forwarded, that much late each time.
   (A share of waiting alone says nothing here: ten endpoints that each wake a thousand times a
   second share two cores with short waits that no packet notices.)
-* **Late timers** (the endpoints' telemetry): the longest time between two turns of an endpoint's
-  loop in each telemetry interval (``loop_gap_max_s`` of its samples). Its timers, pacing and
+* **Late timers** (the endpoints' telemetry): the most an endpoint's loop began a turn later than
+  it was due, in each telemetry interval (``loop_gap_max_s`` of its samples): due at the end of a
+  turn that had work, or at the end of the sleep an idle turn chose (an idle receiver sleeps until
+  its next sample; that sleep is not late, an overrun of it is). Its timers, pacing and
   retransmission deadlines fire at most that late; later than the run's retransmission timer
   floor (:func:`loop_gap_limit`, at least :data:`LOOP_GAP_MIN_S`) they fired late enough to
   change what the transport does: a timeout that should not have fired, or one that fired a

@@ -43,6 +43,9 @@ from mrclab.traffic.settings import TransportSettings
 SCENARIO_DIR = Path(__file__).with_name("scenarios")
 TOPO_DIR = DEFAULT_TOPO.parent
 QUICKSTART = "quickstart"
+#: The duration (s) a scenario is compressed to in the suite and by ``mrclab reproduce --quick``
+#: unless it says otherwise (``quick_s``): every shipped scenario passes there.
+QUICK_S = 14.0
 
 #: metric -> (required keys, optional keys). See experiments/metrics.py for their definitions.
 DATAPLANES = ("auto", "bmv2", "linux")
@@ -52,6 +55,7 @@ TOP = {
     "fabric": Rule(kind=dict), "fabric_bmv2": Rule(kind=dict),
     "dataplane": Rule(choices=DATAPLANES), "seed": Rule(kind=int),
     "duration_s": Rule(kind=float, lo=1, hi=3600, allowed="1 to 3600 seconds"),
+    "quick_s": Rule(kind=float, lo=1, hi=3600, allowed="1 to 3600 seconds"),
     "transport": Rule(kind=(dict, type(None))), "workload": Rule(kind=(list, type(None))),
     "collective": Rule(kind=dict), "sweep": Rule(kind=dict), "expect_sweep": Rule(kind=list),
     "faults": Rule(kind=(list, type(None))), "expect": Rule(kind=(list, type(None))),
@@ -114,6 +118,9 @@ class Scenario:
     demonstrates: tuple[str, ...] = ()
     collective: CollectiveSpec | None = None
     sweep: Sweep | None = None  # the grid this scenario runs over (experiments/sweepspec.py)
+    #: the duration (s) the suite and ``mrclab reproduce --quick`` compress the timeline to: the
+    #: shortest at which its faults still mean what they mean at full length (``quick_s``, default 14)
+    quick_s: float = QUICK_S
     raw: dict = field(default_factory=dict, hash=False, compare=False)
 
     def spec_for(self, dataplane: str) -> ClosSpec:
@@ -270,7 +277,7 @@ def parse_scenario(raw: dict, src: str) -> Scenario:
         dataplane=top.get("dataplane", "auto"), seed=int(top.get("seed", 1)), duration_s=dur, transport=kind,
         settings=settings or TransportSettings(), queues=queues or QueueSettings(), flows=tuple(flows), faults=tuple(faults), expect=tuple(expect),
         paper=str(raw.get("paper", "")), description=str(raw.get("description", "")), demonstrates=tuple(demo),
-        collective=coll, sweep=sweep, raw=raw,
+        collective=coll, sweep=sweep, raw=raw, quick_s=float(top.get("quick_s", QUICK_S)),
     )
 
 

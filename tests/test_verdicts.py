@@ -125,15 +125,13 @@ def _cases():
     return out
 
 
-COMPRESS_TO_S = 14.0
-
-
 @pytest.mark.parametrize("name,dp,off", _cases())
 def test_scenario_passes_as_shipped_and_fails_with_each_mechanism_it_demonstrates_off(name, dp, off, tmp_path,
                                                                                          no_leftovers):
     from mrclab.experiments import runner
 
-    scn = load_scenario(name, duration_s=COMPRESS_TO_S, dataplane=dp, settings={off: False} if off else None)
+    scn = load_scenario(name, duration_s=load_scenario(name).quick_s, dataplane=dp,
+                        settings={off: False} if off else None)
     m = runner.run(scn, tmp_path, live=False)
     failed = [v["expectation"] for v in m["expectations"] if v["passed"] is False]
     # what the run wrote: its scenario, metrics, series, events and plots; switch queues where it congests
