@@ -22,7 +22,15 @@
  *               the egress hook runs: a packet cut here would still cost htb its full length, so
  *               a trimmed packet is sent again (bpf_redirect to its own port, skb->mark
  *               MARK_TRIMMED) and passes this hook a second time at its new length.
- *   drop        anything else low priority that finds q_limit or more queued is dropped.
+ *   drop        anything else low priority that finds q_limit or more queued is dropped, unless
+ *               the port is lossless (PFC, the RoCE baseline's fabric): then nothing is dropped
+ *               for a full queue; the pause agent (controller/pfc.py) keeps the queue short by
+ *               pausing the ports that feed it.
+ *   PFC         on a lossless port the program records which of the switch's ports fed the
+ *               low-priority queue (pfc.feeds: bit port_no of the ingress port) for the pause
+ *               agent, and the virtual queue does not drain while the agent holds the port paused
+ *               (pfc.pause_start .. pause_end, written by the agent), as the real one behind it
+ *               does not.
  *   ECN         an ECN-capable packet joining a queue holding ecn_k or more gets CE (the
  *               controller leaves ecn_k 0 on ports down to hosts).
  *   counters    marked, trimmed, dropped at a full queue and by gray loss, per port.
@@ -64,6 +72,8 @@ struct port_cfg {
 	__u32 q_limit;        /* drop at or above, packets (0: never) */
 	__u32 loss_threshold; /* gray loss: drop when draw < threshold, of 65536 (0: off) */
 	__u32 salt;
+	__u32 lossless;       /* PFC: the low-priority class is never dropped for a full queue */
+	__u32 port_no;        /* this port's number on its switch (its bit in pfc.feeds) */
 };
 
 struct port_state {
@@ -92,6 +102,22 @@ struct {
 	__type(key, __u32);
 	__type(value, struct port_state);
 } port_state SEC(".maps");
+
+/* PFC, per port: which ports fed its low-priority queue (this program ORs bits in; the agent reads
+ * and clears them) and the last pause the agent held it in (bpf_ktime_get_ns times; pause_end 0:
+ * still paused; pause_start 0: never paused). */
+struct pfc_state {
+	__u64 feeds;
+	__u64 pause_start;
+	__u64 pause_end;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 256);
+	__type(key, __u32);
+	__type(value, struct pfc_state);
+} pfc SEC(".maps");
 
 enum verdict { V_LOW, V_HIGH, V_TRIM, V_DROP_FULL, V_DROP_GRAY };
 
@@ -159,6 +185,19 @@ int mrclab_egress(struct __sk_buff *skb)
 
 	enum verdict v;
 	int mark = 0;
+	__u64 feed = 0, p_start = 0, p_end = 0;
+	struct pfc_state *ps = 0;
+	if (cfg->lossless) {
+		ps = bpf_map_lookup_elem(&pfc, &key);
+		__u32 in = skb->ingress_ifindex; /* the port of this switch the packet came in on */
+		struct port_cfg *icfg = bpf_map_lookup_elem(&port_cfg, &in);
+		if (icfg && icfg->port_no < 64)
+			feed = 1ULL << icfg->port_no;
+		if (ps) {
+			p_start = ps->pause_start;
+			p_end = ps->pause_end;
+		}
+	}
 	__u64 now = bpf_ktime_get_ns();
 	bpf_spin_lock(&st->lock);
 	if (cfg->loss_threshold && mrc) {
@@ -169,8 +208,15 @@ int mrclab_egress(struct __sk_buff *skb)
 			return TC_ACT_SHOT;
 		}
 	}
-	if (cfg->rate_pps) { /* drain since the last packet */
+	if (cfg->rate_pps) { /* drain since the last packet, but for the time the port was paused */
 		__u64 dt = now - st->last_ns;
+		if (p_start) {
+			__u64 hi = p_end ? p_end : now, lo = p_start > st->last_ns ? p_start : st->last_ns;
+			if (hi > now)
+				hi = now;
+			if (hi > lo)
+				dt -= hi - lo;
+		}
 		if (dt > 10000000000ULL)
 			st->occ = 0;
 		else {
@@ -188,7 +234,7 @@ int mrclab_egress(struct __sk_buff *skb)
 		v = V_TRIM;
 		st->trimmed++;
 		st->high++;
-	} else if (cfg->q_limit && occ >= cfg->q_limit) {
+	} else if (cfg->q_limit && occ >= cfg->q_limit && !cfg->lossless) {
 		v = V_DROP_FULL;
 		st->queue_full++;
 	} else {
@@ -202,6 +248,8 @@ int mrclab_egress(struct __sk_buff *skb)
 		}
 	}
 	bpf_spin_unlock(&st->lock);
+	if (ps && feed && v == V_LOW)
+		__sync_fetch_and_or(&ps->feeds, feed);
 
 	switch (v) {
 	case V_DROP_FULL:

@@ -33,6 +33,7 @@ import struct
 import subprocess
 import sysconfig
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -44,8 +45,10 @@ CACHE_ROOT = Path(os.environ.get("MRCLAB_CACHE", Path.home() / ".cache" / "mrcla
 CLASS_HIGH, CLASS_LOW = "1:10", "1:20"
 BPF_ANY, BPF_NOEXIST, BPF_F_LOCK = 0, 1, 4  # linux/bpf.h
 BPF_TC_EGRESS, BPF_TC_F_REPLACE = 2, 1  # libbpf.h
-#: struct port_cfg: rate_pps, ecn_k, trim_t, q_limit, loss_threshold (of 65536), salt
-CFG = struct.Struct("<6I")
+#: struct port_cfg: rate_pps, ecn_k, trim_t, q_limit, loss_threshold (of 65536), salt, lossless, port_no
+CFG = struct.Struct("<8I")
+#: struct pfc_state: feeds (bit n: port n fed the low-priority queue), pause_start, pause_end (ns)
+PFC = struct.Struct("<3Q")
 #: struct port_state: lock, lcg, last_ns, occ, marked, trimmed, queue_full, gray, low, high
 STATE = struct.Struct("<II8Q")
 STATE_FIELDS = ("marked", "trimmed", "queue_full", "gray", "low", "high")
@@ -66,12 +69,14 @@ class PortConfig:
     q_limit: int = 0
     loss: float = 0.0  # gray loss probability, in steps of 1/65536
     salt: int = 0
+    lossless: bool = False  # PFC: no drop for a full low-priority queue
+    port_no: int = 0  # the port's number on its switch (its bit in another port's PFC feeds)
 
     def pack(self) -> bytes:
-        """The ``struct port_cfg`` map value: six little-endian u32, ``loss`` as a threshold out of
+        """The ``struct port_cfg`` map value: eight little-endian u32, ``loss`` as a threshold out of
         65536."""
         return CFG.pack(self.rate_pps, self.ecn_k, self.trim_t, self.q_limit, round(self.loss * 65536),
-                        self.salt & 0xFFFFFFFF)
+                        self.salt & 0xFFFFFFFF, int(self.lossless), self.port_no)
 
 
 def bpf_missing() -> str | None:
@@ -200,6 +205,7 @@ class SwitchBpf:
         self.prog_fd = self.lib.bpf_program__fd(prog)
         self.cfg_fd = self.lib.bpf_object__find_map_fd_by_name(self.obj, b"port_cfg")
         self.state_fd = self.lib.bpf_object__find_map_fd_by_name(self.obj, b"port_state")
+        self.pfc_fd = self.lib.bpf_object__find_map_fd_by_name(self.obj, b"pfc")
         self.netns = netns
         self.ifindex: dict[str, int] = {}  # interface name -> ifindex, the maps' key
         self.hooked: set[str] = set()  # interfaces given a clsact qdisc
@@ -230,6 +236,7 @@ class SwitchBpf:
         finally:
             pr_netns.popns()
         self._update(self.state_fd, idx, ctypes.create_string_buffer(STATE.size), BPF_NOEXIST, ok_exists=True)
+        self._update(self.pfc_fd, idx, ctypes.create_string_buffer(PFC.size), BPF_NOEXIST, ok_exists=True)
 
     def detach(self, intf: str) -> None:
         """Take the program off ``intf`` (packets pass untouched; the benchmark's yardstick)."""
@@ -266,6 +273,49 @@ class SwitchBpf:
         _lock, _lcg, _last, occ, *counts = STATE.unpack(buf.raw)
         return {"queue": occ >> FP_SHIFT, **dict(zip(STATE_FIELDS, counts, strict=True))}
 
+    def queue_now(self, intf: str, rate_pps: int) -> float:
+        """PFC: port ``intf``'s low-priority queue now (packets): the program's count at its last
+        packet, drained since at ``rate_pps`` but for the time the port was paused (as the program
+        drains it at its next packet)."""
+        key, buf = ctypes.c_uint32(self.ifindex[intf]), ctypes.create_string_buffer(STATE.size)
+        if self.lib.bpf_map_lookup_elem_flags(self.state_fd, ctypes.byref(key), buf, BPF_F_LOCK):
+            return 0.0
+        last, occ = STATE.unpack(buf.raw)[2:4]
+        pbuf = ctypes.create_string_buffer(PFC.size)
+        start = end = 0
+        if not self.lib.bpf_map_lookup_elem_flags(self.pfc_fd, ctypes.byref(key), pbuf, 0):
+            _feeds, start, end = PFC.unpack(pbuf.raw)
+        now = time.monotonic_ns()
+        dt = max(0, now - last)
+        if start:
+            hi, lo = min(end or now, now), max(start, last)
+            dt -= max(0, hi - lo)
+        return max(0.0, occ / (1 << FP_SHIFT) - dt * rate_pps / 1e9)
+
+    def pfc_feeds(self, intf: str) -> int:
+        """PFC: the ports that fed ``intf``'s low-priority queue since the last call (bit n: port n),
+        cleared by this call (a bit the program sets in between may be lost: the next packet from
+        that port sets it again)."""
+        key, buf = ctypes.c_uint32(self.ifindex[intf]), ctypes.create_string_buffer(PFC.size)
+        if self.lib.bpf_map_lookup_elem_flags(self.pfc_fd, ctypes.byref(key), buf, 0):
+            return 0
+        feeds, start, end = PFC.unpack(buf.raw)
+        if feeds:
+            self._update(self.pfc_fd, self.ifindex[intf], PFC.pack(0, start, end), BPF_ANY)
+        return feeds
+
+    def set_paused(self, intf: str, paused: bool) -> None:
+        """PFC: ``intf`` is paused from now (``paused``) or resumes now: its virtual queue drains
+        nothing for the time in between. ``time.monotonic_ns`` is the program's ``bpf_ktime_get_ns``
+        clock (CLOCK_MONOTONIC)."""
+        key, buf = ctypes.c_uint32(self.ifindex[intf]), ctypes.create_string_buffer(PFC.size)
+        if self.lib.bpf_map_lookup_elem_flags(self.pfc_fd, ctypes.byref(key), buf, 0):
+            return
+        feeds, start, end = PFC.unpack(buf.raw)
+        now = time.monotonic_ns()
+        start, end = (now, 0) if paused else (start, now)
+        self._update(self.pfc_fd, self.ifindex[intf], PFC.pack(feeds, start, end), BPF_ANY)
+
     def close(self) -> None:
         """Release the object (attached programs stay until their namespace goes)."""
         if self.obj:
@@ -273,11 +323,16 @@ class SwitchBpf:
             self.obj = None
 
 
-def htb_lines(intf: str, mbps: float, low_packets: int, high_packets: int) -> list[str]:
+def htb_lines(intf: str, mbps: float, low_packets: int, high_packets: int, lossless: bool = False) -> list[str]:
     """``tc -batch`` lines giving ``intf`` the two htb classes the program feeds (module
-    docstring), each at the link's rate on its own; pfifos ``low_packets`` / ``high_packets`` deep."""
+    docstring), each at the link's rate on its own; pfifos ``low_packets`` / ``high_packets`` deep.
+    ``lossless`` (PFC): the low class's leaf is a tbf at the link's rate instead of a pfifo, the
+    lever the pause agent pulls (controller/pfc.py: tbf starts afresh when its rate changes, where
+    htb would keep the debt of a packet charged at the paused rate)."""
     rate = f"{mbps}mbit"
     burst = max(3000, int(mbps * 1e6 / 8 / 250))  # 4 ms of line rate, as the emulation's tbf
+    low_leaf = (f"qdisc replace dev {intf} parent {CLASS_LOW} handle 20: {tbf_leaf(mbps, low_packets)}"
+                if lossless else f"qdisc replace dev {intf} parent {CLASS_LOW} handle 20: pfifo limit {low_packets}")
     return [
         f"qdisc replace dev {intf} root handle 1: htb default 20",
         f"class replace dev {intf} parent 1: classid {CLASS_HIGH} htb rate {rate} ceil {rate} burst {burst} "
@@ -285,5 +340,14 @@ def htb_lines(intf: str, mbps: float, low_packets: int, high_packets: int) -> li
         f"class replace dev {intf} parent 1: classid {CLASS_LOW} htb rate {rate} ceil {rate} burst {burst} "
         f"cburst {burst} prio 1",
         f"qdisc replace dev {intf} parent {CLASS_HIGH} handle 10: pfifo limit {high_packets}",
-        f"qdisc replace dev {intf} parent {CLASS_LOW} handle 20: pfifo limit {low_packets}",
+        low_leaf,
     ]
+
+
+def tbf_leaf(mbps: float | None, packets: int) -> str:
+    """The tbf a lossless port's low class drains through: at ``mbps`` (None: paused, 8 bit/s), a
+    burst of 3000 bytes (two full frames of the default payload, as the emulation's own tbf: a
+    larger frame would be dropped), ``packets`` frames of 1,600 bytes of queue. Under htb it is a
+    non-work-conserving leaf (the kernel says so once): htb asks again when tbf's timer fires."""
+    rate = "8bit" if mbps is None else f"{mbps}mbit"
+    return f"tbf rate {rate} burst 3000 limit {packets * 1600}"

@@ -27,6 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from mrclab.controller import bpf, seg6, thrift
 from mrclab.controller.backends import Bmv2Faults, LinuxFaults
 from mrclab.controller.bpf import PortConfig, SwitchBpf, htb_lines
+from mrclab.controller.pfc import PauseAgent
 from mrclab.controller.compiler import compile_p4
 from mrclab.controller.faults import FaultInjector
 from mrclab.controller.p4runtime import MAX_PORTS, P4Info, P4Switch
@@ -98,6 +99,7 @@ class Fabric:
                              thrift_port=THRIFT_PORT if self.congestion else None, switch_queues=self.congestion)
         self.thrift: dict = {}  # switch -> SwitchThrift (bmv2 with queues)
         self.bpf: dict = {}  # switch -> SwitchBpf (linux with queues)
+        self.pfc: PauseAgent | None = None  # linux with lossless (PFC) queues
         #: (switch, port) -> gray loss in force (linux; bmv2 keeps it in its table entries)
         self.port_loss_now: dict[tuple[str, int], float] = {}
         self.p4: dict = {}  # switch -> P4Switch (bmv2)
@@ -197,7 +199,7 @@ class Fabric:
         for sw in self.spec.switches():
             ns, ports = self.emu.netns(sw), self.port_queues(sw)
             lines = [x for port, q in sorted(ports.items()) if q.rate_mbps > 0
-                     for x in htb_lines(f"{sw}-eth{port}", q.rate_mbps, q.depth, q.depth_high)]
+                     for x in htb_lines(f"{sw}-eth{port}", q.rate_mbps, q.depth, q.depth_high, q.lossless)]
             try:
                 kernel.tc_batch(ns, lines)
             except kernel.KernelError as e:
@@ -205,13 +207,17 @@ class Fabric:
             self.bpf[sw] = SwitchBpf(sw, ns, obj, [f"{sw}-eth{p}" for p in sorted(ports)])
             for port in ports:
                 self.bpf[sw].configure(f"{sw}-eth{port}", self.port_config(sw, port))
+        if any(q.lossless for q in self.queues.values()):
+            self.pfc = PauseAgent(self)
+            self.pfc.start()
+            self.progress(f"PFC: pause agent on {len(self.pfc.watched)} lossless ports")
         self.timings["queues_s"] = time.monotonic() - t
 
     def port_config(self, switch: str, port: int) -> PortConfig:
         """The tc eBPF program's settings for one port (linux): its queue plan and gray loss."""
         q = self.queues[(switch, port)]
         return PortConfig(q.rate_pps, q.ecn_k, q.trim_t, q.q_limit, self.port_loss_now.get((switch, port), 0.0),
-                          self.loss_salt)
+                          self.loss_salt, q.lossless, port)
 
     def port_queues(self, switch: str) -> dict[int, PortQueue]:
         """Port -> queue plan of ``switch`` (empty where switches do not queue)."""
@@ -234,6 +240,9 @@ class Fabric:
         if self._thread is not None:
             self._thread.join(timeout=5)
             self._thread = None
+        if self.pfc is not None:
+            self.pfc.stop()
+            self.pfc = None
         for s in self.p4.values():
             s.close()
         self.p4.clear()
@@ -344,12 +353,16 @@ class Fabric:
         bmv2 switches that are down are left out."""
         out = []
         with self._lock:
+            paused = self.pfc.samples() if self.pfc is not None else {}
             for sw, prog in self.bpf.items():
                 for port, q in self.port_queues(sw).items():
                     st = prog.state(f"{sw}-eth{port}")
-                    out.append({"switch": sw, "port": port, "peer": q.peer, "queue": st["queue"],
-                                "marked": st["marked"], "trimmed": st["trimmed"], "queue_full": st["queue_full"],
-                                "gray": st["gray"]})
+                    row = {"switch": sw, "port": port, "peer": q.peer, "queue": st["queue"],
+                           "marked": st["marked"], "trimmed": st["trimmed"], "queue_full": st["queue_full"],
+                           "gray": st["gray"]}
+                    if q.lossless:
+                        row["pauses"], row["pause_s"] = paused.get((sw, port), (0, 0.0))
+                    out.append(row)
             for sw, th in self.thrift.items():
                 if not self.faults.applied.alive[sw]:
                     continue

@@ -17,6 +17,13 @@ full frames would starve every low-priority queue behind them, and charge an ack
 data packet's time. (Each priority has its own rate,
 so a port passing both can exceed its rate by its headers' share: small, and only while trimming.)
 
+PFC (``pfc: true``; RoCE runs only: the paper runs MRC lossy and RoCE over PFC): every port's
+low-priority class is lossless (``lossless``): nothing is dropped for a full queue; at ``xoff``
+packets (default ``q_limit / 2``) the pause agent (controller/pfc.py, linux data plane) pauses the
+ports that feed it, at ``xon`` (default ``xoff / 2``) it lets them go. The real queue behind a
+lossless port is :data:`HEADROOM_FACTOR` times ``q_limit`` deep: the headroom for what arrives
+between XOFF and the pause taking hold.
+
 Thresholds (packets of the low-priority queue): ``q_limit`` is the spec's ``queue_packets``;
 packets at or above it are dropped. ``trim_t`` (default ``max(4, q_limit / 8)``, 0: no trimming):
 data packets at or above it are trimmed; kept low because it bounds how long a packet can wait at a
@@ -46,6 +53,8 @@ QUEUE_SLACK = 8
 #: at once must not overflow it (BMv2 drops there silently, and a lost trimmed header looks to its
 #: sender like an untrimmed loss).
 HIGH_DEPTH_FACTOR = 4
+#: A lossless (PFC) port's real queue holds this many times the queue limit (the headroom).
+HEADROOM_FACTOR = 4
 #: A full data frame of the default 1 KiB payload: 1024 + 154 bytes (traffic/headers.py DATA_OVERHEAD).
 DEFAULT_FRAME_BYTES = 1178  # bound to payload_bytes + DATA_OVERHEAD by tests/test_wire_constants.py
 #: A trimmed packet: its first 150 bytes (p4src/mrclab.p4 TRIM_BYTES, traffic/headers.py TRIM_BYTES).
@@ -60,6 +69,9 @@ class QueueSettings:
     trim_t: int = field(default=-1, metadata=rule(kind=int, lo=-1, hi=65535, doc="trim threshold, packets"))
     ecn_last_hop: bool | None = field(default=None, metadata=rule(kind=(bool, type(None)),
                                                                   doc="mark on ports down to hosts too"))
+    pfc: bool = field(default=False, metadata=rule(kind=bool, doc="a lossless class with PFC for RoCE runs"))
+    pfc_xoff: int = field(default=-1, metadata=rule(kind=int, lo=-1, hi=65535, doc="PFC XOFF, packets"))
+    pfc_xon: int = field(default=-1, metadata=rule(kind=int, lo=-1, hi=65535, doc="PFC XON, packets"))
 
     def for_transport(self, transport: str) -> QueueSettings:
         """The switches a ``transport`` run meets, where the scenario leaves it open: MRC's
@@ -67,13 +79,15 @@ class QueueSettings:
         none; marks on the last hop too: DCQCN reacts to the congested hop)."""
         roce = transport == "roce"
         return QueueSettings(self.ecn_k, 0 if roce and self.trim_t < 0 else self.trim_t,
-                             roce if self.ecn_last_hop is None else self.ecn_last_hop)
+                             roce if self.ecn_last_hop is None else self.ecn_last_hop,
+                             self.pfc and roce, self.pfc_xoff, self.pfc_xon)
 
 
 @dataclass(frozen=True)
 class PortQueue:
     """One switch port: ``peer`` it faces; ``rate_pps`` (0: unlimited), ``depth`` (BMv2's queue),
-    ``ecn_k``, ``trim_t``, ``q_limit`` (packets, 0: off)."""
+    ``ecn_k``, ``trim_t``, ``q_limit`` (packets, 0: off); ``lossless`` with PFC, paused upstream at
+    ``xoff`` and let go at ``xon`` packets."""
 
     switch: str
     port: int
@@ -86,6 +100,9 @@ class PortQueue:
     ecn_k: int
     trim_t: int
     q_limit: int
+    lossless: bool = False
+    xoff: int = 0
+    xon: int = 0
 
     @property
     def host_facing(self) -> bool:
@@ -106,15 +123,19 @@ def queue_plan(plan: AddressPlan, qs: QueueSettings = QueueSettings(),
     limit = link.queue_packets
     trim_t = max(4, limit // 8) if qs.trim_t < 0 else qs.trim_t
     ecn_k = max(2, limit // 16) if qs.ecn_k < 0 else qs.ecn_k
+    xoff = max(2, limit // 2) if qs.pfc_xoff < 0 else qs.pfc_xoff
+    xon = xoff // 2 if qs.pfc_xon < 0 else qs.pfc_xon
     out = {}
     for sw in plan.spec.switches():
         for port, peer in plan.ports(sw).items():
             down_to_host = is_host(peer)
             mbps = link.bandwidth_mbps if down_to_host else (link.t0_t1_bandwidth_mbps or link.bandwidth_mbps)
             k = ecn_k if (not down_to_host or qs.ecn_last_hop is True) else 0
+            depth = (HEADROOM_FACTOR * limit if qs.pfc else limit) + QUEUE_SLACK
             out[(sw, port)] = PortQueue(sw, port, peer, mbps, mbps_to_pps(mbps, frame_bytes),
                                         mbps_to_pps(mbps, TRIM_FRAME_BYTES),
-                                        limit + QUEUE_SLACK, HIGH_DEPTH_FACTOR * limit, k, trim_t, limit)
+                                        depth, HIGH_DEPTH_FACTOR * limit, k, trim_t, limit,
+                                        qs.pfc, xoff if qs.pfc else 0, xon if qs.pfc else 0)
     return out
 
 

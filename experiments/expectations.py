@@ -61,7 +61,8 @@ def _window(v: Any, c: ArgContext) -> bool:
 
 
 PERCENTILES = (50, 90, 99, 99.9)
-COUNTERS = ("marked", "trimmed", "queue_full")  # the switch port counters (controller/queues.py)
+#: the switch port counters (controller/queues.py; pauses: PFC pauses received, lossless ports only)
+COUNTERS = ("marked", "trimmed", "queue_full", "pauses")
 
 #: Every argument a metric may take, checked the same way whichever metric takes it.
 ARGS: dict[str, Arg] = {a.name: a for a in (
@@ -159,7 +160,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
            "share of host's data packets in window sent on EVs of that plane (and T1)",
            ("host", "plane", "window"), ("t1", *_BOUND)),
     Metric("port_total", lambda d, a: float(d.port_totals(a.get("switch")).get(a["counter"], 0)), "packets",
-           "switch ports' marked | trimmed | queue_full packets over the run (of one switch if given)",
+           "switch ports' marked | trimmed | queue_full packets (or PFC pauses) over the run (of one switch if given)",
            ("counter",), (*_BOUND, "switch")),
     Metric("worst_qp_ratio", lambda d, a: worst_qp_ratio(d, *a["window"]), "ratio",
            "the slowest QP's goodput in window over the mean QP's (0 when a QP stalls)", ("window",)),

@@ -85,14 +85,18 @@ class RunData:
         return {f"p{p:g}": percentile(xs, p) for p in (50, 99, 99.9)} if xs else {}
 
     def port_totals(self, switch: str | None = None) -> dict[str, int]:
-        """Packets marked, trimmed and dropped at a full queue over the run, all ports ({} if none)."""
+        """Packets marked, trimmed and dropped at a full queue over the run, all ports ({} if none);
+        and ``pauses``, PFC pauses received, where ports are lossless."""
         last: dict[tuple[str, int], dict] = {}
         for r in self.ports:
             if switch is None or r["switch"] == switch:
                 last[(r["switch"], r["port"])] = r
         if not last:
             return {}
-        return {k: sum(r[k] for r in last.values()) for k in ("marked", "trimmed", "queue_full")}
+        out = {k: sum(r[k] for r in last.values()) for k in ("marked", "trimmed", "queue_full")}
+        if any("pauses" in r for r in last.values()):
+            out["pauses"] = sum(r.get("pauses", 0) for r in last.values())
+        return out
 
     def bins(self) -> list[float]:
         """Start time (s) of every :data:`BIN_S` bin of the run."""

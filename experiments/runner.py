@@ -253,9 +253,10 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
     if data.ports:
         queue_plot(data, faults, out / "queues.png", title + ", switch ports")
         with open(out / "switches.csv", "w", newline="") as fh:
-            # gray: packets dropped by a gray loss (linux's program counts them per port; bmv2: empty)
+            # gray: packets dropped by a gray loss (linux's program counts them per port; bmv2: empty);
+            # pauses, pause_s: PFC pauses this port received and its time paused (lossless ports only)
             w = csv.DictWriter(fh, fieldnames=["t", "switch", "port", "peer", "queue", "marked", "trimmed",
-                                               "queue_full", "gray"], restval="")
+                                               "queue_full", "gray", "pauses", "pause_s"], restval="")
             w.writeheader()
             w.writerows(data.ports)
     series = data.goodput_mbps()

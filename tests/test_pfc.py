@@ -1,0 +1,78 @@
+"""PFC for the RoCE baseline (controller/pfc.py): a lossless class whose congested queue pauses the
+ports that feed it, the pauses spreading hop by hop back to the senders, with nothing dropped; the
+same run without PFC drops at the congested queue."""
+
+import pytest
+import yaml
+from mrclab.controller.queues import QueueSettings, queue_plan
+from mrclab.experiments.scenario import load_scenario
+from mrclab.topologies.addressing import AddressPlan
+
+# One plane, two T0s under one T1: h1 (beside h0) and h2, h3 (across the T1) write to h0 at the
+# rate of h0's one port each. The queue down to h0 fills first; its feeders are h1's NIC port and
+# the T1's port down to h0's T0; the T1's queue, paused, fills and pauses its own feeder, the far
+# T0's uplink, whose queue pauses h2's and h3's NIC ports: three hops of spreading.
+SCENARIO = {
+    "name": "pfc-spreading",
+    "fabric": {"topo": "lab", "planes": 1, "t0_per_plane": 2, "t1_per_plane": 1, "hosts_per_t0": 2,
+               "link": {"bandwidth_mbps": 4, "queue_packets": 16}},
+    "queues": {"pfc": True},
+    "dataplane": "linux",
+    "seed": 1,
+    "duration_s": 8,
+    # no rate control: only the window (64 packets a QP, 192 towards one 16-packet queue) holds them
+    "transport": {"kind": "roce", "roce_cc": "none", "window_packets": 64},
+    "workload": [{"src": h, "dst": "h0", "qps": 1, "message_bytes": 65536} for h in ("h1", "h2", "h3")],
+    "expect": [{"metric": "messages_intact"}],
+}
+
+
+def _scenario(tmp_path, pfc: bool):
+    path = tmp_path / f"pfc-{pfc}.yaml"
+    path.write_text(yaml.safe_dump({**SCENARIO, "queues": {"pfc": pfc}}))
+    return load_scenario(path)
+
+
+def test_the_queue_plan_makes_ports_lossless_for_roce_only():
+    plan = AddressPlan(_scenario_spec())
+    roce = queue_plan(plan, QueueSettings(pfc=True).for_transport("roce"))
+    mrc = queue_plan(plan, QueueSettings(pfc=True).for_transport("mrc"))
+    q = roce[("t0-0-0", 1)]
+    assert q.lossless and (q.xoff, q.xon) == (8, 4) and q.depth > 4 * q.q_limit
+    assert not any(x.lossless for x in mrc.values())  # the paper runs MRC lossy
+    assert not any(x.lossless for x in queue_plan(plan, QueueSettings().for_transport("roce")).values())
+
+
+def _scenario_spec():
+    from mrclab.topologies.spec import ClosSpec
+
+    f = SCENARIO["fabric"]
+    return ClosSpec.from_dict({k: v for k, v in f.items() if k != "topo"})
+
+
+@pytest.mark.root
+def test_pauses_spread_hop_by_hop_and_nothing_is_dropped(tmp_path, no_leftovers):
+    from mrclab.controller.fabric import missing_features
+    from mrclab.experiments import runner
+
+    if why := missing_features("linux").get("congestion"):
+        pytest.skip(f"the linux data plane has no switch queues here: {why}")
+    lossy, d_lossy = runner.run_with_data(_scenario(tmp_path, False), tmp_path / "lossy", live=False)
+    assert lossy["switch_ports"]["queue_full"] > 0, "without PFC the incast never overflowed: no test"
+    m, d = runner.run_with_data(_scenario(tmp_path, True), tmp_path / "pfc", live=False)
+    assert m["switch_ports"]["queue_full"] == 0, m["switch_ports"]
+    assert m["passed"], m["expectations"]  # every message intact
+    plan = AddressPlan(load_scenario(tmp_path / "pfc-True.yaml").spec)
+    pauses = {(r["switch"], r["port"]): r["pauses"] for r in d.ports if "pauses" in r}
+    # hop 1: the T1's port down to h0's T0 fed the congested queue and was paused
+    assert pauses[("t1-0-0", plan.port_to("t1-0-0", "t0-0-0"))] > 0, pauses
+    # hop 2: the T1's queue, paused, filled and paused the far T0's uplink: the pause spread
+    assert pauses[("t0-0-1", plan.port_to("t0-0-1", "t1-0-0"))] > 0, pauses
+    # nothing paused what fed no congested queue: the ports up from h0's T0 carry no data
+    assert pauses.get(("t0-0-0", plan.port_to("t0-0-0", "t1-0-0")), 0) == 0, pauses
+    # and every flow still moves once its pauses have come and gone: a pause leaves no debt behind
+    # (an htb class paused through its own rate kept one: the flows through it stopped for good)
+    for qp, g in d.qp_goodput_mbps().items():
+        assert sum(g[-20:]) > 0, f"{qp} delivered nothing in the last 2 s"
+    written = (tmp_path / "pfc" / "switches.csv").read_text().splitlines()
+    assert written[0].endswith("pauses,pause_s")
