@@ -142,7 +142,8 @@ def _run_row(name: str, base: Scenario, dur: float | None, dp: str, out: Path, l
         row.update({
             "mrc": "; ".join(f"{p['variant']} @ {p['loss']:g}: busbw {p['busbw_mbps']:.2f} Mb/s" for p in mrc),
             "roce": "; ".join(f"{p['variant']} @ {p['loss']:g}: busbw {p['busbw_mbps']:.2f} Mb/s" for p in roce),
-            "verdict": verdict_word(res["passed"]), "claims": res["claims"],
+            "verdict": "void" if res["passed"] and res.get("void") else verdict_word(res["passed"]),
+            "claims": res["claims"], **({"why": res["void"]} if res["passed"] and res.get("void") else {}),
             "points": list(by.values()), "plots": [f"plots/{name}.png"]})
     else:
         runs = {}
@@ -196,7 +197,7 @@ def report_md(s: dict) -> str:
         if "claims" in r:
             lines += ["", "| claim | value | bound | verdict |", "| --- | --- | --- | --- |"]
             lines += [f"| {c['claim']} | {c['value']:.2f} | {c['bound']} | "
-                      f"{verdict_word(c['passed'])} |" for c in r["claims"]]
+                      f"{verdict_word(c['passed'], void=c.get('void'))} |" for c in r["claims"]]
         for tr, exps in r.get("expectations", {}).items():
             lines += ["", f"{tr.upper()}:", "", "| expectation | value | bound | verdict |", "| --- | --- | --- | --- |"]
             for v in exps:

@@ -402,11 +402,12 @@ def run_sweep(scn: Scenario, out: Path | None = None, *, live: bool = True) -> d
         t.add_column(col)
     for p in points:
         t.add_row(p["variant"], f"{p['loss']:g}", str(p["iterations"]), f"{p['busbw_mbps']:.2f}",
-                  "yes" if p["correct"] else "[red]NO[/red]", verdict_word(p["passed"], rich=True))
+                  "yes" if p["correct"] else "[red]NO[/red]", verdict_word(p["passed"], rich=True, void=p.get("void")))
     for c in claims:
         t.add_row(c["claim"], "", "", f"{c['value']:.2f}", c["bound"],
-                  verdict_word(c["passed"], rich=True))
+                  verdict_word(c["passed"], rich=True, void=c.get("void")))
     console.print(t)
     console.print(f"sweep results in {out}/ (sweep.md, sweep.png)")
-    passed = all(p["passed"] for p in points) and all(c["passed"] is not False for c in claims)
-    return {"points": points, "claims": claims, "passed": passed}
+    passed = all(p["passed"] or p.get("void") for p in points) and all(c["passed"] is not False for c in claims)
+    void = next((c["void"] for c in claims if c.get("void")), None)
+    return {"points": points, "claims": claims, "passed": passed, "void": void}

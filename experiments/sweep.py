@@ -50,23 +50,28 @@ def folder_name(variant: dict, loss: float) -> str:
 
 
 def judge(sw: Sweep, points: list[dict]) -> list[dict]:
-    """Every claim of the sweep against its points (``{variant, loss, busbw_mbps, ...}``)."""
+    """Every claim of the sweep against its points (``{variant, loss, busbw_mbps, void, ...}``). A
+    claim that reads a point where the emulator fell behind is void (with that point's reason),
+    neither pass nor FAIL."""
     at = {(p["variant"], p["loss"]): p.get("busbw_mbps") or 0.0 for p in points}
+    void_at = {(p["variant"], p["loss"]): p.get("void") for p in points}
     out = []
     for c in sw.claims:
         loss = float(c["loss"])
         if c["metric"] == "busbw_ratio":
-            num, den = at.get((c["variant"], loss), 0.0), at.get((c["baseline"], loss), 0.0)
+            read = [(c["variant"], loss), (c["baseline"], loss)]
             what = f"busbw {c['variant']} / {c['baseline']} at loss {loss:g}"
         else:
-            num, den = at.get((c["variant"], loss), 0.0), at.get((c["variant"], 0.0), 0.0)
+            read = [(c["variant"], loss), (c["variant"], 0.0)]
             what = f"busbw {c['variant']} at loss {loss:g} / at loss 0"
+        num, den = at.get(read[0], 0.0), at.get(read[1], 0.0)
+        void = next((f"{k[0]} at loss {k[1]:g}: {void_at[k]}" for k in read if void_at.get(k)), None)
         v = num / den if den > 0 else (float("inf") if num > 0 else 0.0)
         lo, hi = c.get("min"), c.get("max")
         ok = (lo is None or v >= lo) and (hi is None or v <= hi)
         bound = " and ".join(x for x in [f">= {lo}" if lo is not None else "", f"<= {hi}" if hi is not None else ""] if x)
         out.append({"claim": what, "value": v, "bound": bound or "reported",
-                    "passed": ok if (lo is not None or hi is not None) else None})
+                    "passed": ok if (lo is not None or hi is not None) and void is None else None, "void": void})
     return out
 
 
@@ -86,11 +91,11 @@ def write(out: Path, scn: Scenario, sw: Sweep, points: list[dict], claims: list[
         t = "-" if p.get("time_s") is None else f"{p['time_s'] * 1e3:.0f}"
         lines.append(f"| {p['variant']} | {p['loss']:g} | {p.get('iterations', 0)} | {t} | "
                      f"{p.get('algbw_mbps', 0):.2f} | {p.get('busbw_mbps', 0):.2f} | "
-                     f"{'yes' if p.get('correct') else 'NO'} | {verdict_word(p['passed'])} |")
+                     f"{'yes' if p.get('correct') else 'NO'} | {verdict_word(p['passed'], void=p.get('void'))} |")
     if claims:
         lines += ["", "| claim | value | bound | verdict |", "| --- | --- | --- | --- |"]
         lines += [f"| {c['claim']} | {c['value']:.2f} | {c['bound']} | "
-                  f"{verdict_word(c['passed'])} |" for c in claims]
+                  f"{verdict_word(c['passed'], void=c.get('void'))} |" for c in claims]
     (out / "sweep.md").write_text("\n".join(lines) + "\n")
     sweep_plot(points, [v["label"] for v in sw.variants], list(sw.loss), out / "sweep.png", scn.name)
     (out / "sweep.json").write_text(json.dumps({"scenario": scn.name, "paper": scn.paper, "points": points,
@@ -100,7 +105,8 @@ def write(out: Path, scn: Scenario, sw: Sweep, points: list[dict], claims: list[
 def summarise(variant: dict, loss: float, m: dict, folder: str) -> dict[str, Any]:
     """One row of the sweep from a point's metrics."""
     c = m.get("collective") or {}
-    return {"variant": variant["label"], "loss": loss, "transport": m["transport"],
+    void = next((v["void"] for v in m.get("expectations", []) if v.get("void")), None)
+    return {"variant": variant["label"], "loss": loss, "transport": m["transport"], "void": void,
             "qps_per_peer": c.get("qps_per_peer"), "iterations": c.get("iterations", 0), "time_s": c.get("time_s"),
             "algbw_mbps": c.get("algbw_mbps", 0.0), "busbw_mbps": c.get("busbw_mbps", 0.0),
             "correct": c.get("correct", False), "passed": m["passed"], "folder": folder}

@@ -94,6 +94,13 @@ def test_sweep_claims_are_ratios_of_bus_bandwidth():
     assert all(c["passed"] is not False for c in got.values())
     pts[0]["busbw_mbps"] = 2.5  # MRC now barely ahead of RoCE 1 QP (1.25x): that claim fails
     assert any(c["passed"] is False for c in judge(sw, pts))
+    # a point where the emulator fell behind voids every claim that reads it, and only those
+    pts[2]["void"] = "CPU starvation, endpoint h3, 2.00 s at 1.0-3.0 s"
+    got = {c["claim"]: c for c in judge(sw, pts)}
+    v = got["busbw MRC 1 QP / RoCE 16 QPs at loss 0"]
+    assert v["passed"] is None and "RoCE 16 QPs at loss 0: CPU starvation" in v["void"]
+    assert got["busbw MRC 1 QP / RoCE 1 QP at loss 0"]["passed"] is False  # reads no void point
+    assert got["busbw MRC 1 QP / RoCE 1 QP at loss 0"]["void"] is None
 
 
 def test_every_paper_scenario_is_in_the_reproduce_table_and_the_report_has_a_row_each():
