@@ -31,14 +31,15 @@ The emulation (one :class:`PauseAgent` thread per fabric, every :data:`PERIOD_S`
 
 How it differs from 802.1Qbb: PFC accounts the buffer per *ingress* port and pauses that port's
 neighbour only; the agent watches *egress* queues and pauses every port that fed the queue since
-it last looked (an upper bound on the ports that did: the same queues fill, the same links are
+it was last empty (an upper bound on the ports that did: the same queues fill, the same links are
 paused, sooner or later by a few packets). A PAUSE frame takes a link's propagation delay; the
 agent reacts within its period plus a ``tc`` call (about 3 ms here): at the lab's rates (a
 packet every 1-10 ms on a port) that is the microseconds PFC has at 400 Gb/s. The headroom (what
-arrives between XOFF and the pause taking hold) is held by the real queue, whose pfifo is
-``HEADROOM_FACTOR`` (controller/queues.py) times the queue limit deep on lossless ports; packets the agent is too slow
-for would be dropped there, silently, and the soak of the suite checks none were lost. Only the
-linux data plane has it so far: on bmv2 the RoCE baseline runs lossy.
+arrives between XOFF and the pause taking hold) is held by the real queue, whose tbf holds
+``HEADROOM_FACTOR`` (controller/queues.py) times the queue limit on lossless ports; packets the
+agent is too slow for would be dropped there, silently (tests/test_pfc.py checks every message of
+its incast arrived intact). Only the linux data plane has it so far: on bmv2 the RoCE baseline
+runs lossy.
 """
 
 from __future__ import annotations
