@@ -11,15 +11,13 @@ COMPRESS_TO_S = 14.0
 
 
 @pytest.mark.parametrize("name", ["ecn-load-balancing", "incast"])
-def test_a_congestion_scenario_gets_the_same_verdicts_on_bmv2_and_linux(name, tmp_path, no_leftovers):
-    from mrclab.experiments import runner
-
+def test_a_congestion_scenario_gets_the_same_verdicts_on_bmv2_and_linux(name, tmp_path, no_leftovers, decided_run):
     for dp in ("bmv2", "linux"):
         if why := missing_features(dp).get("congestion"):
             pytest.skip(f"{dp} has no switch queues here: {why}")
     verdicts = {}
     for dp in ("bmv2", "linux"):
-        m = runner.run(load_scenario(name, duration_s=COMPRESS_TO_S, dataplane=dp), tmp_path / dp, live=False)
+        m, _, _ = decided_run(load_scenario(name, duration_s=COMPRESS_TO_S, dataplane=dp), tmp_path / dp)
         verdicts[dp] = {v["expectation"]: v["passed"] for v in m["expectations"]}
         assert m["switch_ports"]["marked"] + m["switch_ports"]["trimmed"] > 0, f"{dp}: the switches never reacted"
     assert verdicts["bmv2"] == verdicts["linux"]

@@ -51,7 +51,7 @@ def _scenario_spec():
 
 
 @pytest.mark.root
-def test_pauses_spread_hop_by_hop_and_nothing_is_dropped(tmp_path, no_leftovers):
+def test_pauses_spread_hop_by_hop_and_nothing_is_dropped(tmp_path, no_leftovers, decided_run):
     from mrclab.controller.fabric import missing_features
     from mrclab.experiments import runner
 
@@ -59,7 +59,7 @@ def test_pauses_spread_hop_by_hop_and_nothing_is_dropped(tmp_path, no_leftovers)
         pytest.skip(f"the linux data plane has no switch queues here: {why}")
     lossy, d_lossy = runner.run_with_data(_scenario(tmp_path, False), tmp_path / "lossy", live=False)
     assert lossy["switch_ports"]["queue_full"] > 0, "without PFC the incast never overflowed: no test"
-    m, d = runner.run_with_data(_scenario(tmp_path, True), tmp_path / "pfc", live=False)
+    m, d, _ = decided_run(_scenario(tmp_path, True), tmp_path / "pfc", with_data=True)
     assert m["switch_ports"]["queue_full"] == 0, m["switch_ports"]
     assert m["passed"], m["expectations"]  # every message intact
     plan = AddressPlan(load_scenario(tmp_path / "pfc-True.yaml").spec)

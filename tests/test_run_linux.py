@@ -11,9 +11,9 @@ from mrclab.experiments.scenario import load_scenario
 pytestmark = pytest.mark.root
 
 
-def test_quickstart_runs_meets_its_expectations_and_writes_its_results(tmp_path, no_leftovers):
+def test_quickstart_runs_meets_its_expectations_and_writes_its_results(tmp_path, no_leftovers, decided_run):
     scn = load_scenario(None, duration_s=12, dataplane="linux")
-    m = runner.run(scn, tmp_path, live=False)
+    m, _, tmp_path = decided_run(scn, tmp_path)
     for f in ("scenario.yaml", "fabric.yaml", "metrics.json", "timeseries.csv", "events.csv", "goodput.png",
               "ev_state.png"):
         assert (tmp_path / f).stat().st_size > 0, f

@@ -127,20 +127,18 @@ def _cases():
 
 @pytest.mark.parametrize("name,dp,off", _cases())
 def test_scenario_passes_as_shipped_and_fails_with_each_mechanism_it_demonstrates_off(name, dp, off, tmp_path,
-                                                                                         no_leftovers):
-    from mrclab.experiments import runner
-
+                                                                                         no_leftovers, decided_run):
     scn = load_scenario(name, duration_s=load_scenario(name).quick_s, dataplane=dp,
                         settings={off: False} if off else None)
-    m = runner.run(scn, tmp_path, live=False)
+    m, _, out = decided_run(scn, tmp_path)
     failed = [v["expectation"] for v in m["expectations"] if v["passed"] is False]
     # what the run wrote: its scenario, metrics, series, events and plots; switch queues where it congests
     written = {"scenario.yaml", "metrics.json", "timeseries.csv", "events.csv", "goodput.png", "ev_state.png"}
     if "congestion" in scn.needs:
         written |= {"switches.csv", "queues.png"}
         assert m["switch_ports"]["marked"] + m["switch_ports"]["trimmed"] + m["switch_ports"]["queue_full"] > 0
-    assert written <= {f.name for f in tmp_path.iterdir() if f.stat().st_size > 0}
+    assert written <= {f.name for f in out.iterdir() if f.stat().st_size > 0}
     if off is None:
-        assert m["passed"], f"{name} as shipped failed: {failed}"
+        assert m["passed"] and not m["void"], f"{name} as shipped failed: {failed}"
     else:
         assert not m["passed"], f"{name} with {off} off still passed every expectation"
