@@ -59,7 +59,7 @@ def test_pauses_spread_hop_by_hop_and_nothing_is_dropped(tmp_path, no_leftovers,
         pytest.skip(f"the linux data plane has no switch queues here: {why}")
     lossy, d_lossy = runner.run_with_data(_scenario(tmp_path, False), tmp_path / "lossy", live=False)
     assert lossy["switch_ports"]["queue_full"] > 0, "without PFC the incast never overflowed: no test"
-    m, d, _ = decided_run(_scenario(tmp_path, True), tmp_path / "pfc", with_data=True)
+    m, d, out = decided_run(_scenario(tmp_path, True), tmp_path / "pfc", with_data=True)
     assert m["switch_ports"]["queue_full"] == 0, m["switch_ports"]
     assert m["passed"], m["expectations"]  # every message intact
     plan = AddressPlan(load_scenario(tmp_path / "pfc-True.yaml").spec)
@@ -74,5 +74,5 @@ def test_pauses_spread_hop_by_hop_and_nothing_is_dropped(tmp_path, no_leftovers,
     # (an htb class paused through its own rate kept one: the flows through it stopped for good)
     for qp, g in d.qp_goodput_mbps().items():
         assert sum(g[-20:]) > 0, f"{qp} delivered nothing in the last 2 s"
-    written = (tmp_path / "pfc" / "switches.csv").read_text().splitlines()
+    written = (out / "switches.csv").read_text().splitlines()
     assert written[0].endswith("pauses,pause_s")
