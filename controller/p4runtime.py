@@ -21,6 +21,7 @@ from mrclab.controller.routeplan import SwitchEntries
 from mrclab.topologies.errors import RunFailed
 from p4.config.v1 import p4info_pb2
 from p4.v1 import p4runtime_pb2
+from p4runtime_sh import p4runtime as _p4rt
 from p4runtime_sh.p4runtime import P4RuntimeClient, P4RuntimeException, P4RuntimeWriteException
 
 BATCH = 500  # updates per WriteRequest
@@ -28,6 +29,24 @@ BATCH = 500  # updates per WriteRequest
 MAX_PORTS = 64
 ELECTION_ID = (0, 1)
 DROP_REASONS = ("not_ipv6", "no_route", "hop_limit", "blackhole", "gray_loss", "queue_full")  # p4src/mrclab.p4 DROP_*
+
+
+def _next_error(self):
+    """p4runtime-shell 0.0.6's ``P4RuntimeErrorIterator.__next__`` skips an update that succeeded
+    (``canonical_code`` OK) without moving past it, so a batch with one refused update after an
+    accepted one loops for ever while building the exception (seen: a whole ``mrclab reproduce``
+    hung in it). The same iteration, moving on."""
+    while self.idx < len(self.errors):
+        p4_error = p4runtime_pb2.Error()
+        if not self.errors[self.idx].Unpack(p4_error):
+            raise _p4rt.P4RuntimeErrorFormatException("Cannot convert Any message to p4.Error")
+        self.idx += 1
+        if p4_error.canonical_code != 0:  # google.rpc.Code OK
+            return self.idx - 1, p4_error
+    raise StopIteration
+
+
+_p4rt.P4RuntimeErrorIterator.__next__ = _next_error
 
 
 class _WithoutP4RuntimeShell(logging.Filter):
