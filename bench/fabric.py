@@ -156,7 +156,7 @@ def bulk_entries_bmv2(fab: Fabric, switch: str = "t1-0-0") -> float:
     base = int(ipaddress.IPv6Address("fcbb:bb00:f000::"))
     ents = [DesiredEntry(EntryKey("routing", (((base >> 80) + i, 48),)), "forward",
                          (("port", 1), ("src_mac", 0x02), ("dst_mac", 0x04), ("ecn_k", 8), ("trim_t", 16),
-                          ("q_limit", 32))) for i in range(N_BULK)]
+                          ("q_limit", 32), ("lossless", 0))) for i in range(N_BULK)]
     sw = fab.p4[switch]
     t = time.monotonic()
     sw.insert(ents)

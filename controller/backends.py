@@ -59,7 +59,7 @@ class LinuxFaults:
 
 class Bmv2Faults:
     """How the bmv2 data plane realises faults: host interfaces, per-port drop entries, the
-    ``fault_ctl`` blackhole, and killing / restarting the switch process."""
+    blackhole (the fault mode in ``my_sid``), and killing / restarting the switch process."""
 
     fresh_on_restart = True
 
@@ -89,7 +89,7 @@ class Bmv2Faults:
             node.kill()
 
     def set_blackhole(self, switch: str, on: bool) -> None:
-        """Set or clear the ``blackhole`` default action of ``switch``'s ``fault_ctl`` table."""
+        """Set or clear the blackhole mode of ``switch`` (its ``my_sid`` entry and default action)."""
         self.fab.p4[switch].set_blackhole(on)
 
     def settle(self, now) -> None:

@@ -27,7 +27,7 @@ from concurrent.futures import ThreadPoolExecutor
 from mrclab.controller import bpf, seg6, thrift
 from mrclab.controller.backends import Bmv2Faults, LinuxFaults
 from mrclab.controller.bpf import PortConfig, SwitchBpf, htb_lines
-from mrclab.controller.pfc import PauseAgent
+from mrclab.controller.pfc import PauseAgent, lever_lines
 from mrclab.controller.compiler import compile_p4
 from mrclab.controller.faults import FaultInjector
 from mrclab.controller.p4runtime import MAX_PORTS, P4Info, P4Switch
@@ -99,7 +99,7 @@ class Fabric:
                              thrift_port=THRIFT_PORT if self.congestion else None, switch_queues=self.congestion)
         self.thrift: dict = {}  # switch -> SwitchThrift (bmv2 with queues)
         self.bpf: dict = {}  # switch -> SwitchBpf (linux with queues)
-        self.pfc: PauseAgent | None = None  # linux with lossless (PFC) queues
+        self.pfc: PauseAgent | None = None  # with lossless (PFC) queues
         #: (switch, port) -> gray loss in force (linux; bmv2 keeps it in its table entries)
         self.port_loss_now: dict[tuple[str, int], float] = {}
         self.p4: dict = {}  # switch -> P4Switch (bmv2)
@@ -189,6 +189,8 @@ class Fabric:
             self.progress(f"setting {len(self.queues)} ports' egress queues over Thrift")
             for sw in self.p4:
                 self._set_queues(sw)
+            if any(q.lossless for q in self.queues.values()):
+                self._start_pfc(lever_lines(self))
             self.timings["queues_s"] = time.monotonic() - t
 
     def _start_linux_queues(self, obj) -> None:
@@ -208,10 +210,22 @@ class Fabric:
             for port in ports:
                 self.bpf[sw].configure(f"{sw}-eth{port}", self.port_config(sw, port))
         if any(q.lossless for q in self.queues.values()):
-            self.pfc = PauseAgent(self)
-            self.pfc.start()
-            self.progress(f"PFC: pause agent on {len(self.pfc.watched)} lossless ports")
+            self._start_pfc([])
         self.timings["queues_s"] = time.monotonic() - t
+
+    def _start_pfc(self, levers: list[tuple[str, str]]) -> None:
+        """Install the pause levers (bmv2: (namespace, tc line) each) and start the pause agent."""
+        by_ns: dict[str, list[str]] = {}
+        for ns, line in levers:
+            by_ns.setdefault(ns, []).append(line)
+        for ns, lines in by_ns.items():
+            try:
+                kernel.tc_batch(ns, lines)
+            except kernel.KernelError as e:
+                raise FabricError(f"{ns}: tc refused the PFC pause levers: {e}") from None
+        self.pfc = PauseAgent(self)
+        self.pfc.start()
+        self.progress(f"PFC: pause agent on {len(self.pfc.watched)} lossless ports")
 
     def port_config(self, switch: str, port: int) -> PortConfig:
         """The tc eBPF program's settings for one port (linux): its queue plan and gray loss."""
@@ -242,6 +256,8 @@ class Fabric:
             self._thread = None
         if self.pfc is not None:
             self.pfc.stop()
+            if self.pfc.errors:  # a turn that failed is retried the next, but say it happened
+                self.progress(f"PFC: {len(self.pfc.errors)} pause agent turns failed; first: {self.pfc.errors[0]}")
             self.pfc = None
         for s in self.p4.values():
             s.close()
@@ -369,9 +385,12 @@ class Fabric:
                 qocc = th.register("qocc")
                 cnt = self.p4[sw].port_counters()
                 for port, q in self.port_queues(sw).items():
-                    out.append({"switch": sw, "port": port, "peer": q.peer, "queue": qocc[port] if port < len(qocc) else 0,
-                                "marked": cnt["marked"].get(port, 0), "trimmed": cnt["trimmed"].get(port, 0),
-                                "queue_full": cnt["queue_full"].get(port, 0)})
+                    row = {"switch": sw, "port": port, "peer": q.peer, "queue": qocc[port] if port < len(qocc) else 0,
+                           "marked": cnt["marked"].get(port, 0), "trimmed": cnt["trimmed"].get(port, 0),
+                           "queue_full": cnt["queue_full"].get(port, 0)}
+                    if q.lossless:
+                        row["pauses"], row["pause_s"] = paused.get((sw, port), (0, 0.0))
+                    out.append(row)
         return out
 
     def netns(self, node: str) -> str:

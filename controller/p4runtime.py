@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import google.protobuf.text_format
-from mrclab.controller.queues import PortQueue
+from mrclab.controller.queues import QUEUE_SLACK, PortQueue
 from mrclab.controller.routeplan import SwitchEntries
 from mrclab.topologies.errors import RunFailed
 from p4.config.v1 import p4info_pb2
@@ -129,12 +129,20 @@ class DesiredEntry:
     params: tuple[tuple[str, int], ...]
 
 
-def desired_entries(entries: SwitchEntries, queues: Mapping[int, PortQueue] | None = None) -> list[DesiredEntry]:
-    """The route plan of one switch in P4 terms (``my_sid`` + ``routing``); each route's
+#: The switch's fault mode -> the action of its ``my_sid`` entry and ``my_sid``'s default action
+#: (p4src/mrclab.p4, faults): healthy, some port with a ``port_fault`` entry, blackholed.
+MODE_ACTIONS = {"healthy": ("usid_shift", "NoAction"), "check": ("usid_shift_check", "check_ports"),
+                "blackhole": ("blackhole", "blackhole")}
+
+
+def desired_entries(entries: SwitchEntries, queues: Mapping[int, PortQueue] | None = None,
+                    mode: str = "healthy") -> list[DesiredEntry]:
+    """The route plan of one switch in P4 terms (``my_sid``, its action the fault ``mode``'s of
+    :data:`MODE_ACTIONS`, + ``routing``); each route's
     ``forward`` carries its egress port's thresholds from ``queues`` (port -> PortQueue; none: all 0,
-    no marking, trimming or limit)."""
+    no marking, trimming or limit) and whether it is lossless (PFC: then the limit is the headroom's)."""
     sid48 = int(entries.sid.network_address) >> 80  # block | uSID: the first 48 bits of the address
-    out = [DesiredEntry(EntryKey("my_sid", ((sid48, None),)), "usid_shift", ())]
+    out = [DesiredEntry(EntryKey("my_sid", ((sid48, None),)), MODE_ACTIONS[mode][0], ())]
     for r in entries.routes:
         if r.prefix.prefixlen > 48:
             raise P4RuntimeError(f"{entries.switch}: route {r.prefix} is longer than /48; uSID routing keys on block + uSID")
@@ -144,7 +152,12 @@ def desired_entries(entries: SwitchEntries, queues: Mapping[int, PortQueue] | No
                 EntryKey("routing", ((int(r.prefix.network_address) >> 80, r.prefix.prefixlen),)),
                 "forward",
                 (("port", r.port), ("src_mac", _mac(r.src_mac)), ("dst_mac", _mac(r.dst_mac)),
-                 ("ecn_k", q.ecn_k if q else 0), ("trim_t", q.trim_t if q else 0), ("q_limit", q.q_limit if q else 0)),
+                 ("ecn_k", q.ecn_k if q else 0), ("trim_t", q.trim_t if q else 0),
+                 # a lossless port drops only what overflows its headroom (counted, and before BMv2's
+                 # queue would drop it uncounted and leave qocc a packet high for good): the pause
+                 # agent holds its feeders long before
+                 ("q_limit", (q.depth - QUEUE_SLACK if q.lossless else q.q_limit) if q else 0),
+                 ("lossless", int(q.lossless) if q else 0)),
             )
         )
     return out
@@ -165,6 +178,13 @@ class P4Switch:
         self.queues = queues
         self.client: P4RuntimeClient | None = None
         self.blackholed = False  # what this session set; a pushed pipeline starts healthy
+        self.port_faulted = False  # some port has a port_fault entry
+        self._sid: EntryKey | None = None  # my_sid's entry, once the plan is applied
+
+    @property
+    def mode(self) -> str:
+        """The fault mode (:data:`MODE_ACTIONS`) this session set."""
+        return "blackhole" if self.blackholed else "check" if self.port_faulted else "healthy"
 
     # ---- session -----------------------------------------------------------------------------
     def connect(self) -> None:
@@ -198,7 +218,7 @@ class P4Switch:
             self._c().set_fwd_pipe_config(str(self.p4info.path), str(self.bmv2_json))
         except P4RuntimeException as e:
             raise P4RuntimeError(f"{self.name}: pipeline push refused: {e}") from None
-        self.blackholed = False
+        self.blackholed = self.port_faulted = False
 
     def has_pipeline(self) -> bool:
         """True when the switch answers with a pipeline that has tables (False after a restart, or
@@ -289,8 +309,10 @@ class P4Switch:
         self._write([U(type=U.DELETE, entity=p4runtime_pb2.Entity(table_entry=self._table_entry(k, False))) for k in keys])
 
     def apply(self, entries: SwitchEntries) -> int:
-        """Make the switch's tables equal the plan (a diff, not a wipe). Returns updates written."""
-        want = {d.key: d for d in desired_entries(entries, self.queues)}
+        """Make the switch's tables equal the plan, in the fault mode this session set (a diff, not a
+        wipe). Returns updates written."""
+        want = {d.key: d for d in desired_entries(entries, self.queues, self.mode)}
+        self._sid = next(k for k in want if k.table == "my_sid")
         have = self.read_entries(["my_sid", "routing"])
         U = p4runtime_pb2.Update
         updates = []
@@ -305,8 +327,9 @@ class P4Switch:
         return len(updates)
 
     def verify(self, entries: SwitchEntries) -> None:
-        """Raise :class:`P4RuntimeError` naming the differences unless read-back equals the plan."""
-        want = {d.key: d for d in desired_entries(entries, self.queues)}
+        """Raise :class:`P4RuntimeError` naming the differences unless read-back equals the plan (in
+        the fault mode this session set)."""
+        want = {d.key: d for d in desired_entries(entries, self.queues, self.mode)}
         have = self.read_entries(["my_sid", "routing"])
         if want != have:
             missing = [str(k) for k in want.keys() - have.keys()]
@@ -319,7 +342,7 @@ class P4Switch:
     def set_blackhole(self, on: bool) -> None:
         """Drop every packet before any lookup (on), or forward again (off)."""
         self.blackholed = on
-        self._write_fault_ctl(bool(self.read_entries(["port_fault"])))
+        self._write_mode(bool(self.read_entries(["port_fault"])))
 
     def set_port_loss(self, port: int, probability: float, salt: int = 0) -> None:
         """Drop packets leaving ``port`` with ``probability`` (0 removes the fault, 1 drops all), in
@@ -332,22 +355,28 @@ class P4Switch:
         if probability == 0.0:
             if key in have:
                 self._write([U(type=U.DELETE, entity=p4runtime_pb2.Entity(table_entry=self._table_entry(key, False)))])
-            self._write_fault_ctl(bool(have.keys() - {key}))
+            self._write_mode(bool(have.keys() - {key}))
             return
         # the threshold is compared with a 16-bit draw (0..65535): 65536 drops every packet
         d = DesiredEntry(key, "gray_loss", (("threshold", round(probability * 65536)), ("salt", salt & 0xFFFFFFFF)))
         kind = U.MODIFY if key in have else U.INSERT
         self._write([U(type=kind, entity=p4runtime_pb2.Entity(table_entry=self._table_entry(d)))])
-        self._write_fault_ctl(True)
+        self._write_mode(True)
 
-    def _write_fault_ctl(self, port_faults: bool) -> None:
-        """The default action of ``fault_ctl``: ``blackhole``, else ``check_ports`` while any port
-        has a ``port_fault`` entry, else ``NoAction`` (healthy packets skip the port_fault lookup)."""
-        action = "blackhole" if self.blackholed else "check_ports" if port_faults else "NoAction"
-        te = p4runtime_pb2.TableEntry(table_id=self.p4info.table("fault_ctl").preamble.id, is_default_action=True)
-        self._set_action(te.action.action, action, {})
+    def _write_mode(self, port_faults: bool) -> None:
+        """Write the fault mode (blackhole, else ``check`` while any port has a ``port_fault``
+        entry, else healthy: its packets skip the port_fault lookup) into ``my_sid``: its entry's
+        action and its default action (:data:`MODE_ACTIONS`), in one request."""
+        self.port_faulted = port_faults
+        entry_action, default_action = MODE_ACTIONS[self.mode]
+        te = p4runtime_pb2.TableEntry(table_id=self.p4info.table("my_sid").preamble.id, is_default_action=True)
+        self._set_action(te.action.action, default_action, {})
         U = p4runtime_pb2.Update
-        self._write([U(type=U.MODIFY, entity=p4runtime_pb2.Entity(table_entry=te))])
+        updates = [U(type=U.MODIFY, entity=p4runtime_pb2.Entity(table_entry=te))]
+        if self._sid is not None:
+            d = DesiredEntry(self._sid, entry_action, ())
+            updates.append(U(type=U.MODIFY, entity=p4runtime_pb2.Entity(table_entry=self._table_entry(d))))
+        self._write(updates)
 
     def read_counter(self, name: str) -> dict[int, int]:
         """Index -> packet count of every non-zero cell of counter ``name``."""

@@ -1,5 +1,5 @@
-"""Priority flow control for the RoCE baseline's lossless class, on the linux data plane: a pause
-agent in the controller that watches every lossless port's queue and pauses the ports that feed it.
+"""Priority flow control for the RoCE baseline's lossless class, on both data planes: a pause agent
+in the controller that watches every lossless port's queue and pauses the ports that feed it.
 
 The paper's RoCE runs on a lossless fabric (IEEE 802.1Qbb PFC): a switch whose buffer for traffic
 that came in on a port passes XOFF sends that port's upstream neighbour a PAUSE for the priority,
@@ -9,10 +9,14 @@ shares any paused link with the congestion waits behind it (the victim of the pa
 
 The emulation (one :class:`PauseAgent` thread per fabric, every :data:`PERIOD_S`):
 
-* **What is watched.** Each lossless switch port's low-priority queue (the tc eBPF program's
-  virtual queue, drained up to now at the port's rate, bpfsrc/port_queue.bpf.c): the program
-  drops nothing for a full queue there, and records which ports of the switch fed it since the
-  agent last looked (``pfc.feeds``).
+* **What is watched.** Each lossless switch port's low-priority queue. Linux: the tc eBPF
+  program's virtual queue, drained up to now at the port's rate (bpfsrc/port_queue.bpf.c), which
+  drops nothing for a full queue there and records which ports of the switch fed it since the
+  agent last looked (``pfc.feeds``). bmv2: the ``qocc`` register (packets in BMv2's low-priority
+  egress queue, p4src/mrclab.p4) plus what the port's pause lever holds (below), and the
+  ``pfc_feeds`` register (bit n: port n fed the queue since it was last empty), both read over
+  BMv2's Thrift runtime, one call per register and switch a turn; a lossless route's ``q_limit``
+  is the end of its headroom, so the program drops (and counts) only what overflows that.
 * **XOFF.** A queue at or above ``xoff`` packets pauses every port that fed it: the upstream
   neighbour's egress towards this switch. A switch's port is paused by setting its low class's
   tbf to :data:`PAUSED_RATE` (the real queue stops; trimmed and control packets, in the high class,
@@ -23,7 +27,22 @@ The emulation (one :class:`PauseAgent` thread per fabric, every :data:`PERIOD_S`
   lever is a tbf in both places (on a lossless switch port, the leaf of its low htb class): tbf
   starts afresh when its rate changes, where htb keeps the debt of a packet it charged at the
   paused rate (one frame at 8 bit/s: twenty minutes of silence after the pause ends; seen as a
-  victim flow that never recovered).
+  victim flow that never recovered). **bmv2** cannot pause its own queue: BMv2 stamps each packet
+  with its departure time when it is queued (include/bm/bm_sim/queueing.h, ``push_front``), so a
+  rate set to (nearly) zero stops neither the packets already queued nor the debt of those queued
+  meanwhile, and a rate of 0 means unlimited. The lever is a tbf on the switch's wire instead
+  (root qdisc of ``<switch>-eth<port>``, every port that faces a switch): open at
+  :data:`OPEN_FACTOR` times the port's rate (BMv2's two priority queues are shaped apart, so its
+  port can send up to twice the rate; the tbf never holds a packet while open), at
+  :data:`PAUSED_RATE` while paused. BMv2's queue keeps draining into the paused tbf, so that port's
+  depth is ``qocc`` plus the tbf's backlog (read over netlink), and pauses spread as on linux. The
+  tbf holds both priorities: a paused bmv2 port holds RoCE's ACKs, NACKs and CNPs too, where PFC
+  pauses the data priority only (the linux lever pauses the low class alone). A root tbf sets its
+  timer for its head packet at the paused rate (minutes away) and a rate change does not reset
+  it: a resumed lever with nothing new to send stayed stuck (seen: a flow stopped for good). So
+  the agent sends one PFC frame through a resumed lever (:data:`KICK_FRAME`, MAC Control, zero
+  quanta: XON), which makes the kernel dequeue; the next switch's MAC consumes it (p4src/mrclab.p4
+  drops MAC Control frames uncounted).
 * **XON.** Once the queue is at or below ``xon`` packets, the ports it paused resume (a port paused
   by several queues resumes when the last of them releases it).
 * **Counters.** Per paused port: pauses received and time spent paused (``pauses``, ``pause_s``;
@@ -38,17 +57,22 @@ packet every 1-10 ms on a port) that is the microseconds PFC has at 400 Gb/s. Th
 arrives between XOFF and the pause taking hold) is held by the real queue, whose tbf holds
 ``HEADROOM_FACTOR`` (controller/queues.py) times the queue limit on lossless ports; packets the
 agent is too slow for would be dropped there, silently (tests/test_pfc.py checks every message of
-its incast arrived intact). Only the linux data plane has it so far: on bmv2 the RoCE baseline
-runs lossy.
+its incast arrived intact). On bmv2 a turn costs a Thrift call per register and switch (about
+0.3 ms each) and a netlink read per port ever paused: about 10 ms for 16 switches, a packet time at
+bmv2's rates.
 """
 
 from __future__ import annotations
 
+import socket
 import threading
 import time
 from dataclasses import dataclass
 
 from mrclab.controller.bpf import tbf_leaf
+from pyroute2 import IPRoute
+from pyroute2 import netns as pr_netns
+from mrclab.controller.thrift import QOCC_REGISTER, SwitchThrift, ThriftError
 from mrclab.topologies import kernel
 from mrclab.topologies.spec import is_host
 
@@ -56,6 +80,14 @@ from mrclab.topologies.spec import is_host
 PERIOD_S = 0.001
 #: A paused port's rate: htb and tbf need a rate above 0; one frame takes minutes at this one.
 PAUSED_RATE = "8bit"
+#: bmv2: a PFC frame (IEEE 802.1Qbb: MAC Control ethertype 0x8808, opcode 0x0101, priority 0
+#: enabled, zero quanta: XON), padded to the 60-byte minimum, sent through a resumed lever.
+KICK_FRAME = (bytes.fromhex("0180c2000001" "020000000000" "8808" "0101" "0001") + bytes(16)).ljust(60, b"\0")
+#: bmv2: the register of which ports fed each lossless queue (p4src/mrclab.p4).
+FEEDS_REGISTER = "pfc_feeds"
+#: bmv2: an open lever's rate, in times the port's rate (BMv2's two priority queues, each shaped at
+#: the port's rate, can send twice it between them).
+OPEN_FACTOR = 2
 
 
 @dataclass
@@ -75,7 +107,7 @@ class PauseCounter:
 
 
 class PauseAgent:
-    """Pauses and resumes ports of a running linux fabric ``fab`` (controller.fabric.Fabric) as its
+    """Pauses and resumes ports of a running fabric ``fab`` (controller.fabric.Fabric) as its
     lossless queues pass XOFF and fall to XON (module docstring). ``start`` runs it in a thread of
     its own; ``stop`` resumes every port it paused."""
 
@@ -92,6 +124,7 @@ class PauseAgent:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.errors: list[str] = []
+        self.side = Bmv2Side(fab) if fab.dataplane == "bmv2" else LinuxSide(fab)
 
     def start(self) -> None:
         """Run the agent in a daemon thread."""
@@ -106,6 +139,7 @@ class PauseAgent:
             self._thread = None
         for key in list(self._held):
             self._release(key)
+        self.side.close()
 
     def _loop(self) -> None:
         while not self._stop.wait(self.period_s):
@@ -117,15 +151,15 @@ class PauseAgent:
     def step(self) -> None:
         """One look at every lossless queue: pause the feeders of those at or above XOFF, resume
         those of queues at or below XON."""
+        self.side.begin()
         for sw, port in self.watched:
-            prog = self.fab.bpf.get(sw)
-            if prog is None:
-                continue
-            q = self.fab.queues[(sw, port)]
-            intf = f"{sw}-eth{port}"
-            depth = prog.queue_now(intf, q.rate_pps)
             key = (sw, port)
-            fed = self._fed[key] = self._fed.get(key, 0) | prog.pfc_feeds(intf)
+            look = self.side.look(sw, port, key in self.counters)
+            if look is None:  # the switch is down or not answering: the next turn will do
+                continue
+            q = self.fab.queues[key]
+            depth, feeds = look
+            fed = self._fed[key] = self._fed.get(key, 0) | feeds
             if key in self._held and depth <= q.xon:
                 self._release(key)
             elif depth >= q.xoff or key in self._held:
@@ -179,17 +213,154 @@ class PauseAgent:
             rate = PAUSED_RATE if paused else f"{mbps}mbit"
             line = f"qdisc change dev {intf} root tbf rate {rate} burst {burst} limit {link.queue_packets * 1500}"
         else:
-            intf = f"{node}-eth{port}"
-            q = self.fab.queues[(node, port)]
-            line = f"qdisc change dev {intf} parent 1:20 handle 20: {tbf_leaf(None if paused else q.rate_mbps, q.depth)}"
-            # the virtual queue holds (or drains again) with the real one
-            self.fab.bpf[node].set_paused(intf, paused)
+            line = self.side.lever(node, port, paused)
         try:
             kernel.tc_batch(self.fab.emu.netns(node), [line])
-        except kernel.KernelError as e:
+            if not paused:
+                self.side.resumed(node, intf if is_host(node) else f"{node}-eth{port}")
+        except (kernel.KernelError, OSError) as e:
             self.errors.append(str(e))
 
     def samples(self) -> dict[tuple[str, int], tuple[int, float]]:
         """(node, port) -> (pauses received, seconds paused so far) of every port ever paused."""
         now = time.monotonic()
         return {k: (c.pauses, round(c.total_s(now), 4)) for k, c in self.counters.items()}
+
+
+class LinuxSide:
+    """The linux plane's switches as the agent sees them: the tc eBPF program's maps, and the tbf
+    leaf of a port's low htb class as the lever (module docstring)."""
+
+    def __init__(self, fab) -> None:
+        """The linux side of running fabric ``fab``."""
+        self.fab = fab
+
+    def begin(self) -> None:
+        """Nothing to read ahead: each port's state is one map lookup."""
+
+    def look(self, sw: str, port: int, ever_paused: bool) -> tuple[int, int] | None:
+        """(packets in ``sw``'s ``port`` low-priority queue now, ports that fed it since the last
+        look as a bit mask), or None when the switch has no program."""
+        prog = self.fab.bpf.get(sw)
+        if prog is None:
+            return None
+        intf = f"{sw}-eth{port}"
+        return prog.queue_now(intf, self.fab.queues[(sw, port)].rate_pps), prog.pfc_feeds(intf)
+
+    def lever(self, sw: str, port: int, paused: bool) -> str:
+        """The tc line that pauses or restarts ``sw``'s ``port`` (and its virtual queue with it)."""
+        intf = f"{sw}-eth{port}"
+        q = self.fab.queues[(sw, port)]
+        self.fab.bpf[sw].set_paused(intf, paused)  # the virtual queue holds (or drains again) with the real one
+        return f"qdisc change dev {intf} parent 1:20 handle 20: {tbf_leaf(None if paused else q.rate_mbps, q.depth)}"
+
+    def resumed(self, node: str, intf: str) -> None:
+        """Nothing to do: htb polls its leaf again."""
+
+    def close(self) -> None:
+        """Nothing held."""
+
+
+def lever_lines(fab) -> list[tuple[str, str]]:
+    """bmv2: (namespace, tc line) installing the open lever on every switch port that faces a
+    switch (a port a pause can stop: what faces a host feeds no switch queue)."""
+    out = []
+    for (sw, port), q in sorted(fab.queues.items()):
+        if q.lossless and not is_host(q.peer):
+            out.append((fab.emu.netns(sw), f"qdisc replace dev {sw}-eth{port} root "
+                                           f"{tbf_leaf(OPEN_FACTOR * q.rate_mbps, q.depth)}"))
+    return out
+
+
+class Bmv2Side:
+    """The bmv2 plane's switches as the agent sees them: ``qocc`` and ``pfc_feeds`` over Thrift
+    sessions of its own (the fabric's are the samplers'), a paused lever's backlog over netlink,
+    and a tbf on the switch's wire as the lever (module docstring)."""
+
+    def __init__(self, fab) -> None:
+        """The bmv2 side of running fabric ``fab``: sessions and sockets open at first use."""
+        self.fab = fab
+        self.switches = sorted({sw for (sw, _p), q in fab.queues.items() if q.lossless})
+        self._thrift: dict = {}  # switch -> SwitchThrift
+        self._netlink: dict = {}  # switch -> IPRoute inside its namespace
+        self._ifindex: dict[tuple[str, int], int] = {}
+        self._regs: dict[str, tuple[list[int], list[int]]] = {}
+        self._kick: dict[tuple[str, str], socket.socket] = {}  # (node, interface) -> AF_PACKET socket
+
+    def begin(self) -> None:
+        """Read every live lossless switch's ``qocc`` and ``pfc_feeds`` (a switch that does not
+        answer is left out this turn, its session dropped: a restarted switch gets a new one)."""
+        self._regs.clear()
+        for sw in self.switches:
+            if not self.fab.faults.applied.alive[sw]:
+                self._drop(sw)
+                continue
+            try:
+                th = self._thrift.get(sw) or self._thrift.setdefault(sw, SwitchThrift(sw, self.fab.emu.netns(sw)))
+                self._regs[sw] = (th.register(QOCC_REGISTER), th.register(FEEDS_REGISTER))
+            except ThriftError:
+                self._drop(sw)
+
+    def _drop(self, sw: str) -> None:
+        th = self._thrift.pop(sw, None)
+        if th is not None:
+            th.close()
+
+    def look(self, sw: str, port: int, ever_paused: bool) -> tuple[int, int] | None:
+        """(packets queued for ``sw``'s ``port``: BMv2's queue plus, for a port ever paused, its
+        lever's backlog; ports that fed the queue since it was last empty), or None this turn."""
+        regs = self._regs.get(sw)
+        if regs is None:
+            return None
+        qocc, feeds = regs
+        depth = qocc[port] if port < len(qocc) else 0
+        if ever_paused:
+            depth += self.backlog(sw, port)
+        return depth, feeds[port] if port < len(feeds) else 0
+
+    def backlog(self, sw: str, port: int) -> int:
+        """Packets ``sw``'s lever on ``port`` holds (its tbf's queue length)."""
+        ipr = self._netlink.get(sw)
+        if ipr is None:
+            pr_netns.pushns(self.fab.emu.netns(sw))
+            try:
+                ipr = self._netlink[sw] = IPRoute()
+            finally:
+                pr_netns.popns()
+        idx = self._ifindex.get((sw, port))
+        if idx is None:
+            idx = self._ifindex[(sw, port)] = ipr.link_lookup(ifname=f"{sw}-eth{port}")[0]
+        for msg in ipr.get_qdiscs(index=idx):
+            if msg.get_attr("TCA_KIND") == "tbf":
+                return int(msg.get_attr("TCA_STATS2").get_attr("TCA_STATS_QUEUE")["qlen"])
+        return 0
+
+    def lever(self, sw: str, port: int, paused: bool) -> str:
+        """The tc line that pauses or reopens the tbf on ``sw``'s wire out of ``port``."""
+        q = self.fab.queues[(sw, port)]
+        rate = None if paused else OPEN_FACTOR * q.rate_mbps
+        return f"qdisc change dev {sw}-eth{port} root {tbf_leaf(rate, q.depth)}"
+
+    def resumed(self, node: str, intf: str) -> None:
+        """Wake the lever on ``node``'s ``intf`` with :data:`KICK_FRAME` (module docstring)."""
+        sock = self._kick.get((node, intf))
+        if sock is None:
+            pr_netns.pushns(self.fab.emu.netns(node))
+            try:
+                sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+                sock.bind((intf, 0))
+            finally:
+                pr_netns.popns()
+            self._kick[(node, intf)] = sock
+        sock.send(KICK_FRAME)
+
+    def close(self) -> None:
+        """Close the Thrift sessions, netlink and packet sockets."""
+        for sw in list(self._thrift):
+            self._drop(sw)
+        for ipr in self._netlink.values():
+            ipr.close()
+        self._netlink.clear()
+        for sock in self._kick.values():
+            sock.close()
+        self._kick.clear()

@@ -19,7 +19,7 @@ so a port passing both can exceed its rate by its headers' share: small, and onl
 
 PFC (``pfc: true``; RoCE runs only: the paper runs MRC lossy and RoCE over PFC): every port's
 low-priority class is lossless (``lossless``): nothing is dropped for a full queue; at ``xoff``
-packets (default ``q_limit / 2``) the pause agent (controller/pfc.py, linux data plane) pauses the
+packets (default ``q_limit / 2``) the pause agent (controller/pfc.py) pauses the
 ports that feed it, at ``xon`` (default ``xoff / 2``) it lets them go. The real queue behind a
 lossless port is :data:`HEADROOM_FACTOR` times ``q_limit`` deep: the headroom for what arrives
 between XOFF and the pause taking hold.

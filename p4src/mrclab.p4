@@ -11,10 +11,14 @@
  *             -> egress port, MAC rewrite, hop limit - 1. Miss -> drop (NO_ROUTE).
  *             "No match on either: drop and count" (docs/mrc.md, SRv6 uN forwarding).
  *   hop limit a packet arriving with hop limit <= 1 is dropped (HOP_LIMIT).
- *   faults    fault_ctl, a keyless table whose default action the controller sets: NoAction (a
- *             healthy switch), check_ports (some port has a port_fault entry: look it up) or
- *             blackhole (drop every packet before any lookup; the switch stays up and answers
- *             P4Runtime: the paper's section 5.1 T1 incident). port_fault: per egress port, drop
+ *   faults    the switch's fault mode rides in my_sid, the one table every packet meets first: its
+ *             entry's action (and its default action, for a packet addressed elsewhere) is
+ *             usid_shift / NoAction on a healthy switch, usid_shift_check / check_ports while some
+ *             port has a port_fault entry (look it up), blackhole / blackhole when the switch
+ *             drops everything before routing (it stays up and answers P4Runtime: the paper's
+ *             section 5.1 T1 incident). The controller rewrites both as faults come and go (a
+ *             keyless table of its own did this before: one table more for every packet).
+ *             port_fault: per egress port, drop
  *             with probability threshold / 65536 (gray; 65536: all). The draw is a per-port LCG
  *             (Numerical Recipes constants) XORed with a salt from the entry, so a run is
  *             repeatable for a given seed and packet order.
@@ -32,6 +36,12 @@
  *             every BTH opcode but the Writes) take the high-priority queue too, as a fabric's
  *             control traffic class: small, and never behind a data queue. Any other packet
  *             meeting q_limit or more is dropped (QUEUE_FULL). 0 turns either off.
+ *   PFC       a route whose port is lossless (`forward`'s lossless = 1; the controller sets its
+ *             q_limit to the headroom's end, far above PFC's XOFF) records which ingress port fed its
+ *             low-priority queue: bit n of `pfc_feeds[egress port]` for port n, set in ingress,
+ *             cleared in egress when the queue empties (so: the ports that fed it since it was
+ *             last empty). The controller's pause agent (controller/pfc.py) reads `qocc` and
+ *             `pfc_feeds` and pauses the feeders' upstream neighbours.
  *   ECN       in egress, an ECN-capable packet (ECT(0)/ECT(1) in the outer header) that joined its
  *             queue at ecn_k packets or more gets CE. The controller leaves ecn_k 0 on ports down
  *             to hosts: a mark means "this path is hotter", not "the receiver is busy".
@@ -42,7 +52,7 @@
  * Cost: BMv2 builds with logging macros (p4lang's packages, the default build) format every table
  * lookup's key and every hit's entry even when nothing is logged, so each table a packet meets is
  * the dearest thing in this program (an action called from a control's body is a table too). A
- * healthy switch's data packets meet three in ingress (fault_ctl, my_sid, routing: forward counts
+ * healthy switch's data packets meet two in ingress (my_sid, routing: forward counts
  * the packet into its queue, so a packet below the thresholds needs no other action) and one in
  * egress (dequeue_low, which also counts it sent); port_fault is looked up only while some port
  * has a fault. `mrclab bench fabric` measures it against a port-to-port program.
@@ -51,6 +61,9 @@
 #include <v1model.p4>
 
 const bit<16> ETHERTYPE_IPV6 = 0x86DD;
+/* IEEE 802.3 MAC Control (PFC frames): a MAC consumes them; dropped here uncounted. The pause
+ * agent sends one through a resumed bmv2 lever to wake its tbf (controller/pfc.py). */
+const bit<16> ETHERTYPE_MAC_CONTROL = 0x8808;
 const bit<8>  PROTO_IPV6     = 41;
 const bit<8>  PROTO_UDP      = 17;
 
@@ -81,6 +94,9 @@ const bit<32> MAX_PORTS = 64;
 
 /* Low-priority packets queued per egress port: shared by ingress (+1) and egress (-1). */
 register<bit<32>>(MAX_PORTS) qocc;
+/* PFC: per lossless egress port, bit n set when ingress port n fed its low-priority queue since
+ * the queue was last empty (ports below MAX_PORTS: 64 bits). */
+register<bit<64>>(MAX_PORTS) pfc_feeds;
 
 /* Headers keep as few fields as the program needs: each field is a BMv2 parser and deparser step
  * (measured with `mrclab bench fabric`: 10 fields fewer, 9,200 -> 10,000 pps through the path). */
@@ -136,7 +152,7 @@ struct headers_t {
 }
 
 struct metadata_t {
-    bit<1>  check_ports;     /* fault_ctl: some port has a port_fault entry */
+    bit<1>  check_ports;     /* my_sid: some port has a port_fault entry */
     bit<1>  dropped;         /* an earlier step dropped the packet */
     bit<1>  counted;         /* the packet holds a place in its port's qocc count */
     bit<32> gray_draw;       /* this packet's draw, 0..65535 */
@@ -145,6 +161,7 @@ struct metadata_t {
     bit<32> ecn_k;           /* from forward: mark at or above (0: never) */
     bit<32> trim_t;          /* from forward: trim data at or above (0: never) */
     bit<32> q_limit;         /* from forward: drop at or above (0: never) */
+    bit<1>  lossless;        /* from forward: PFC's lossless class; record the feeder */
 }
 
 parser MrcParser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
@@ -215,22 +232,39 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         hdr.ipv6.dst_usids = hdr.ipv6.dst_usids << 16;
     }
 
+    /* uN while some port has a fault: the port_fault lookup follows routing. */
+    action usid_shift_check() {
+        hdr.ipv6.dst_sid[15:0] = hdr.ipv6.dst_usids[79:64];
+        hdr.ipv6.dst_usids = hdr.ipv6.dst_usids << 16;
+        meta.check_ports = 1;
+    }
+
+    action check_ports() {
+        meta.check_ports = 1;
+    }
+
+    action blackhole() {
+        drop_with(DROP_BLACKHOLE);
+    }
+
+    /* the switch's own SID, and its fault mode (see faults above) */
     table my_sid {
         key = { hdr.ipv6.dst_sid : exact @name("dst48"); }
-        actions = { usid_shift; NoAction; }
+        actions = { usid_shift; usid_shift_check; check_ports; blackhole; NoAction; }
         default_action = NoAction();
         size = 64;
     }
 
     /* The route names the egress port and that port's queue thresholds (packets). */
     action forward(bit<9> port, bit<48> src_mac, bit<48> dst_mac, bit<16> ecn_k, bit<16> trim_t,
-                   bit<16> q_limit) {
+                   bit<16> q_limit, bit<1> lossless) {
         std.egress_spec = port;
         hdr.ethernet.dst_src_addr = dst_mac ++ src_mac;
         hdr.ipv6.hop_limit = hdr.ipv6.hop_limit - 1;
         meta.ecn_k = (bit<32>) ecn_k;
         meta.trim_t = (bit<32>) trim_t;
         meta.q_limit = (bit<32>) q_limit;
+        meta.lossless = lossless;
         /* counted as joining the low-priority queue here, the common case, so that a data packet
          * below the thresholds meets no further action; undone where it does not join it */
         qocc.read(meta.occ, (bit<32>) port);
@@ -248,21 +282,6 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         actions = { forward; no_route; }
         default_action = no_route();
         size = 4096;
-    }
-
-    action blackhole() {
-        drop_with(DROP_BLACKHOLE);
-    }
-
-    action check_ports() {
-        meta.check_ports = 1;
-    }
-
-    table fault_ctl {
-        key = { }
-        actions = { NoAction; check_ports; blackhole; }
-        default_action = NoAction();
-        size = 1;
     }
 
     /* BMv2 has no conditionals inside actions: the action draws, the control decides. */
@@ -306,6 +325,13 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         drop_with(DROP_GRAY);
     }
 
+    /* PFC: this packet's ingress port fed its egress port's lossless queue. */
+    action note_feeder() {
+        bit<64> f;
+        pfc_feeds.read(f, (bit<32>) std.egress_spec);
+        pfc_feeds.write((bit<32>) std.egress_spec, f | ((bit<64>) 1 << (bit<8>) std.ingress_port));
+    }
+
     table port_fault {
         key = { std.egress_spec : exact @name("port"); }
         actions = { gray_loss; NoAction; }
@@ -315,14 +341,17 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
 
     apply {
         if (!hdr.ipv6.isValid()) {
-            drop_with(DROP_NOT_IPV6);
+            if (hdr.ethernet.ether_type == ETHERTYPE_MAC_CONTROL) {
+                mark_to_drop(std);
+            } else {
+                drop_with(DROP_NOT_IPV6);
+            }
         } else if (hdr.ipv6.hop_limit <= 1) {
             drop_with(DROP_HOP_LIMIT);
         } else {
-            switch (fault_ctl.apply().action_run) {
+            switch (my_sid.apply().action_run) {
                 blackhole: { }
                 default: {
-                    my_sid.apply();
                     switch (routing.apply().action_run) {
                         forward: {
                             if (meta.check_ports == 1) {
@@ -344,6 +373,9 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
                                 } else if (meta.q_limit != 0 && meta.occ >= meta.q_limit) {
                                     drop_queue_full();
                                 }  /* else it joins the low-priority queue, as forward counted it */
+                                if (meta.lossless == 1 && meta.counted == 1) {
+                                    note_feeder();
+                                }
                             }
                         }
                     }
@@ -359,10 +391,15 @@ control MrcEgress(inout headers_t hdr, inout metadata_t meta, inout standard_met
 
     /* Left the low-priority queue: one packet less in its port's count; counted as sent. */
     action dequeue_low() {
-        bit<32> n;
-        qocc.read(n, (bit<32>) std.egress_port);
-        qocc.write((bit<32>) std.egress_port, n - 1);
+        qocc.read(meta.occ, (bit<32>) std.egress_port);
+        meta.occ = meta.occ - 1;
+        qocc.write((bit<32>) std.egress_port, meta.occ);
         port_tx.count((bit<32>) std.egress_port);
+    }
+
+    /* PFC: the lossless queue is empty; whoever feeds it next starts the record afresh. */
+    action clear_feeds() {
+        pfc_feeds.write((bit<32>) std.egress_port, 0);
     }
 
     action count_tx() {
@@ -378,6 +415,9 @@ control MrcEgress(inout headers_t hdr, inout metadata_t meta, inout standard_met
         /* one action per packet (each is a table in BMv2: see Cost above) */
         if (meta.counted == 1) {
             dequeue_low();
+            if (meta.lossless == 1 && meta.occ == 0) {
+                clear_feeds();
+            }
         } else {
             count_tx();
         }

@@ -75,7 +75,7 @@ def test_drop_probability_0_2_gives_measured_loss_near_0_2(fabric):
 
 
 def test_blackhole_and_gray_loss_compose_and_undo_cleanly(fabric):
-    """fault_ctl holds the switch's fault mode: a port fault must survive a blackhole on and off,
+    """my_sid holds the switch's fault mode: a port fault must survive a blackhole on and off,
     and removing the last port fault must leave the switch healthy."""
     t1 = "t1-1-0"
     lossy = fabric.plan.port_to(t1, "t0-1-1")  # everything t1-1-0 sends down to group 1
@@ -85,6 +85,8 @@ def test_blackhole_and_gray_loss_compose_and_undo_cleanly(fabric):
     try:
         fabric.blackhole(t1, True)
         assert not any(r.delivered for r in probe_paths(fabric.plan, fabric.netns, through, timeout_s=0.5))
+        assert fabric.p4[t1].read_entries(["my_sid"]).popitem()[1].action == "blackhole"
+        fabric.p4[t1].verify(fabric.routes[t1])  # the read-back knows the mode it set
         fabric.blackhole(t1, False)
         results = probe_paths(fabric.plan, fabric.netns, through, timeout_s=0.5)
         assert {r.path for r in results if not r.delivered} == to_group1

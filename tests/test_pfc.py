@@ -27,9 +27,9 @@ SCENARIO = {
 }
 
 
-def _scenario(tmp_path, pfc: bool):
+def _scenario(tmp_path, pfc: bool, dataplane: str = "linux"):
     path = tmp_path / f"pfc-{pfc}.yaml"
-    path.write_text(yaml.safe_dump({**SCENARIO, "queues": {"pfc": pfc}}))
+    path.write_text(yaml.safe_dump({**SCENARIO, "queues": {"pfc": pfc}, "dataplane": dataplane}))
     return load_scenario(path)
 
 
@@ -51,15 +51,18 @@ def _scenario_spec():
 
 
 @pytest.mark.root
-def test_pauses_spread_hop_by_hop_and_nothing_is_dropped(tmp_path, no_leftovers, decided_run):
+@pytest.mark.parametrize("dp", ["linux", pytest.param("bmv2", marks=pytest.mark.bmv2)])
+def test_pauses_spread_hop_by_hop_and_nothing_is_dropped(dp, tmp_path, no_leftovers, decided_run):
+    """linux: the tc eBPF program's virtual queues and htb's tbf leaves; bmv2: the qocc and
+    pfc_feeds registers read over Thrift and a tbf on each switch's wire (controller/pfc.py)."""
     from mrclab.controller.fabric import missing_features
     from mrclab.experiments import runner
 
-    if why := missing_features("linux").get("congestion"):
-        pytest.skip(f"the linux data plane has no switch queues here: {why}")
-    lossy, d_lossy = runner.run_with_data(_scenario(tmp_path, False), tmp_path / "lossy", live=False)
+    if why := missing_features(dp).get("congestion"):
+        pytest.skip(f"the {dp} data plane has no switch queues here: {why}")
+    lossy, d_lossy = runner.run_with_data(_scenario(tmp_path, False, dp), tmp_path / "lossy", live=False)
     assert lossy["switch_ports"]["queue_full"] > 0, "without PFC the incast never overflowed: no test"
-    m, d, out = decided_run(_scenario(tmp_path, True), tmp_path / "pfc", with_data=True)
+    m, d, out = decided_run(_scenario(tmp_path, True, dp), tmp_path / "pfc", with_data=True)
     assert m["switch_ports"]["queue_full"] == 0, m["switch_ports"]
     assert m["passed"], m["expectations"]  # every message intact
     plan = AddressPlan(load_scenario(tmp_path / "pfc-True.yaml").spec)
@@ -76,3 +79,26 @@ def test_pauses_spread_hop_by_hop_and_nothing_is_dropped(tmp_path, no_leftovers,
         assert sum(g[-20:]) > 0, f"{qp} delivered nothing in the last 2 s"
     written = (out / "switches.csv").read_text().splitlines()
     assert written[0].endswith("pauses,pause_s")
+
+
+def test_bmv2_levers_sit_on_every_port_that_faces_a_switch_and_open_at_twice_its_rate():
+    from types import SimpleNamespace
+
+    from mrclab.controller.pfc import OPEN_FACTOR, Bmv2Side, lever_lines
+
+    plan = AddressPlan(_scenario_spec())
+    queues = queue_plan(plan, QueueSettings(pfc=True).for_transport("roce"))
+    fab = SimpleNamespace(queues=queues, emu=SimpleNamespace(netns=lambda n: f"mrclab-{n}"))
+    lines = lever_lines(fab)
+    facing_switches = {(sw, p) for (sw, p), q in queues.items() if not q.peer.startswith("h")}
+    assert {(ns.removeprefix("mrclab-"), int(line.split()[3].rsplit("eth", 1)[1])) for ns, line in lines} \
+        == facing_switches and facing_switches
+    q = queues[("t1-0-0", plan.port_to("t1-0-0", "t0-0-0"))]
+    assert all(f"rate {OPEN_FACTOR * queues[(ns.removeprefix('mrclab-'), int(line.split()[3].rsplit('eth', 1)[1]))].rate_mbps}mbit"
+               in line for ns, line in lines)
+    side = Bmv2Side(fab)
+    port = plan.port_to("t1-0-0", "t0-0-0")
+    assert "rate 8bit" in side.lever("t1-0-0", port, True)
+    assert f"rate {OPEN_FACTOR * q.rate_mbps}mbit" in side.lever("t1-0-0", port, False)
+    assert not lever_lines(SimpleNamespace(queues=queue_plan(plan, QueueSettings(pfc=True).for_transport("mrc")),
+                                           emu=fab.emu))  # MRC runs are lossy: no lever
