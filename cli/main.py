@@ -5,9 +5,9 @@
     mrclab size      --ports N [--planes P]
     mrclab shell     SWITCH
     mrclab clean     [--force]
-    mrclab bench     fabric|endpoint|congestion [--dataplane bmv2|linux]
+    mrclab bench     fabric|endpoint|congestion|scale [--dataplane bmv2|linux]
     mrclab run       [SCENARIO] [--out DIR] [--duration S] [--dataplane D] [--transport mrc|roce] [--set K=V]
-    mrclab reproduce [--quick] [--dataplane D] [--only SCENARIO...] [--out DIR]
+    mrclab reproduce [--quick] [--dataplane D] [--only SCENARIO...] [--out DIR | --update REPORT]
     mrclab calibrate [--dataplane bmv2|linux]
     mrclab doctor
     mrclab report    RESULTS...
@@ -33,6 +33,7 @@ from mrclab.bench import calibrate as bench_calibrate
 from mrclab.bench import congestion as bench_congestion
 from mrclab.bench import endpoint as bench_endpoint
 from mrclab.bench import fabric as bench_fabric
+from mrclab.bench import scale as bench_scale
 from mrclab.controller.fabric import Fabric
 from mrclab.experiments import doctor, repeat, report, reproduce, runner
 from mrclab.experiments.expectations import metric_help
@@ -227,9 +228,10 @@ def cmd_shell(args) -> int:
 
 # ---- bench / run / report (experiments) -----------------------------------------------------------
 def cmd_bench(args) -> int:
-    """``mrclab bench fabric|endpoint|congestion``: the benchmark's own main."""
+    """``mrclab bench fabric|endpoint|congestion|scale``: the benchmark's own main."""
     need_root(f"mrclab bench {args.what}")
-    bench = {"fabric": bench_fabric, "congestion": bench_congestion, "endpoint": bench_endpoint}[args.what]
+    bench = {"fabric": bench_fabric, "congestion": bench_congestion, "endpoint": bench_endpoint,
+             "scale": bench_scale}[args.what]
     return bench.main(args)
 
 
@@ -317,8 +319,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("switch")
     s.set_defaults(fn=cmd_shell)
 
-    s = sub.add_parser("bench", help="benchmarks: fabric bring-up and forwarding, endpoint rates, congestion control")
-    s.add_argument("what", choices=["fabric", "endpoint", "congestion"])
+    s = sub.add_parser("bench", help="benchmarks: fabric bring-up and forwarding, endpoint rates, congestion control, "
+                                     "the largest fabric and rate this machine runs faithfully")
+    s.add_argument("what", choices=["fabric", "endpoint", "congestion", "scale"])
     s.add_argument("--dataplane", action="append", choices=["bmv2", "linux"],
                    help="data plane(s) to measure (default: every available one)")
     s.set_defaults(fn=cmd_bench)
@@ -353,6 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "scenario can run on here)")
     s.add_argument("--quick", action="store_true", help="compress every scenario: the whole table in minutes")
     s.add_argument("--out", help="report folder (default: results/reproduce-<time>)")
+    s.add_argument("--update", metavar="REPORT", help="re-run --only's rows into this earlier report (same --dataplane, "
+                   "--quick and --repeat); their earlier runs move to REPORT/superseded/")
     s.add_argument("--only", nargs="+", metavar="SCENARIO", help="just these shipped scenarios")
     s.add_argument("--repeat", type=_repeats, default=1, metavar="N",
                    help="run every row's MRC and RoCE runs with seeds 1..N: figures as median [min-max] (sweeps run once)")

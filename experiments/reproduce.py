@@ -72,15 +72,48 @@ def _choose(scn: Scenario, dataplane: str | None) -> tuple[str | None, str]:
     return None, f"needs {', '.join(sorted(needs))}, which {' / '.join(want)} cannot do here"
 
 
+def _prior(folder: Path, dataplane: str | None, quick: bool, repeat: int) -> dict:
+    """The summary of the report in ``folder`` that ``--update`` re-runs rows into. Raises
+    :class:`BadInput` when there is none, or it was made with other settings (its rows would not
+    compare with the new ones)."""
+    f = folder / "summary.json"
+    if not f.is_file():
+        raise BadInput(f"--update {folder}: no report there (no summary.json); allowed: a folder mrclab reproduce wrote")
+    s = json.loads(f.read_text())
+    have = (s.get("dataplane"), bool(s.get("quick")), int(s.get("repeat", 1)))
+    want = (dataplane or "best available", quick, repeat)
+    if have != want:
+        raise BadInput(f"--update {folder}: that report was made with dataplane {have[0]}, quick {have[1]}, repeat "
+                       f"{have[2]}; allowed: the same settings (asked: {want[0]}, quick {want[1]}, repeat {want[2]})")
+    return s
+
+
+def _supersede(out: Path, name: str, stamp: str) -> None:
+    """Move a row's earlier runs and plots out of the way, into ``superseded/<stamp>/`` (nothing is
+    deleted)."""
+    dest = out / "superseded" / stamp
+    for p in [out / name, out / f"{name}-mrc", out / f"{name}-roce", *(out / "plots").glob(f"{name}*.png")]:
+        if p.exists():
+            (dest / p.parent.relative_to(out)).mkdir(parents=True, exist_ok=True)
+            shutil.move(str(p), str(dest / p.relative_to(out)))
+
+
 def reproduce(out: Path | None = None, *, dataplane: str | None = None, quick: bool = False,
-              only: list[str] | None = None, live: bool = False, repeat: int = 1) -> dict:
-    """Run the table (see the module docstring); returns the summary (also ``summary.json``)."""
+              only: list[str] | None = None, live: bool = False, repeat: int = 1, update: Path | None = None) -> dict:
+    """Run the table (see the module docstring); returns the summary (also ``summary.json``).
+    ``update``: an earlier report's folder (same data plane, quick and repeat) to re-run ``only``'s
+    rows into: each new row replaces the old one, whose runs move to ``superseded/`` and whose row
+    stays in the summary's ``superseded`` list (the report says which rows were re-run)."""
     names = list(only or ORDER)
     unknown = [n for n in names if not (SCENARIO_DIR / f"{n}.yaml").exists()]
     if unknown:
         raise BadInput(f"no shipped scenario {', '.join(unknown)}; allowed: {', '.join(ORDER)}")
-    out = results_folder(out, "reproduce")
+    if update is not None and out is not None:
+        raise BadInput("--out and --update both given; allowed: one of them (--update writes into the report it names)")
+    prior = _prior(Path(update), dataplane, quick, repeat) if update is not None else None
+    out = Path(update) if update is not None else results_folder(out, "reproduce")
     (out / "plots").mkdir(parents=True, exist_ok=True)
+    stamp = time.strftime("%Y%m%d-%H%M%S")
     rows, t_start = [], time.monotonic()
     for k, name in enumerate(names, 1):
         base = load_scenario(name)
@@ -93,6 +126,9 @@ def reproduce(out: Path | None = None, *, dataplane: str | None = None, quick: b
         if dp is None:
             rows.append({**row, "verdict": "skipped", "why": why})
             continue
+        if prior is not None:
+            _supersede(out, name, stamp)
+            row["rerun"] = stamp
         try:
             row.update(_run_row(name, base, dur, dp, out, live, repeat))
         except MrclabError as e:  # a scenario that cannot start or crashes voids its own row, never the report
@@ -100,18 +136,28 @@ def reproduce(out: Path | None = None, *, dataplane: str | None = None, quick: b
         rows.append(row)
         console.print(f"  -> {row['verdict']}{' (' + str(row['why']) + ')' if row.get('why') else ''}: "
                       f"MRC {row.get('mrc', '-')}")
-        _write(out, rows, dataplane, quick, t_start, repeat)  # after every row: an interrupted table keeps its rows
-    summary = _write(out, rows, dataplane, quick, t_start, repeat)
+        _write(out, rows, dataplane, quick, t_start, repeat, prior)  # after every row: an interrupted table keeps its rows
+    summary = _write(out, rows, dataplane, quick, t_start, repeat, prior)
     console.print(f"report: {out / 'report.md'} ({sum(r['verdict'] == 'pass' for r in rows)} pass, "
                   f"{sum(r['verdict'] == 'FAIL' for r in rows)} fail, {sum(r['verdict'] == 'void' for r in rows)} void, "
                   f"{sum(r['verdict'] == 'skipped' for r in rows)} skipped, {summary['elapsed_s']:.0f} s)")
     return summary
 
 
-def _write(out: Path, rows: list[dict], dataplane: str | None, quick: bool, t_start: float, repeat: int = 1) -> dict:
-    """summary.json and report.md of the rows so far; returns the summary."""
+def _write(out: Path, rows: list[dict], dataplane: str | None, quick: bool, t_start: float, repeat: int = 1,
+           prior: dict | None = None) -> dict:
+    """summary.json and report.md of the rows so far (merged into ``prior``'s, a report being
+    updated: rows in table order, the replaced ones kept under ``superseded``); returns the summary."""
+    elapsed = round(time.monotonic() - t_start, 1)
+    superseded = []
+    if prior is not None:
+        new = {r["scenario"]: r for r in rows}
+        superseded = prior.get("superseded", []) + [r for r in prior["rows"] if r["scenario"] in new]
+        merged = {r["scenario"]: r for r in prior["rows"]} | new
+        rows = sorted(merged.values(), key=lambda r: ORDER.index(r["scenario"]) if r["scenario"] in ORDER else len(ORDER))
+        elapsed += prior.get("elapsed_s", 0.0)
     summary = {"dataplane": dataplane or "best available", "quick": quick, "repeat": repeat, "rows": rows,
-               "elapsed_s": round(time.monotonic() - t_start, 1),
+               "elapsed_s": elapsed, "superseded": superseded,
                "passed": all(r["verdict"] != "FAIL" for r in rows),
                "void": sum(r["verdict"] == "void" for r in rows)}
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=_json))
@@ -181,8 +227,15 @@ def report_md(s: dict) -> str:
              "median [min-max], a verdict holds when the median meets it and no run was void" if s.get("repeat", 1) > 1
              else "") + ". Each row: the paper's claim, the measured MRC and RoCE figures (the "
              "scenario's headline expectation) and the verdict (MRC's and RoCE's expectations, or the sweep's "
-             "claims, all met).", "",
-             "| scenario | the paper's claim | MRC | RoCE | verdict |", "| --- | --- | --- | --- | --- |"]
+             "claims, all met).", ""]
+    reruns = [r for r in s["rows"] if r.get("rerun")]
+    if reruns:
+        lines += ["Rows re-run into this report later (`mrclab reproduce --update`): "
+                  + ", ".join(f"{r['scenario']} ({r['rerun']}; before: {old['verdict']})" for r in reruns
+                              for old in [next((o for o in reversed(s.get("superseded", []))
+                                                if o["scenario"] == r["scenario"]), {"verdict": "-"})])
+                  + ". Their earlier runs are in `superseded/`.", ""]
+    lines += ["| scenario | the paper's claim | MRC | RoCE | verdict |", "| --- | --- | --- | --- | --- |"]
     for r in s["rows"]:
         verdict = f"{r['verdict']} ({r['why']})" if r.get("why") else r["verdict"]
         lines.append(f"| {r['scenario']} | {r['claim']} | {r.get('mrc', '-')} | {r.get('roce', '-')} | {verdict} |")
@@ -211,5 +264,5 @@ def main(args) -> int:
     """``mrclab reproduce``: errors propagate to the command line's one error boundary."""
     need_root("mrclab reproduce")
     s = reproduce(Path(args.out) if args.out else None, dataplane=args.dataplane, quick=args.quick,
-                  only=args.only, live=False, repeat=args.repeat)
+                  only=args.only, live=False, repeat=args.repeat, update=getattr(args, "update", None))
     return 0 if s["passed"] and not s["void"] else 1 if not s["passed"] else 3

@@ -186,3 +186,38 @@ def test_repeats_report_the_median_and_hold_only_when_it_meets_the_bound():
         m["expectations"][0]["bound"] = "<= 20"
     agg = aggregate(never)
     assert agg["expectations"][0]["value"] is None and agg["expectations"][0]["passed"] is False
+
+
+def test_update_reruns_rows_into_a_report_and_keeps_what_it_replaced(tmp_path, monkeypatch):
+    """``reproduce --update``: the re-run row replaces the old one in the table; the old row stays
+    in summary.json's ``superseded`` and its runs move to superseded/; other rows are untouched;
+    a report made with other settings is refused."""
+    from mrclab.experiments import reproduce as R
+
+    verdict = {"quickstart": False, "incast": True}
+
+    def fake_run(scn, out, live=False):
+        out.mkdir(parents=True)
+        (out / "goodput.png").write_bytes(b"png")
+        ok = verdict[scn.name]
+        return {"passed": ok, "void": [], "expectations": [
+            {"expectation": "goodput_ratio(window=[1, 2])", "metric": "goodput_ratio", "value": 1.0 if ok else 0.1,
+             "bound": ">= 0.9", "passed": ok, "void": None}]}
+
+    monkeypatch.setattr(R.runner, "run", fake_run)
+    monkeypatch.setattr(R, "_choose", lambda base, dp: ("linux", None))
+    rep = tmp_path / "rep"
+    first = R.reproduce(rep, dataplane="linux", quick=True, only=["quickstart", "incast"])
+    assert [r["verdict"] for r in first["rows"]] == ["FAIL", "pass"]
+    verdict["quickstart"] = True
+    s = R.reproduce(None, dataplane="linux", quick=True, only=["quickstart"], update=rep)
+    assert [(r["scenario"], r["verdict"]) for r in s["rows"]] == [("quickstart", "pass"), ("incast", "pass")]
+    assert [r["verdict"] for r in s["superseded"]] == ["FAIL"] and s["passed"]
+    assert list((rep / "superseded").glob("*/quickstart-mrc/goodput.png"))  # the old runs kept
+    assert (rep / "quickstart-mrc" / "goodput.png").exists() and (rep / "incast-mrc" / "goodput.png").exists()
+    md = (rep / "report.md").read_text()
+    assert "re-run into this report" in md and "quickstart (" in md and "before: FAIL" in md
+    with pytest.raises(R.BadInput, match="made with dataplane linux, quick True, repeat 1"):
+        R.reproduce(None, dataplane="linux", quick=False, only=["quickstart"], update=rep)
+    with pytest.raises(R.BadInput, match="no report there"):
+        R.reproduce(None, dataplane="linux", quick=True, only=["quickstart"], update=tmp_path / "none")

@@ -1,0 +1,204 @@
+"""``mrclab bench scale``: the largest fabric, and the highest rate, this machine runs faithfully.
+
+Per data plane, a ladder of fabrics (:data:`FABRICS`: 3 to 64 switches), each with every host
+sending one MRC QP to a host of another T0 group (a permutation across the T1s, as the paper's
+fig. 20) for :data:`DURATION_S`, at host-port rates from :data:`RATES_MBPS`. The T0-T1 links run
+at the rate that keeps each T0 non-blocking (its hosts' rate over its uplinks). A rung is
+**faithful** when the run had no fidelity fault (experiments/fidelity.py: no process starved of
+CPU, no endpoint's timers late) and its goodput reached :data:`MIN_SHARE` of the hosts' NIC ports
+(the rest is headers and acknowledgements: 0.86 at most with the default payload). The first
+fabric climbs the rates from the lowest until a rung is not faithful; each larger fabric starts
+from the best rate of the one before and goes down until one is (a larger fabric never carries
+more per port on the same machine). A run the admission check refuses (experiments/admission.py,
+with a calibration) counts as not faithful, with its reason.
+
+Printed per fabric: switches, hosts, the highest faithful host-port rate, the aggregate goodput
+there (Mb/s), and the CPU one switch hop costs per data packet: bmv2, the switch processes' CPU
+(user + system, psutil) over data packets x 3 hops (their acknowledgements ride in the cost);
+linux, the machine's kernel time (system, softirq, irq) over the same, an upper bound (the hosts'
+own sending and receiving are in it). Not a test: figures vary with load; the table is what this
+machine sustains now.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import psutil
+from mrclab.experiments import runner
+from mrclab.experiments.scenario import parse_scenario
+from mrclab.topologies.errors import MrclabError
+from mrclab.topologies.nodes import toolchain_missing
+from rich.console import Console
+from rich.table import Table
+
+console = Console(highlight=False)
+#: (planes, T0s per plane, T1s per plane, hosts per T0): 3, 8, 16, 32 and 64 switches.
+FABRICS = ((1, 2, 1, 2), (2, 2, 2, 2), (4, 2, 2, 2), (8, 2, 2, 2), (8, 4, 4, 2))
+#: Host-port rates tried (Mb/s), per data plane.
+RATES_MBPS = {"bmv2": (0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0), "linux": (4.0, 8.0, 16.0, 32.0, 64.0)}
+DURATION_S = 8.0
+#: The steady window the goodput is read over (s): after every QP's window opened.
+WINDOW = (3.0, DURATION_S)
+#: Goodput a faithful rung reaches, as a share of the sending hosts' NIC ports.
+MIN_SHARE = 0.75
+#: Data packets cross three switches on a path between T0 groups.
+HOPS = 3
+
+
+def switches(fabric: tuple[int, int, int, int]) -> int:
+    """Switches of a (planes, T0s, T1s, hosts per T0) fabric."""
+    planes, t0, t1, _ = fabric
+    return planes * (t0 + t1)
+
+
+def hosts(fabric: tuple[int, int, int, int]) -> int:
+    """Hosts of a (planes, T0s, T1s, hosts per T0) fabric."""
+    return fabric[1] * fabric[3]
+
+
+def scenario(fabric: tuple[int, int, int, int], mbps: float, dp: str) -> dict:
+    """The scenario (as YAML would give it) of one rung: host i writes to host i + n/2 (another T0
+    group) over one QP, 64 KiB messages, on ``dp`` with host ports at ``mbps``."""
+    planes, t0, t1, per_t0 = fabric
+    n = hosts(fabric)
+    return {
+        "name": f"bench-scale-{switches(fabric)}sw-{mbps:g}mbps",
+        "fabric": {"topo": "lab", "planes": planes, "t0_per_plane": t0, "t1_per_plane": t1, "hosts_per_t0": per_t0,
+                   "link": {"bandwidth_mbps": mbps, "t0_t1_bandwidth_mbps": mbps * per_t0 / t1,
+                            "queue_packets": 32}},
+        "dataplane": dp, "seed": 1, "duration_s": DURATION_S,
+        "transport": {"kind": "mrc"},
+        "workload": [{"src": f"h{i}", "dst": f"h{(i + n // 2) % n}", "qps": 1, "message_bytes": 65536}
+                     for i in range(n)],
+        "expect": [{"metric": "goodput_ports", "window": list(WINDOW)}],
+    }
+
+
+class SwitchCpu:
+    """CPU seconds (user + system) used by the bmv2 switch processes while it runs (sampled every
+    0.5 s: a switch's last sample stands for it when it exits), or on linux the machine's kernel
+    time (system + softirq + irq) from start to stop."""
+
+    def __init__(self, dp: str) -> None:
+        """The counter of data plane ``dp`` (``bmv2`` or ``linux``), not started yet."""
+        self.dp = dp
+        self.seen: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._k0 = self._kernel()
+        self.total_s = 0.0
+
+    @staticmethod
+    def _kernel() -> float:
+        t = psutil.cpu_times()
+        return t.system + getattr(t, "softirq", 0.0) + getattr(t, "irq", 0.0)
+
+    def _loop(self) -> None:
+        while not self._stop.wait(0.5):
+            for p in psutil.process_iter(["name", "cpu_times"]):
+                if p.info["name"] == "simple_switch_grpc" and p.info["cpu_times"] is not None:
+                    self.seen[p.pid] = p.info["cpu_times"].user + p.info["cpu_times"].system
+
+    def __enter__(self) -> SwitchCpu:
+        """Start counting (bmv2: the sampling thread)."""
+        if self.dp == "bmv2":
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        """Stop counting; ``total_s`` holds the CPU seconds."""
+        self._stop.set()
+        if self.dp == "bmv2":
+            self._thread.join(timeout=5)
+            self.total_s = sum(self.seen.values())
+        else:
+            self.total_s = self._kernel() - self._k0
+
+
+def rung(fabric: tuple[int, int, int, int], mbps: float, dp: str, out: Path) -> dict:
+    """Run one rung into ``out``; its figures: ``faithful`` (bool), ``why`` (when not), goodput
+    ``mbps`` and ``share`` of the NIC ports in :data:`WINDOW`, ``us_per_hop`` (switch CPU µs per
+    data packet per hop), ``faults`` (fidelity faults, described)."""
+    scn = parse_scenario(scenario(fabric, mbps, dp), f"bench scale {switches(fabric)} switches at {mbps:g} Mb/s")
+    ports = hosts(fabric) * fabric[0]
+    try:
+        with SwitchCpu(dp) as cpu:
+            m, data = runner.run_with_data(scn, out, live=False)
+    except MrclabError as e:  # refused by admission, or endpoints not ready in time: this machine cannot
+        return {"faithful": False, "why": e.one_line(), "mbps": 0.0, "share": 0.0, "us_per_hop": None, "faults": []}
+    share = (m["expectations"][0]["value"] or 0.0) / ports
+    sent = sum(x.get("data_packets", 0) for x in data.totals.values())
+    faults = [f"{f['invariant']} at {f['where']}" for f in m["fidelity_faults"]]
+    why = ("; ".join(sorted(set(faults))[:3]) if faults else
+           f"goodput {share:.0%} of the NIC ports (< {MIN_SHARE:.0%})" if share < MIN_SHARE else None)
+    return {"faithful": why is None, "why": why, "mbps": share * ports * mbps, "share": share,
+            "us_per_hop": cpu.total_s / (sent * HOPS) * 1e6 if sent else None, "faults": faults}
+
+
+def ladder(dp: str, work: Path, say=console.print) -> list[dict]:
+    """Every fabric of :data:`FABRICS` on ``dp``: its best faithful rung (``rate_mbps`` None when
+    even the lowest rate is not faithful) and every rung tried (``tried``: rate, faithful, why)."""
+    rates = RATES_MBPS[dp]
+    rows = []
+    start = None  # index into rates the next fabric starts from (going down)
+    for fabric in FABRICS:
+        best, tried = None, []
+        order = (range(len(rates)) if start is None else range(start, -1, -1))
+        for i in order:
+            mbps = rates[i]
+            t0 = time.monotonic()
+            say(f"[dim]{dp}: {switches(fabric)} switches, {hosts(fabric)} hosts at {mbps:g} Mb/s ...[/dim]")
+            r = rung(fabric, mbps, dp, work / f"{dp}-{switches(fabric)}-{mbps:g}")
+            tried.append((mbps, r["faithful"], r["why"]))
+            say(f"[dim]  {'faithful' if r['faithful'] else 'not faithful: ' + r['why']} "
+                f"({r['share']:.0%} of the NIC ports, {time.monotonic() - t0:.0f} s)[/dim]")
+            if start is None:  # climbing: stop at the first rung that is not faithful
+                if not r["faithful"]:
+                    break
+                best = (i, mbps, r)
+            elif r["faithful"]:  # descending: the first faithful rung is the best
+                best = (i, mbps, r)
+                break
+        rows.append({"fabric": fabric, "switches": switches(fabric), "hosts": hosts(fabric),
+                     "rate_mbps": best[1] if best else None, "goodput_mbps": best[2]["mbps"] if best else None,
+                     "us_per_hop": best[2]["us_per_hop"] if best else None, "tried": tried})
+        if best is None:
+            break  # a larger fabric will not be faithful at a rate this one was not
+        start = best[0]
+    return rows
+
+
+def table(dp: str, rows: list[dict]) -> Table:
+    """The printed table of one data plane's ladder."""
+    cost = "switch CPU / data packet / hop" if dp == "bmv2" else "kernel CPU / data packet / hop (upper bound)"
+    t = Table(title=f"mrclab bench scale ({dp}: every host writing across the T1s for {DURATION_S:g} s; faithful = "
+                    f"no fidelity fault and >= {MIN_SHARE:.0%} of the NIC ports)")
+    for c in ("switches", "hosts", "planes x T0 x T1", "host-port rate", "aggregate goodput", cost, "not faithful at"):
+        t.add_column(c, justify="right")
+    for r in rows:
+        p, t0, t1, _ = r["fabric"]
+        bad = [f"{mbps:g} Mb/s ({why})" for mbps, ok, why in r["tried"] if not ok]
+        t.add_row(str(r["switches"]), str(r["hosts"]), f"{p} x {t0} x {t1}",
+                  "-" if r["rate_mbps"] is None else f"{r['rate_mbps']:g} Mb/s",
+                  "-" if r["goodput_mbps"] is None else f"{r['goodput_mbps']:.1f} Mb/s",
+                  "-" if r["us_per_hop"] is None else f"{r['us_per_hop']:.0f} µs",
+                  bad[0] if bad else "-")
+    return t
+
+
+def main(args=None) -> int:
+    """``mrclab bench scale``: the ladder on every data plane asked for (default: every one this
+    machine has), then one table each. Returns 0."""
+    dps = getattr(args, "dataplane", None) or (["bmv2", "linux"] if toolchain_missing() is None else ["linux"])
+    with tempfile.TemporaryDirectory(prefix="mrclab-bench-scale-") as d:
+        for dp in dps:
+            if dp == "bmv2" and toolchain_missing():
+                console.print(f"[yellow]bmv2: skipped ({toolchain_missing()})[/yellow]")
+                continue
+            rows = ladder(dp, Path(d))
+            console.print(table(dp, rows))
+    return 0
