@@ -5,8 +5,10 @@ sending one MRC QP to a host of another T0 group (a permutation across the T1s, 
 fig. 20) for :data:`DURATION_S`, at host-port rates from :data:`RATES_MBPS`. The T0-T1 links run
 at the rate that keeps each T0 non-blocking (its hosts' rate over its uplinks). A rung is
 **faithful** when the run had no fidelity fault (experiments/fidelity.py: no process starved of
-CPU, no endpoint's timers late) and its goodput reached :data:`MIN_SHARE` of the hosts' NIC ports
-(the rest is headers and acknowledgements: 0.86 at most with the default payload). The first
+CPU, no endpoint's timers late): the emulator kept up. What the transport made of it is the
+goodput column, as a share of the hosts' NIC ports (headers and acknowledgements take at least
+0.14 of them with the default payload; a low share at a faithful rung is the transport's regime,
+e.g. too few packets in flight per path at bmv2's low rates, not the machine). The first
 fabric climbs the rates from the lowest until a rung is not faithful; each larger fabric starts
 from the best rate of the one before and goes down until one is (a larger fabric never carries
 more per port on the same machine). A run the admission check refuses (experiments/admission.py,
@@ -43,8 +45,6 @@ RATES_MBPS = {"bmv2": (0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0), "linux": (4.0, 8.0, 1
 DURATION_S = 8.0
 #: The steady window the goodput is read over (s): after every QP's window opened.
 WINDOW = (3.0, DURATION_S)
-#: Goodput a faithful rung reaches, as a share of the sending hosts' NIC ports.
-MIN_SHARE = 0.75
 #: Data packets cross three switches on a path between T0 groups.
 HOPS = 3
 
@@ -132,9 +132,9 @@ def rung(fabric: tuple[int, int, int, int], mbps: float, dp: str, out: Path) -> 
         return {"faithful": False, "why": e.one_line(), "mbps": 0.0, "share": 0.0, "us_per_hop": None, "faults": []}
     share = (m["expectations"][0]["value"] or 0.0) / ports
     sent = sum(x.get("data_packets", 0) for x in data.totals.values())
-    faults = [f"{f['invariant']} at {f['where']}" for f in m["fidelity_faults"]]
-    why = ("; ".join(sorted(set(faults))[:3]) if faults else
-           f"goodput {share:.0%} of the NIC ports (< {MIN_SHARE:.0%})" if share < MIN_SHARE else None)
+    faults = sorted({f["invariant"] for f in m["fidelity_faults"]})
+    where = sorted({f["where"] for f in m["fidelity_faults"]})
+    why = f"{' and '.join(faults)} ({len(where)} processes)" if faults else None
     return {"faithful": why is None, "why": why, "mbps": share * ports * mbps, "share": share,
             "us_per_hop": cpu.total_s / (sent * HOPS) * 1e6 if sent else None, "faults": faults}
 
@@ -165,6 +165,7 @@ def ladder(dp: str, work: Path, say=console.print) -> list[dict]:
                 break
         rows.append({"fabric": fabric, "switches": switches(fabric), "hosts": hosts(fabric),
                      "rate_mbps": best[1] if best else None, "goodput_mbps": best[2]["mbps"] if best else None,
+                     "share": best[2]["share"] if best else None,
                      "us_per_hop": best[2]["us_per_hop"] if best else None, "tried": tried})
         if best is None:
             break  # a larger fabric will not be faithful at a rate this one was not
@@ -175,9 +176,10 @@ def ladder(dp: str, work: Path, say=console.print) -> list[dict]:
 def table(dp: str, rows: list[dict]) -> Table:
     """The printed table of one data plane's ladder."""
     cost = "switch CPU / data packet / hop" if dp == "bmv2" else "kernel CPU / data packet / hop (upper bound)"
-    t = Table(title=f"mrclab bench scale ({dp}: every host writing across the T1s for {DURATION_S:g} s; faithful = "
-                    f"no fidelity fault and >= {MIN_SHARE:.0%} of the NIC ports)")
-    for c in ("switches", "hosts", "planes x T0 x T1", "host-port rate", "aggregate goodput", cost, "not faithful at"):
+    t = Table(title=f"mrclab bench scale ({dp}: every host writing across the T1s for {DURATION_S:g} s; the highest "
+                    "host-port rate with no fidelity fault)")
+    for c in ("switches", "hosts", "planes x T0 x T1", "host-port rate", "aggregate goodput", "of the NIC ports", cost,
+              "first rate not faithful"):
         t.add_column(c, justify="right")
     for r in rows:
         p, t0, t1, _ = r["fabric"]
@@ -185,6 +187,7 @@ def table(dp: str, rows: list[dict]) -> Table:
         t.add_row(str(r["switches"]), str(r["hosts"]), f"{p} x {t0} x {t1}",
                   "-" if r["rate_mbps"] is None else f"{r['rate_mbps']:g} Mb/s",
                   "-" if r["goodput_mbps"] is None else f"{r['goodput_mbps']:.1f} Mb/s",
+                  "-" if r["share"] is None else f"{r['share']:.0%}",
                   "-" if r["us_per_hop"] is None else f"{r['us_per_hop']:.0f} µs",
                   bad[0] if bad else "-")
     return t
@@ -200,5 +203,5 @@ def main(args=None) -> int:
                 console.print(f"[yellow]bmv2: skipped ({toolchain_missing()})[/yellow]")
                 continue
             rows = ladder(dp, Path(d))
-            console.print(table(dp, rows))
+            Console(highlight=False, width=max(console.width, 150)).print(table(dp, rows))
     return 0
