@@ -37,6 +37,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from mrclab.topologies import kernel
 from mrclab.topologies.errors import RunFailed
 
 SOURCE = Path(__file__).resolve().parent.parent / "bpfsrc" / "port_queue.bpf.c"
@@ -218,10 +219,7 @@ class SwitchBpf:
 
     def attach(self, intf: str) -> None:
         """The program on ``intf``'s egress (again, after :meth:`detach`), its state kept."""
-        from pyroute2 import netns as pr_netns
-
-        pr_netns.pushns(self.netns)
-        try:
+        with kernel.inside(self.netns):
             idx = self.ifindex[intf] = socket.if_nametoindex(intf)
             hook = _TcHook(ctypes.sizeof(_TcHook), idx, BPF_TC_EGRESS, 0)
             if intf not in self.hooked:  # once: a second create makes libbpf print the kernel's EEXIST
@@ -233,24 +231,17 @@ class SwitchBpf:
             rc = self.lib.bpf_tc_attach(ctypes.byref(hook), ctypes.byref(opts))
             if rc:
                 raise BpfError(f"{self.name}: cannot attach the program to {intf} ({_why(rc)})")
-        finally:
-            pr_netns.popns()
         self._update(self.state_fd, idx, ctypes.create_string_buffer(STATE.size), BPF_NOEXIST, ok_exists=True)
         self._update(self.pfc_fd, idx, ctypes.create_string_buffer(PFC.size), BPF_NOEXIST, ok_exists=True)
 
     def detach(self, intf: str) -> None:
         """Take the program off ``intf`` (packets pass untouched; the benchmark's yardstick)."""
-        from pyroute2 import netns as pr_netns
-
-        pr_netns.pushns(self.netns)
-        try:
+        with kernel.inside(self.netns):
             hook = _TcHook(ctypes.sizeof(_TcHook), self.ifindex[intf], BPF_TC_EGRESS, 0)
             opts = _TcOpts(ctypes.sizeof(_TcOpts), 0, 0, 0, 1, 1)
             rc = self.lib.bpf_tc_detach(ctypes.byref(hook), ctypes.byref(opts))
             if rc:
                 raise BpfError(f"{self.name}: cannot detach the program from {intf} ({_why(rc)})")
-        finally:
-            pr_netns.popns()
 
     def _update(self, fd: int, idx: int, value, flags: int, ok_exists: bool = False) -> None:
         key = ctypes.c_uint32(idx)

@@ -71,7 +71,6 @@ from dataclasses import dataclass
 
 from mrclab.controller.bpf import tbf_leaf
 from pyroute2 import IPRoute
-from pyroute2 import netns as pr_netns
 from mrclab.controller.thrift import QOCC_REGISTER, SwitchThrift, ThriftError
 from mrclab.topologies import kernel
 from mrclab.topologies.spec import is_host
@@ -322,11 +321,8 @@ class Bmv2Side:
         """Packets ``sw``'s lever on ``port`` holds (its tbf's queue length)."""
         ipr = self._netlink.get(sw)
         if ipr is None:
-            pr_netns.pushns(self.fab.emu.netns(sw))
-            try:
+            with kernel.inside(self.fab.emu.netns(sw)):
                 ipr = self._netlink[sw] = IPRoute()
-            finally:
-                pr_netns.popns()
         idx = self._ifindex.get((sw, port))
         if idx is None:
             idx = self._ifindex[(sw, port)] = ipr.link_lookup(ifname=f"{sw}-eth{port}")[0]
@@ -345,12 +341,9 @@ class Bmv2Side:
         """Wake the lever on ``node``'s ``intf`` with :data:`KICK_FRAME` (module docstring)."""
         sock = self._kick.get((node, intf))
         if sock is None:
-            pr_netns.pushns(self.fab.emu.netns(node))
-            try:
+            with kernel.inside(self.fab.emu.netns(node)):
                 sock = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
                 sock.bind((intf, 0))
-            finally:
-                pr_netns.popns()
             self._kick[(node, intf)] = sock
         sock.send(KICK_FRAME)
 

@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 
+from mrclab.topologies import kernel
 from mrclab.topologies.errors import RunFailed
 
 #: The Thrift port of every switch (one per namespace, so they never clash).
@@ -53,19 +54,16 @@ class SwitchThrift:
         ThriftError when nothing answers within 5 s, ImportError without BMv2's Python client
         (:func:`thrift_missing` says why)."""
         from bm_runtime.standard import Standard
-        from pyroute2 import netns as pr_netns
         from sswitch_runtime import SimpleSwitch
         from thrift.protocol import TBinaryProtocol, TMultiplexedProtocol
         from thrift.transport import TSocket, TTransport
 
         self.name = name
-        pr_netns.pushns(netns)
         try:
-            sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+            with kernel.inside(netns):
+                sock = socket.create_connection(("127.0.0.1", port), timeout=5)
         except OSError as e:
             raise ThriftError(f"{name}: no Thrift runtime on port {port} in {netns} ({e})") from None
-        finally:
-            pr_netns.popns()
         sock.settimeout(10)
         tsock = TSocket.TSocket()
         tsock.handle = sock  # already connected, inside the switch's namespace

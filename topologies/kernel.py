@@ -59,6 +59,18 @@ def netns_attach(name: str, pid: int) -> None:
         raise KernelError(f"cannot name namespace {name} (pid {pid}): {e.strerror or e}") from None
 
 
+@contextlib.contextmanager
+def inside(netns: str):
+    """Run the ``with`` block's calling thread inside namespace ``netns`` (pyroute2's ``pushns``;
+    other threads stay where they are), back where it was after, however the block ends. A socket
+    opened in the block stays in ``netns`` for good."""
+    pr_netns.pushns(netns)
+    try:
+        yield
+    finally:
+        pr_netns.popns()
+
+
 def netns_delete(name: str) -> None:
     """Remove the name ``name`` (the namespace goes with its last process). Idempotent."""
     with contextlib.suppress(FileNotFoundError, OSError):
