@@ -11,6 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 from mrclab.experiments.metrics import BIN_S, RunData  # noqa: E402
+from mrclab.experiments.sweepspec import size_text  # noqa: E402
 
 STATE_COLORS = {"GOOD": "#4caf50", "SKIP": "#ffc107", "ASSUMED_BAD": "#e53935", "DENIED": "#757575",
                 "UNKNOWN": "#bdbdbd"}
@@ -196,9 +197,26 @@ def cdf_plot(series: dict[str, list[float]], path: Path, title: str, xlabel: str
     return _save(fig, ax, path, title)
 
 
-def sweep_plot(points: list[dict], variants: list[str], losses: list[float], path: Path, title: str) -> Path:
-    """Bus bandwidth (Mb/s) per variant, grouped by loss rate (the paper's figs. 16-17)."""
+def sweep_plot(points: list[dict], variants: list[str], losses: list[float], path: Path, title: str,
+               sizes: list[int] | None = None) -> Path:
+    """Bus bandwidth (Mb/s) per variant, grouped by loss rate; where ``sizes`` (bytes per host) are
+    swept, against message size as the paper's figs. 16-17 plot it: a colour per variant, a line
+    style per loss rate, message size on a log axis."""
     fig, ax = plt.subplots(figsize=(8, 4.2), dpi=100)
+    if sizes:
+        at3 = {(p["variant"], p["loss"], p.get("message_bytes")): p.get("busbw_mbps") or 0.0 for p in points}
+        styles = ["-", "--", ":", "-."]
+        for i, v in enumerate(variants):
+            for j, x in enumerate(losses):
+                ax.plot(sizes, [at3.get((v, x, b), 0.0) for b in sizes], styles[j % len(styles)], marker="o",
+                        color=f"C{i}", label=f"{v}, {x:.1%} loss")
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(sizes, [size_text(b) for b in sizes])
+        ax.set_xlabel("message size per host")
+        ax.set_ylabel("bus bandwidth (Mb/s)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, ncol=2)
+        return _save(fig, ax, path, title)
     width = 0.8 / max(1, len(variants))
     at = {(p["variant"], p["loss"]): p.get("busbw_mbps") or 0.0 for p in points}
     for i, v in enumerate(variants):
@@ -209,3 +227,4 @@ def sweep_plot(points: list[dict], variants: list[str], losses: list[float], pat
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)
     return _save(fig, ax, path, title)
+

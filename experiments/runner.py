@@ -388,23 +388,24 @@ def run_sweep(scn: Scenario, out: Path | None = None, *, live: bool = True) -> d
     if sw is None:
         raise BadInput(f"{scn.source}: {scn.name} has no sweep: block to run")
     out = results_folder(out, f"{scn.name}-sweep")
-    grid = [(v, x) for x in sw.loss for v in sw.variants]
+    grid = sw.grid()
     points = []
-    for k, (v, x) in enumerate(grid, 1):
-        console.print(f"[bold]sweep point {k}/{len(grid)}[/bold]: {S.label(v, x)}")
-        folder = S.folder_name(v, x)
-        m = run(S.point(scn, v, x), out / folder, live=live)
-        points.append(S.summarise(v, x, m, folder))
+    for k, (v, x, b) in enumerate(grid, 1):
+        console.print(f"[bold]sweep point {k}/{len(grid)}[/bold]: {S.label(v, x, b)}")
+        folder = S.folder_name(v, x, b)
+        m = run(S.point(scn, v, x, b), out / folder, live=live)
+        points.append(S.summarise(v, x, m, folder, b))
     claims = S.judge(sw, points)
     S.write(out, scn, sw, points, claims)
     t = Table(title=f"{scn.name}: sweep ({len(points)} runs)")
-    for col in ("variant", "loss", "iterations", "busbw (Mb/s)", "correct", "expectations"):
+    for col in ("variant", "loss", "size", "iterations", "busbw (Mb/s)", "correct", "expectations"):
         t.add_column(col)
     for p in points:
-        t.add_row(p["variant"], f"{p['loss']:g}", str(p["iterations"]), f"{p['busbw_mbps']:.2f}",
+        size = S.size_text(p["message_bytes"]) if p.get("message_bytes") else "-"
+        t.add_row(p["variant"], f"{p['loss']:g}", size, str(p["iterations"]), f"{p['busbw_mbps']:.2f}",
                   "yes" if p["correct"] else "[red]NO[/red]", verdict_word(p["passed"], rich=True, void=p.get("void")))
     for c in claims:
-        t.add_row(c["claim"], "", "", f"{c['value']:.2f}", c["bound"],
+        t.add_row(c["claim"], "", "", "", f"{c['value']:.2f}", c["bound"],
                   verdict_word(c["passed"], rich=True, void=c.get("void")))
     console.print(t)
     console.print(f"sweep results in {out}/ (sweep.md, sweep.png)")

@@ -83,7 +83,14 @@ def test_bad_sweeps_are_refused(change, msg):
 
 
 def test_sweep_claims_are_ratios_of_bus_bandwidth():
-    sw = parse_scenario(_fig16_raw(), "s.yaml").sweep
+    raw = _fig16_raw()
+    raw["sweep"].pop("message_bytes")  # no size axis: points and claims carry no size
+    raw["expect_sweep"] = [
+        {"metric": "busbw_ratio", "variant": "MRC 1 QP", "baseline": "RoCE 1 QP", "loss": 0, "min": 1.5},
+        {"metric": "busbw_ratio", "variant": "MRC 1 QP", "baseline": "RoCE 16 QPs", "loss": 0, "min": 1.0},
+        {"metric": "busbw_ratio", "variant": "MRC 1 QP", "baseline": "RoCE 16 QPs", "loss": 0.01, "min": 1.5},
+        {"metric": "busbw_retained", "variant": "MRC 1 QP", "loss": 0.01, "min": 0.3}]
+    sw = parse_scenario(raw, "s.yaml").sweep
     pts = [{"variant": v, "loss": x, "busbw_mbps": b} for v, x, b in [
         ("MRC 1 QP", 0.0, 4.0), ("RoCE 1 QP", 0.0, 2.0), ("RoCE 16 QPs", 0.0, 3.0),
         ("MRC 1 QP", 0.01, 1.6), ("RoCE 16 QPs", 0.01, 0.1)]]
@@ -102,6 +109,56 @@ def test_sweep_claims_are_ratios_of_bus_bandwidth():
     assert got["busbw MRC 1 QP / RoCE 1 QP at loss 0"]["passed"] is False  # reads no void point
     assert got["busbw MRC 1 QP / RoCE 1 QP at loss 0"]["void"] is None
 
+
+
+def _sized_raw(sizes=(8192, 131072)):
+    raw = _fig16_raw()
+    raw["sweep"] = {"variants": [{"label": "MRC 1 QP", "transport": "mrc"}, {"label": "RoCE 1 QP", "transport": "roce"}],
+                    "loss": [0, 0.01], "message_bytes": list(sizes)}
+    raw["expect_sweep"] = [{"metric": "busbw_ratio", "variant": "MRC 1 QP", "baseline": "RoCE 1 QP", "loss": 0,
+                            "min": 1.5},
+                           {"metric": "busbw_ratio", "variant": "MRC 1 QP", "baseline": "RoCE 1 QP", "loss": 0,
+                            "message_bytes": 8192, "max": 1.2}]
+    return raw
+
+
+def test_a_sweep_over_message_sizes_runs_every_size_and_judges_each_claim_at_its_own(tmp_path):
+    from mrclab.experiments.sweep import folder_name, write
+
+    scn = parse_scenario(_sized_raw(), "s.yaml")
+    sw = scn.sweep
+    assert len(sw.grid()) == 2 * 2 * 2 and {b for _, _, b in sw.grid()} == {8192, 131072}
+    p = point(scn, sw.variants[1], 0.0, 8192)
+    assert p.collective.message_bytes == 8192 and p.transport == "roce" and "8 KiB" in p.name
+    assert folder_name(sw.variants[1], 0.0, 8192) != folder_name(sw.variants[1], 0.0, 131072)
+    # the first claim reads the collective's own size (128 KiB), the second 8 KiB
+    pts = [{"variant": v, "loss": 0.0, "message_bytes": b, "busbw_mbps": x} for v, b, x in [
+        ("MRC 1 QP", 8192, 1.0), ("RoCE 1 QP", 8192, 0.5), ("MRC 1 QP", 131072, 3.0), ("RoCE 1 QP", 131072, 1.0)]]
+    got = judge(sw, pts)
+    assert [round(c["value"], 2) for c in got] == [3.0, 2.0]
+    assert [c["passed"] for c in got] == [True, False]  # small messages: MRC 2x, over the 1.2 bound
+    assert "8 KiB" in got[1]["claim"] and "128 KiB" in got[0]["claim"]
+    pts[1]["busbw_mbps"] = 0.9  # now MRC 1.11x RoCE at 8 KiB: that claim passes, the other is untouched
+    assert [c["passed"] for c in judge(sw, pts)] == [True, True]
+    for q in pts:
+        q.update(iterations=3, time_s=0.5, algbw_mbps=1.0, correct=True, passed=True, transport="mrc", folder="f")
+    write(tmp_path, scn, sw, pts, got)
+    assert "| MRC 1 QP | 0 | 8 KiB |" in (tmp_path / "sweep.md").read_text()
+    assert (tmp_path / "sweep.png").stat().st_size > 0 and "message_bytes" in (tmp_path / "sweep.csv").read_text()
+
+
+@pytest.mark.parametrize("change,msg", [
+    (lambda r: r["sweep"].update(message_bytes=[8192, 8192]), "sweep.message_bytes = [8192, 8192]"),
+    (lambda r: r["sweep"].update(message_bytes=[0]), "sweep.message_bytes = [0]"),
+    (lambda r: r["sweep"]["variants"][0].update(message_bytes=4096), "one of the two"),
+    (lambda r: r["expect_sweep"][1].update(message_bytes=4096), "allowed: one of the sweep's message_bytes"),
+    (lambda r: r["sweep"].update(message_bytes=[8192, 32768]), "message_bytes = 131072; allowed"),
+])
+def test_bad_size_sweeps_are_refused(change, msg):
+    raw = _sized_raw()
+    change(raw)
+    with pytest.raises(ScenarioError, match=msg.replace("[", r"\[").replace("]", r"\]")):
+        parse_scenario(raw, "s.yaml")
 
 def test_every_paper_scenario_is_in_the_reproduce_table_and_the_report_has_a_row_each():
     assert set(ORDER) == {p.stem for p in SCENARIO_DIR.glob("*.yaml")}
@@ -221,3 +278,34 @@ def test_update_reruns_rows_into_a_report_and_keeps_what_it_replaced(tmp_path, m
         R.reproduce(None, dataplane="linux", quick=False, only=["quickstart"], update=rep)
     with pytest.raises(R.BadInput, match="no report there"):
         R.reproduce(None, dataplane="linux", quick=True, only=["quickstart"], update=tmp_path / "none")
+
+
+def _shipped_claims():
+    for name in ORDER:
+        scn = load_scenario(name)
+        if scn.sweep is not None:
+            for i, c in enumerate(scn.sweep.claims):
+                if "min" in c or "max" in c:
+                    yield pytest.param(name, i, id=f"{name}[{i}]")
+
+
+@pytest.mark.parametrize("name,i", list(_shipped_claims()))
+def test_every_shipped_sweep_claim_passes_inside_its_bound_and_fails_outside(name, i):
+    """Made-up bus bandwidths put the claim's ratio just inside, then just outside its bound: the
+    claim passes, then FAILs (a claim that cannot fail claims nothing)."""
+    sw = load_scenario(name).sweep
+    c = sw.claims[i]
+    size = c["message_bytes"]
+    den = (c["baseline"], float(c["loss"])) if c["metric"] == "busbw_ratio" else (c["variant"], 0.0)
+    assert den != (c["variant"], float(c["loss"])), "a claim reads one point over itself"
+    for bound, inside, outside in [(c.get("min"), 1.05, 0.95), (c.get("max"), 0.95, 1.05)]:
+        if bound is None:
+            continue
+        for factor, want in [(inside, True), (outside, False)]:
+            value = bound * factor  # every shipped bound is a positive ratio
+            pts = [{"variant": v["label"], "loss": x, "message_bytes": b, "busbw_mbps": 2.0} for v, x, b in sw.grid()]
+            for p in pts:
+                if (p["variant"], p["loss"], p["message_bytes"]) == (c["variant"], float(c["loss"]), size):
+                    p["busbw_mbps"] = 2.0 * value
+            got = judge(sw, pts)[i]
+            assert got["value"] == pytest.approx(value) and got["passed"] is want, (name, c, got, den)
