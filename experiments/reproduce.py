@@ -31,6 +31,7 @@ from mrclab.experiments.regime import describe as describe_regime
 from mrclab.experiments.repeat import figure, run_repeated
 from mrclab.experiments.results import results_folder
 from mrclab.experiments.scenario import SCENARIO_DIR, Scenario, load_scenario
+from mrclab.experiments.sweepspec import size_text
 from mrclab.topologies.errors import BadInput, MrclabError
 from mrclab.topologies.nodes import need_root, toolchain_missing
 from rich.console import Console
@@ -174,6 +175,12 @@ def _row_verdict(ms: list[dict]) -> tuple[str, str | None]:
     return ("void", voids[0]) if voids else ("pass", None)
 
 
+def _point_text(p: dict) -> str:
+    """A sweep point in a report row: ``<variant> @ <loss>[, <size>]: busbw <x> Mb/s``."""
+    size = f", {size_text(p['message_bytes'])}" if p.get("message_bytes") else ""
+    return f"{p['variant']} @ {p['loss']:g}{size}: busbw {p['busbw_mbps']:.2f} Mb/s"
+
+
 def _run_row(name: str, base: Scenario, dur: float | None, dp: str, out: Path, live: bool, repeat: int = 1) -> dict:
     """Run one row (MRC and RoCE, each ``repeat`` times with seeds 1..N, or the sweep once) and
     return its figures (median [min-max] when repeated) and verdict."""
@@ -182,15 +189,13 @@ def _run_row(name: str, base: Scenario, dur: float | None, dp: str, out: Path, l
         scn = load_scenario(name, duration_s=dur, dataplane=dp)
         res = runner.run_sweep(scn, out / name, live=live)
         shutil.copy2(out / name / "sweep.png", out / "plots" / f"{name}.png")
-        by = {(p["variant"], p["loss"]): p for p in res["points"]}
         mrc = [p for p in res["points"] if p["transport"] == "mrc"]
         roce = [p for p in res["points"] if p["transport"] == "roce"]
         row.update({
-            "mrc": "; ".join(f"{p['variant']} @ {p['loss']:g}: busbw {p['busbw_mbps']:.2f} Mb/s" for p in mrc),
-            "roce": "; ".join(f"{p['variant']} @ {p['loss']:g}: busbw {p['busbw_mbps']:.2f} Mb/s" for p in roce),
+            "mrc": "; ".join(_point_text(p) for p in mrc), "roce": "; ".join(_point_text(p) for p in roce),
             "verdict": "void" if res["passed"] and res.get("void") else verdict_word(res["passed"]),
             "claims": res["claims"], **({"why": res["void"]} if res["passed"] and res.get("void") else {}),
-            "points": list(by.values()), "plots": [f"plots/{name}.png"]})
+            "points": res["points"], "plots": [f"plots/{name}.png"]})
     else:
         runs = {}
         for tr in ("mrc", "roce"):

@@ -30,6 +30,8 @@ def point(scn: Scenario, variant: dict, loss: float, message_bytes: int | None =
     raw.pop("expect_sweep", None)
     if "transport" in variant:
         raw["transport"] = {**(raw.get("transport") or {}), "kind": variant["transport"]}
+    if "set" in variant:  # transport settings, checked with the rest of the point's scenario
+        raw["transport"] = {**(raw.get("transport") or {}), **variant["set"]}
     for key in ("qps_per_peer", "message_bytes"):
         if key in variant:
             raw["collective"][key] = variant[key]

@@ -14,8 +14,9 @@ A scenario's ``sweep:`` block::
 
 The grid is every variant at every loss rate and every message size (the paper's figs. 16-17 plot
 bus bandwidth against message size, a curve per transport and loss). A variant may set
-``transport`` (mrc | roce), ``qps_per_peer`` and, where the sweep does not sweep sizes,
-``message_bytes`` (of the scenario's collective). Every point runs with the scenario's own
+``transport`` (mrc | roce), ``qps_per_peer``, ``set`` (transport settings, as ``mrclab run --set``
+sets them: ``{spray: false}`` holds MRC's QPs to one ECMP path) and, where the sweep does not sweep
+sizes, ``message_bytes`` (of the scenario's collective). Every point runs with the scenario's own
 expectations (``expect`` for MRC, ``expect_roce`` for RoCE) into
 ``<out>/<label>-loss<rate>[-<size>]/``; the sweep writes ``sweep.csv``, ``sweep.md`` and
 ``sweep.png`` (bus bandwidth per variant against loss, or against message size where sizes are
@@ -31,10 +32,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from mrclab.topologies.schema import Problems, Rule, check_mapping
+from mrclab.topologies.schema import Problems, Rule, build, check_mapping
+from mrclab.traffic.settings import TransportSettings
 
 _VARIANT = {"label": Rule(kind=str, required=True), "transport": Rule(choices=("mrc", "roce")),
-            "qps_per_peer": Rule(kind=int, lo=1, hi=64), "message_bytes": Rule(kind=int, lo=1, hi=1 << 30)}
+            "qps_per_peer": Rule(kind=int, lo=1, hi=64), "message_bytes": Rule(kind=int, lo=1, hi=1 << 30),
+            "set": Rule(kind=dict)}
 _CLAIM = {"metric": Rule(choices=("busbw_ratio", "busbw_retained"), required=True),
           "variant": Rule(kind=str, required=True), "baseline": Rule(kind=str),
           "loss": Rule(kind=float, lo=0, hi=1, required=True), "message_bytes": Rule(kind=int, lo=1, hi=1 << 30),
@@ -73,6 +76,8 @@ def parse_sweep(raw: dict, problems: Problems) -> Sweep | None:
     variants = []
     for i, v in enumerate(sw.get("variants") or [{"label": "as is"}]):
         variants.append(check_mapping(v, _VARIANT, f"sweep.variants[{i}]", problems))
+        if isinstance(variants[-1].get("set"), dict):  # refused now, not when the grid reaches the point
+            build(TransportSettings, variants[-1]["set"], "", problems, prefix=f"sweep.variants[{i}].set.")
     labels = [v.get("label") for v in variants]
     if len(set(labels)) != len(labels):
         problems.add(f"sweep.variants: labels must differ ({labels})")

@@ -73,6 +73,7 @@ def test_sweep_points_override_the_transport_and_qps_and_add_the_loss():
     ({"expect_sweep": [{"metric": "busbw_retained", "variant": "MRC 1 QP", "loss": 0.05}]}, "one of the sweep's"),
     ({"sweep": {"variants": [{"label": "a"}, {"label": "a"}]}}, "labels must differ"),
     ({"sweep": {"loss": [0, 2]}}, "sweep.loss = [0, 2]"),
+    ({"sweep": {"variants": [{"label": "a", "set": {"sprey": False}}]}}, "sweep.variants[0].set.sprey"),
 ])
 def test_bad_sweeps_are_refused(change, msg):
     raw = {**_fig16_raw(), **change}
