@@ -209,7 +209,7 @@ def sweep_plot(points: list[dict], variants: list[str], losses: list[float], pat
         for i, v in enumerate(variants):
             for j, x in enumerate(losses):
                 ax.plot(sizes, [at3.get((v, x, b), 0.0) for b in sizes], styles[j % len(styles)], marker="o",
-                        color=f"C{i}", label=f"{v}, {x:.1%} loss")
+                        color=f"C{i}", label=f"{v}, {x * 100:g}% loss")
         ax.set_xscale("log", base=2)
         ax.set_xticks(sizes, [size_text(b) for b in sizes])
         ax.set_xlabel("message size per host")
