@@ -102,3 +102,27 @@ def test_bmv2_levers_sit_on_every_port_that_faces_a_switch_and_open_at_twice_its
     assert f"rate {OPEN_FACTOR * q.rate_mbps}mbit" in side.lever("t1-0-0", port, False)
     assert not lever_lines(SimpleNamespace(queues=queue_plan(plan, QueueSettings(pfc=True).for_transport("mrc")),
                                            emu=fab.emu))  # MRC runs are lossy: no lever
+
+
+@pytest.mark.root
+@pytest.mark.parametrize("pfc", [True, False], ids=["pfc", "lossy"])
+def test_incast_hurts_the_roce_victim_over_pfc_and_not_without(pfc, tmp_path, no_leftovers, decided_run):
+    """The paper's fig. 18 for the baseline: the incast's RoCE run (DCQCN, 4 QPs per sender) over
+    PFC pauses the T1 -> T0 links the victim shares, and its expectations (victim <= 0.75 of its
+    rate, pauses counted) pass; the same run lossy leaves the victim alone (0.985 measured) and
+    they FAIL: PFC's pause spreading is the mechanism this row demonstrates."""
+    from mrclab.controller.fabric import missing_features
+
+    if why := missing_features("linux").get("congestion"):
+        pytest.skip(f"the linux data plane has no switch queues here: {why}")
+    base = load_scenario("incast")
+    raw = {**base.raw, "queues": {**(base.raw.get("queues") or {}), "pfc": pfc}, "dataplane": "linux"}
+    path = tmp_path / "incast.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    scn = load_scenario(path, transport="roce", duration_s=base.quick_s)
+    m, _, _ = decided_run(scn, tmp_path / "run")
+    victim = next(v for v in m["expectations"] if v["metric"] == "goodput_ratio")
+    if pfc:
+        assert m["passed"] and not m["void"], m["expectations"]
+    else:
+        assert victim["passed"] is False, victim
