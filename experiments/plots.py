@@ -204,12 +204,18 @@ def sweep_plot(points: list[dict], variants: list[str], losses: list[float], pat
     style per loss rate, message size on a log axis."""
     fig, ax = plt.subplots(figsize=(8, 4.2), dpi=100)
     if sizes:
-        at3 = {(p["variant"], p["loss"], p.get("message_bytes")): p.get("busbw_mbps") or 0.0 for p in points}
+        at3 = {(p["variant"], p["loss"], p.get("message_bytes")): p for p in points}
         styles = ["-", "--", ":", "-."]
         for i, v in enumerate(variants):
             for j, x in enumerate(losses):
-                ax.plot(sizes, [at3.get((v, x, b), 0.0) for b in sizes], styles[j % len(styles)], marker="o",
+                got = [at3.get((v, x, b), {}) for b in sizes]
+                ax.plot(sizes, [g.get("busbw_mbps") or 0.0 for g in got], styles[j % len(styles)], marker="o",
                         color=f"C{i}", label=f"{v}, {x * 100:g}% loss")
+                void = [(b, g.get("busbw_mbps") or 0.0) for b, g in zip(sizes, got, strict=True) if g.get("void")]
+                if void:  # a point where the emulator fell behind: drawn hollow, it proves nothing
+                    ax.plot(*zip(*void, strict=True), "o", markersize=9, markerfacecolor="white", color=f"C{i}")
+        if any(p.get("void") for p in points):
+            title += " (hollow: void, the emulator fell behind)"
         ax.set_xscale("log", base=2)
         ax.set_xticks(sizes, [size_text(b) for b in sizes])
         ax.set_xlabel("message size per host")

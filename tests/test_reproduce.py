@@ -143,6 +143,7 @@ def test_a_sweep_over_message_sizes_runs_every_size_and_judges_each_claim_at_its
     assert [c["passed"] for c in judge(sw, pts)] == [True, True]
     for q in pts:
         q.update(iterations=3, time_s=0.5, algbw_mbps=1.0, correct=True, passed=True, transport="mrc", folder="f")
+    pts[3]["void"] = "CPU starvation"  # drawn hollow, named in the title
     write(tmp_path, scn, sw, pts, got)
     assert "| MRC 1 QP | 0 | 8 KiB |" in (tmp_path / "sweep.md").read_text()
     assert (tmp_path / "sweep.png").stat().st_size > 0 and "message_bytes" in (tmp_path / "sweep.csv").read_text()
