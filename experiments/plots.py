@@ -233,4 +233,3 @@ def sweep_plot(points: list[dict], variants: list[str], losses: list[float], pat
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)
     return _save(fig, ax, path, title)
-

@@ -31,7 +31,7 @@ from mrclab.experiments.regime import describe as describe_regime
 from mrclab.experiments.repeat import figure, run_repeated
 from mrclab.experiments.results import results_folder
 from mrclab.experiments.scenario import SCENARIO_DIR, Scenario, load_scenario
-from mrclab.experiments.sweepspec import size_text
+from mrclab.experiments.sweepspec import size_suffix
 from mrclab.topologies.errors import BadInput, MrclabError
 from mrclab.topologies.nodes import need_root, toolchain_missing
 from rich.console import Console
@@ -177,7 +177,7 @@ def _row_verdict(ms: list[dict]) -> tuple[str, str | None]:
 
 def _point_text(p: dict) -> str:
     """A sweep point in a report row: ``<variant> @ <loss>[, <size>]: busbw <x> Mb/s``."""
-    size = f", {size_text(p['message_bytes'])}" if p.get("message_bytes") else ""
+    size = size_suffix(p.get("message_bytes"))
     return f"{p['variant']} @ {p['loss']:g}{size}: busbw {p['busbw_mbps']:.2f} Mb/s"
 
 

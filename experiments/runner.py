@@ -401,8 +401,8 @@ def run_sweep(scn: Scenario, out: Path | None = None, *, live: bool = True) -> d
     for col in ("variant", "loss", "size", "iterations", "busbw (Mb/s)", "correct", "expectations"):
         t.add_column(col)
     for p in points:
-        size = S.size_text(p["message_bytes"]) if p.get("message_bytes") else "-"
-        t.add_row(p["variant"], f"{p['loss']:g}", size, str(p["iterations"]), f"{p['busbw_mbps']:.2f}",
+        t.add_row(p["variant"], f"{p['loss']:g}", S.size_text(p.get("message_bytes")), str(p["iterations"]),
+                  f"{p['busbw_mbps']:.2f}",
                   "yes" if p["correct"] else "[red]NO[/red]", verdict_word(p["passed"], rich=True, void=p.get("void")))
     for c in claims:
         t.add_row(c["claim"], "", "", "", f"{c['value']:.2f}", c["bound"],

@@ -19,7 +19,7 @@ from mrclab.experiments.expectations import verdict_word
 from mrclab.experiments.faults import Fault
 from mrclab.experiments.plots import sweep_plot
 from mrclab.experiments.scenario import Scenario, parse_scenario
-from mrclab.experiments.sweepspec import Sweep, size_text
+from mrclab.experiments.sweepspec import Sweep, size_suffix, size_text
 
 
 def point(scn: Scenario, variant: dict, loss: float, message_bytes: int | None = None) -> Scenario:
@@ -46,7 +46,7 @@ def point(scn: Scenario, variant: dict, loss: float, message_bytes: int | None =
 
 def label(variant: dict, loss: float, message_bytes: int | None = None) -> str:
     """How a sweep point is named in tables: ``<variant>, loss <x>[, <size>]``."""
-    return f"{variant['label']}, loss {loss:g}" + (f", {size_text(message_bytes)}" if message_bytes else "")
+    return f"{variant['label']}, loss {loss:g}{size_suffix(message_bytes)}"
 
 
 def folder_name(variant: dict, loss: float, message_bytes: int | None = None) -> str:
@@ -65,7 +65,7 @@ def judge(sw: Sweep, points: list[dict]) -> list[dict]:
     out = []
     for c in sw.claims:
         loss, size = float(c["loss"]), c.get("message_bytes")
-        at_size = f", {size_text(size)}" if size else ""
+        at_size = size_suffix(size)
         if c["metric"] == "busbw_ratio":
             read = [(c["variant"], loss, size), (c["baseline"], loss, size)]
             what = f"busbw {c['variant']} / {c['baseline']} at loss {loss:g}{at_size}"
@@ -98,8 +98,8 @@ def write(out: Path, scn: Scenario, sw: Sweep, points: list[dict], claims: list[
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for p in points:
         t = "-" if p.get("time_s") is None else f"{p['time_s'] * 1e3:.0f}"
-        size = size_text(p["message_bytes"]) if p.get("message_bytes") else "-"
-        lines.append(f"| {p['variant']} | {p['loss']:g} | {size} | {p.get('iterations', 0)} | {t} | "
+        lines.append(f"| {p['variant']} | {p['loss']:g} | {size_text(p.get('message_bytes'))} | "
+                     f"{p.get('iterations', 0)} | {t} | "
                      f"{p.get('algbw_mbps', 0):.2f} | {p.get('busbw_mbps', 0):.2f} | "
                      f"{'yes' if p.get('correct') else 'NO'} | {verdict_word(p['passed'], void=p.get('void'))} |")
     if claims:

@@ -59,12 +59,20 @@ class Sweep:
         return [(v, x, b) for x in self.loss for b in self.sizes for v in self.variants]
 
 
-def size_text(message_bytes: int) -> str:
-    """A message size as people write it: ``512 B``, ``32 KiB``, ``1 MiB`` (binary units)."""
+def size_text(message_bytes: int | None) -> str:
+    """A message size as people write it: ``512 B``, ``32 KiB``, ``1 MiB`` (binary units); ``-``
+    for None (a sweep that sweeps no sizes)."""
+    if not message_bytes:
+        return "-"
     for unit, scale in (("MiB", 1 << 20), ("KiB", 1 << 10)):
         if message_bytes >= scale and message_bytes % scale == 0:
             return f"{message_bytes // scale} {unit}"
     return f"{message_bytes} B"
+
+
+def size_suffix(message_bytes: int | None) -> str:
+    """``, <size>`` to follow a point's or a claim's name where sizes are swept, else nothing."""
+    return f", {size_text(message_bytes)}" if message_bytes else ""
 
 
 def parse_sweep(raw: dict, problems: Problems) -> Sweep | None:
@@ -98,10 +106,12 @@ def parse_sweep(raw: dict, problems: Problems) -> Sweep | None:
         elif "collective" not in raw:
             problems.add("sweep.message_bytes sweeps a collective's size, which needs a collective:")
         elif any("message_bytes" in v for v in variants):
-            problems.add("sweep.variants set message_bytes while sweep.message_bytes sweeps it; allowed: one of the two")
+            problems.add("sweep.variants set message_bytes while sweep.message_bytes sweeps it; "
+                         "allowed: one of the two")
         else:
             sizes = tuple(got_sizes)
-    own = (raw.get("collective") or {}).get("message_bytes") if isinstance(raw.get("collective"), dict) else None
+    coll = raw.get("collective")
+    own = coll.get("message_bytes") if isinstance(coll, dict) else None
     claims = []
     for i, c in enumerate(raw.get("expect_sweep") or []):
         got = check_mapping(c, _CLAIM, f"expect_sweep[{i}]", problems)
