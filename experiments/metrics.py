@@ -6,34 +6,15 @@ log (faults, EV state changes, retransmits, losses). Times are seconds from the 
 timeline. Goodput is bytes delivered into the receiver's memory region per second, in Mb/s, in
 :data:`BIN_S` bins.
 
-Definitions:
+``baseline``: mean total goodput from ``warmup_s`` after traffic starts until the first fault;
+ratios are taken against it (or against a ``baseline=[a, b]`` window where an expectation names one).
 
-* ``baseline``: mean total goodput from ``warmup_s`` after traffic starts until the first fault.
-* ``goodput_ratio(window)``: mean goodput in ``window`` / baseline (of one ``host``'s flows if given).
-* ``goodput_mbps(window)``: mean goodput in ``window``.
-* ``recovery_time_s(after, fraction=0.9)``: seconds from ``after`` until the 0.5 s moving mean of
-  goodput is back above ``fraction`` x baseline (inf if never).
-* ``retransmit_fraction``: retransmitted data packets / data packets sent.
-* ``messages_intact``: every message that completed arrived byte-identical (``equals: all``).
-* ``evs_retired(after, within_s)``: EVs that went ASSUMED_BAD in [after, after + within_s].
-* ``evs_retired`` with neither ``after`` nor ``within_s``: over the whole run.
-* ``retire_time_rtts(after)``, ``false_retirements``, ``revival_s(after)``, ``capacity_ratio(window)``:
-  judged against what the faults left of the fabric (experiments/verdicts.py).
-* ``goodput_ratio(window, baseline=[a, b])``: against the mean of that window instead.
-* ``goodput_ports(window)``: mean goodput in ``window`` in units of one NIC port's rate (the
-  fabric's host link rate), so a bound holds on every data plane whatever its link rates.
-* ``mct_s(percentile)``: message completion time (first packet sent to last acknowledged) at that
-  percentile over every message of the run (of ``host``'s QPs if given): in large synchronous jobs
-  the slowest message sets the pace.
-* ``worst_qp_ratio(window)``: the slowest QP's goodput in ``window`` over the mean QP's there: a
-  QP that stalls (a single-path transport whose path crosses a dead element) shows 0 however well
-  the other QPs fill the link it shared; QPs that share evenly show 1.
-* ``ev_share(host, plane, t1, window)``: share of ``host``'s data packets in ``window`` sent on EVs
-  of that path (plane and T1).
-* ``port_total(counter)``: switch ports' ``marked`` | ``trimmed`` | ``queue_full`` packets over the
-  run (of one ``switch`` if given).
-* ``busbw_mbps``, ``iteration_s(percentile)``, ``iterations``, ``collective_correct``: the run's
-  collective, as nccl-tests reports it (experiments/collectives.py).
+Which metrics exist, their arguments, units and one-line definitions are not listed here: they
+are rows of one table, :data:`experiments.expectations.METRICS`, which the scenario validator, the
+dispatcher, ``mrclab run --help`` and docs/design.md's metric table all read (a list here went
+stale as metrics joined). This module holds the value functions of the goodput, retransmission,
+EV, port-counter and message metrics; verdicts against what the faults left of the fabric are in
+experiments/verdicts.py, the collective's in experiments/collectives.py.
 """
 
 from __future__ import annotations
