@@ -2,6 +2,7 @@
 arrives complete and byte-identical, exactly once, completions in message order, and the sender
 finishes. The same for the RoCE-style baseline."""
 
+import dataclasses
 import random
 
 import pytest
@@ -334,3 +335,49 @@ def test_trimmed_packets_overtaking_on_a_pinned_ev_never_retire_it(seed):
     assert o.sender.done and delivered_intact(o)
     assert not [e for e in o.events if e[0] == "ev_state" and e[1]["new"] == "ASSUMED_BAD"], \
         [e for e in o.events if e[0] in ("ev_state", "gap")][:5]
+
+
+@pytest.mark.parametrize("transport", ["mrc", "roce"])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
+@given(msgs=messages_st, ch=channel_st, imm=st.booleans())
+def test_a_loop_that_sleeps_until_next_due_misses_no_timer(transport, msgs, ch, imm):
+    # the endpoint sleeps until the transports' next_due or a frame: if next_due left out a timer
+    # (RTO, delayed SACK, SACK repeat, probe, DCQCN), a lossy transfer would stall here, since
+    # this loop has no other wake-up (the endpoint's 10 ms carrier poll is not modelled); with
+    # probes off, whose rounds would wake it every probe interval and hide a missing timer
+    chan = Channel(random.Random(ch["seed"]), drop=ch["drop"], dup=ch["dup"], delay_s=ch["delay"],
+                   fifo_per_ev=ch["fifo"], trim=ch["trim"], ce=ch["ce"])
+    o = run(list(msgs), chan, transport=transport, settings=dataclasses.replace(FAST, probes=False), imm=imm,
+            seed=ch["seed"], limit_s=120, by_deadline=True)
+    _check(o, len(msgs), imm)
+
+
+@pytest.mark.parametrize("transport", ["mrc", "roce"])
+def test_next_due_lets_a_window_bound_transfer_sleep_between_arrivals(transport):
+    # 20 ms one-way paths and a 2-packet window (the lab's bmv2 regime: a few packets per RTT):
+    # most of the time the sender waits for acknowledgements with nothing due, so a loop on
+    # next_due takes under half the turns of the 1 ms tick it replaces, and ends no later
+    s = TransportSettings(payload_bytes=1024, window_packets=2, region_bytes=1 << 18, min_rto_s=0.2)
+    msgs = [random.Random(7).randbytes(30_000)]
+    tick = run(msgs, Channel(random.Random(3), delay_s=(0.02, 0.02)), transport=transport, settings=s)
+    dl = run(msgs, Channel(random.Random(3), delay_s=(0.02, 0.02)), transport=transport, settings=s,
+             by_deadline=True)
+    _check(dl, 1, False)
+    assert dl.t_end <= tick.t_end + 0.001
+    assert dl.steps < (tick.t_end / 0.001) / 2, (dl.steps, tick.t_end)
+
+
+def test_next_due_is_the_timer_of_the_oldest_packet_in_flight():
+    s = TransportSettings(payload_bytes=1024, window_packets=2, region_bytes=1 << 16, min_rto_s=0.05, probes=False)
+    tx = make_sender(1, PLAN, "h0", "h2", s, random.Random(1), iter([(0, bytes(4096))]))
+    assert tx.next_due(0.0) == 0.0  # a message in hand and the window open: at once
+    sent = tx.poll(0.0)
+    assert len(sent) == 2 and not tx.poll(0.001)  # window full
+    due = tx.next_due(0.001)
+    assert due == pytest.approx(0.0 + tx.rtt.rto)
+    assert not tx.poll(due - 1e-6)  # nothing before it ...
+    assert tx.poll(due + 1e-6)  # ... a retransmission after it
+    rx = MrcReceiver(1, s, reverse_evs())
+    assert rx.next_due(0.0) == float("inf")  # nothing received: no SACK owed
+    rx.on_packet(sent[0], 0.002)
+    assert rx.next_due(0.002) == pytest.approx(0.002 + s.ack_delay_s)

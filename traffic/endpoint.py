@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import errno
+import math
 import os
 import resource
 import select
@@ -220,8 +221,8 @@ class Endpoint:
                     if r:
                         self._send(r, backlog)
             # every QP once all have started; until then only those whose start time has come
-            out = stack.poll(now, active=None if len(started) == len(self.flows) else
-                             {id(self.flows[i][0]) for i in started})
+            active = None if len(started) == len(self.flows) else {id(self.flows[i][0]) for i in started}
+            out = stack.poll(now, active=active)
             self._send(out, backlog)
             work += len(out)
             for plane, q in backlog.items():
@@ -238,10 +239,23 @@ class Endpoint:
             if not self.flows and t > max_end + self.cfg.receiver_linger_s:
                 break
             if not work:
-                if stack.senders or stack.receivers:
-                    sleep_ms = 1  # timers of QPs in flight (SACK delay 1 ms, RTO, probes): every ms
-                else:  # nothing of ours in flight: a frame wakes us, else the carrier poll or telemetry
-                    sleep_ms = max(1, int((min(next_ports, next_tel) - time.monotonic()) * 1000))
+                # sleep until a frame comes or the next deadline: a QP's timer (delayed SACK, RTO,
+                # probes, DCQCN), the carrier poll, telemetry, a flow's start or end, the
+                # collective's start, the linger's end; at least 1 ms (poll's unit), at most the
+                # carrier poll's 10 ms
+                due = min(stack.next_due(now, active), next_ports, next_tel)
+                for i, (_s, start, dur) in enumerate(self.flows):
+                    if i not in started:
+                        due = min(due, mono0 + start)
+                    elif dur is not None and i not in stopped:
+                        due = min(due, mono0 + start + dur)
+                if self.coll is not None and self.cfg.collective is not None and not coll_started:
+                    due = min(due, mono0 + self.cfg.collective.start_s)
+                if finished_at is not None:
+                    due = min(due, finished_at + 0.2)
+                if not self.flows:
+                    due = min(due, mono0 + max_end + self.cfg.receiver_linger_s)
+                sleep_ms = max(1, math.ceil((due - time.monotonic()) * 1000))
                 slept_s = sleep_ms / 1000
                 poller.poll(sleep_ms)
         self._sample()

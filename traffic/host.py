@@ -231,6 +231,23 @@ class HostStack:
             out += self.probe_reverse(now)
         return out
 
+    def next_due(self, now: float, active: set[int] | None = None) -> float:
+        """The earliest time (monotonic s) :meth:`poll` may have a frame to send with no frame
+        received before then (``now``: at once; ``inf``: only a received frame can give it work):
+        the soonest of its senders' (those in ``active``, as for :meth:`poll`), its receivers'
+        and, with receivers, the reverse-EV probes'."""
+        due = float("inf")
+        for s in self.senders.values():
+            if active is None or id(s) in active:
+                due = min(due, s.next_due(now))
+                if due <= now:
+                    return now
+        for r in self.receivers.values():
+            due = min(due, r.next_due(now))
+        if self.receivers and self.transport == "mrc":
+            due = min(due, self.rev_probes.next_due())
+        return due
+
     def set_local_ports(self, state: int) -> None:
         """Bit p = this NIC's plane-p port is up (from the interfaces' carrier)."""
         if state == self.local_ports:

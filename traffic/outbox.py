@@ -19,7 +19,7 @@ class Outbox:
     ready yet, ask again later; exhausted when it stops); ``acked`` releases an acknowledged one."""
 
     __slots__ = ("cache", "completion_s", "cur", "exhausted", "left", "messages", "payload", "ring", "started",
-                 "stats")
+                 "stats", "waiting")
 
     def __init__(self, messages: Iterator[tuple[int, bytes] | None], settings: TransportSettings,
                  stats: SenderStats) -> None:
@@ -32,6 +32,9 @@ class Outbox:
         self.left: dict[int, int] = {}  # msn -> packets not yet acked
         self.cur: tuple[int, memoryview, int, int] | None = None  # msn, data, crc, next offset
         self.exhausted = False
+        #: the last fetch found no message ready (a source that waits on something: a collective's
+        #: step waits on a peer's data, so only a received frame makes it ready, never the clock)
+        self.waiting = False
         self.stats = stats
         self.started: dict[int, float] = {}  # msn -> when its first packet left
         self.completion_s: list[float] = []  # message completion times, first packet sent to last acked
@@ -47,7 +50,9 @@ class Outbox:
             self.exhausted = True
             return False
         if item is None:  # a source that waits on something (a collective's step): nothing yet
+            self.waiting = True
             return False
+        self.waiting = False
         msn, data = item
         crc = H.crc32(data)
         self.cache[msn] = (data, crc)
@@ -55,6 +60,12 @@ class Outbox:
         self.left[msn] = max(1, -(-len(data) // self.payload))
         self.stats.messages_sent += 1
         return True
+
+    @property
+    def idle(self) -> bool:
+        """True when no message is in hand and none can come by the clock alone: the source is
+        exhausted, or waiting on something a received frame brings (see ``waiting``)."""
+        return self.cur is None and (self.exhausted or self.waiting)
 
     def acked(self, msn: int, n: int, now: float) -> None:
         """``n`` more packets of ``msn`` acknowledged; the message is released with its last."""

@@ -52,6 +52,14 @@ class ProbeScheduler(Generic[K]):
         self.sent += len(out)
         return out
 
+    def next_due(self) -> float:
+        """When this scheduler next has something to do (s, the callers' clock): the next round
+        (``interval_s`` after the last) or the first outstanding probe's expiry, whichever is first."""
+        due = self.last_round + self.interval_s
+        for _key, t in self.pending.values():
+            due = min(due, t + self.timeout_s)
+        return due
+
     def answered(self, probe_id: int) -> K | None:
         """The key of an answered probe, or None for an unknown or already expired id."""
         got = self.pending.pop(probe_id, None)

@@ -204,6 +204,22 @@ class MrcReceiver:
         return []
 
 
+    def next_due(self, now: float) -> float:
+        """The earliest time (s, the clock of ``now``) at which :meth:`poll` may have a SACK to
+        send with no packet received before then: the delayed SACK of pending arrivals, or the
+        next repeat of the last SACK; ``inf`` when neither is owed."""
+        n = self.pending_ack
+        if n:
+            if n >= self.s.ack_every or self.pending_since is None:
+                return now
+            return self.pending_since + self.s.ack_delay_s
+        if self.refreshes_left:
+            if self.last_sack_at < 0:
+                return now
+            return self.last_sack_at + SACK_REFRESH_DELAYS * self.s.ack_delay_s
+        return float("inf")
+
+
 def probe_reply(p: Pkt, reverse_ev: int, port_state: int) -> Pkt:
     """The answer to probe request ``p``, sent back on ``reverse_ev``; it echoes the probed EV."""
     return Pkt(op=H.OP_PROBE, qp=p.qp, ev=reverse_ev, probe_id=p.probe_id, is_reply=1, t_send_ns=p.t_send_ns,

@@ -173,6 +173,23 @@ class RoceSender:
                 self.timer = now
         return out
 
+    def next_due(self, now: float) -> float:
+        """The earliest time (s, the clock of ``now``) at which :meth:`poll` may have something to
+        send with no packet received before then: ``now`` while the window is open and a PSN or
+        message is at hand (the pacer's tokens grow with time), else the go-back-N timer and
+        DCQCN's timers; ``inf`` when only a received packet can give it work."""
+        if self.nxt - self.una < self.s.window_packets and (self.nxt < self.built or not self.box.idle):
+            return now
+        due = float("inf")
+        if self.timer is not None and self.una < self.nxt:
+            due = self.timer + min(self.s.max_rto_s, self.s.min_rto_s * 5 * self.backoff)
+        cc = self.dcqcn
+        if cc is not None:
+            for t in (cc.next_timer, cc.next_alpha):
+                if t is not None:
+                    due = min(due, t)
+        return due
+
     def _full(self, psn24: int) -> int:
         """The full PSN of an acknowledgement: never below the oldest unacknowledged PSN."""
         return self.una + (psn24 - self.una) % PSN_MOD

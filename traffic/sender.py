@@ -221,6 +221,29 @@ class MrcSender:
         out += self._probes(now)
         return out
 
+    def next_due(self, now: float) -> float:
+        """The earliest time (s, the clock of ``now``) at which :meth:`poll` may have something to
+        send with no packet received before then: ``now`` while packets wait for retransmission
+        or the window is open with a message in hand (an EV may come off its ECN hold at any
+        time), else the retransmission timer of the oldest timed packet and the probes' next
+        round or expiry; ``inf`` when only a received packet can give it work. Drops the
+        timer queue's stale head entries on the way, as the timer does."""
+        if self.retx_q or (len(self.unacked) < max(1, int(self.cc.cwnd_bytes // self.mss)) and not self.out.idle):
+            return now
+        due = float("inf")
+        timer_q, recs = self.timer_q, self.recs
+        while timer_q:
+            t, psn = timer_q[0]
+            rec = recs.get(psn)
+            if rec is None or rec.acked or rec.t_sent != t:
+                timer_q.popleft()
+                continue
+            due = t + self.rtt.rto * min(8, rec.tx)
+            break
+        if self.s.probes:
+            due = min(due, self.probes.next_due())
+        return due
+
     def _retransmit(self, now: float, budget: int, out: list[Pkt]) -> None:
         while self.retx_q and len(out) < budget:
             psn = self.retx_q.popleft()

@@ -46,6 +46,10 @@ class Sender(Protocol):
     def poll(self, now: float, budget: int = 64) -> list[Pkt]:
         """Packets to send now, at most ``budget`` data packets."""
 
+    def next_due(self, now: float) -> float:
+        """The earliest time (s) :meth:`poll` may have work with no packet received: ``now`` if it
+        may at once, ``inf`` if only a received packet can give it any."""
+
     def on_packet(self, p: Pkt, now: float) -> None:
         """An acknowledgement, NACK or probe reply for this QP."""
 
@@ -71,3 +75,7 @@ class Receiver(Protocol):
 
     def poll(self, now: float) -> list[Pkt]:
         """Acknowledgements that are due."""
+
+    def next_due(self, now: float) -> float:
+        """The earliest time (s) :meth:`poll` may have an acknowledgement due with no packet
+        received; ``inf`` if none is owed."""
