@@ -2,7 +2,7 @@
 
 :func:`configs` builds one :class:`~traffic.contract.EndpointConfig` per host that takes part
 (senders and receivers); :func:`start` writes them and starts ``python -m mrclab.traffic.endpoint`` in
-each host's namespace; :func:`collect` turns every host's telemetry into a :class:`RunData` with
+each host's namespace (one process for several hosts where a fabric has many: :func:`process_groups`); :func:`collect` turns every host's telemetry into a :class:`RunData` with
 times relative to the timeline's start.
 """
 
@@ -70,24 +70,68 @@ GO_FILE = "go"
 GO_LEAD_S = 0.5
 
 
-def start(fab, cfgs: dict[str, C.EndpointConfig], folder: Path) -> dict[str, subprocess.Popen]:
+#: Endpoint processes per core before hosts share one: each host has its own process while a
+#: fabric has at most this many hosts per core (every shipped scenario on this 2-core machine up
+#: to 4 hosts ran so when its bounds were set); beyond, this many processes per core serve them
+#: all. Eight hosts each with its own interpreter starved two cores at a collective's start
+#: (docs/report's fig. 17, bmv2: every endpoint 0.6-0.9 ms late per wake-up).
+PROCESSES_PER_CORE = 2
+
+
+def process_groups(hosts: list[str], cores: int | None = None) -> list[list[str]]:
+    """The hosts each endpoint process serves, in order: one host each while there are at most
+    :data:`PROCESSES_PER_CORE` x ``cores`` (default: this machine's) hosts, else that many
+    processes with the hosts dealt round-robin (h0, h4 | h1, h5 | ...), so that senders and
+    receivers spread over the processes."""
+    cores = cores or os.cpu_count() or 1
+    n = PROCESSES_PER_CORE * cores
+    if len(hosts) <= n:
+        return [[h] for h in hosts]
+    return [hosts[i::n] for i in range(n)]
+
+
+def start(fab, cfgs: dict[str, C.EndpointConfig], folder: Path,
+          groups: list[list[str]] | None = None) -> dict[str, subprocess.Popen]:
     """Write each config (no start time: each waits for :func:`go` after it is ready) and start
-    its endpoint in its host's namespace; output goes to ``<host>.log``."""
+    the endpoint processes, each in the namespace of the first host of its group (``groups``,
+    default :func:`process_groups`) and given the others' namespaces; returns host -> its
+    process (hosts of one group share it). A process's output goes to ``<first host>.log``, which
+    every other host of its group links to as ``<host>.log``."""
     procs = {}
     (folder / GO_FILE).unlink(missing_ok=True)
     for host, cfg in cfgs.items():
-        cpath = folder / f"{host}.json"
-        cpath.write_text(dataclasses.replace(cfg, start_at_wall=None, go_path=str(folder / GO_FILE)).to_json())
-        with open(folder / f"{host}.log", "wb") as log:
-            procs[host] = fab.emu.popen(host, [sys.executable, "-m", "mrclab.traffic.endpoint", "--config", str(cpath)],
-                                        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        (folder / f"{host}.json").write_text(
+            dataclasses.replace(cfg, start_at_wall=None, go_path=str(folder / GO_FILE)).to_json())
+    for group in groups or process_groups(list(cfgs)):
+        argv = [sys.executable, "-m", "mrclab.traffic.endpoint"]
+        for h in group:
+            argv += ["--config", str(folder / f"{h}.json")]
+        for h in group[1:]:
+            argv += ["--netns", fab.emu.netns(h)]
+        with open(folder / f"{group[0]}.log", "wb") as log:
+            p = fab.emu.popen(group[0], argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        for h in group:
+            procs[h] = p
+            if h != group[0]:
+                (folder / f"{h}.log").unlink(missing_ok=True)
+                (folder / f"{h}.log").symlink_to(f"{group[0]}.log")
     return procs
 
 
+def processes(procs: dict[str, subprocess.Popen]) -> dict[str, subprocess.Popen]:
+    """Each endpoint process once, labelled by the hosts it serves (``h0`` or ``h0+h4``)."""
+    hosts: dict[int, list[str]] = {}
+    by_pid: dict[int, subprocess.Popen] = {}
+    for h, p in procs.items():
+        hosts.setdefault(p.pid, []).append(h)
+        by_pid[p.pid] = p
+    return {"+".join(hs): by_pid[pid] for pid, hs in hosts.items()}
+
+
 def stop(procs: dict[str, subprocess.Popen], grace_s: float = 5.0) -> None:
-    """SIGTERM every endpoint (they write a final summary), then SIGKILL what is left."""
+    """SIGTERM every endpoint process (they write a final summary), then SIGKILL what is left."""
     live = []
-    for p in procs.values():
+    for p in processes(procs).values():
         if p.poll() is None:
             try:
                 live.append(psutil.Process(p.pid))

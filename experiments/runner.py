@@ -140,16 +140,20 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
                 console.print(f"[dim]·[/dim] retransmission timer floor {scn.settings.min_rto_s * 1e3:.0f} ms: "
                               f"twice the longest queueing a path allows ({bound * 1e3:.0f} ms)")
             cfgs = endpoints.configs(scn, spec_path, out / "endpoints")
-            console.print(f"[dim]·[/dim] starting {len(cfgs)} endpoints ({', '.join(cfgs)})")
+            groups = endpoints.process_groups(list(cfgs))
+            console.print(f"[dim]·[/dim] starting {len(cfgs)} endpoints ({', '.join(cfgs)})"
+                          + (f" in {len(groups)} processes ({' | '.join(' '.join(g) for g in groups)})"
+                             if len(groups) < len(cfgs) else ""))
             # start-up is a barrier, not a race: each endpoint reports ready, then t = 0 is fixed for all
-            procs = endpoints.start(fab, cfgs, out / "endpoints")
-            waited = endpoints.wait_ready(procs, out / "endpoints", endpoints.ready_bound_s(len(procs)))
+            procs = endpoints.start(fab, cfgs, out / "endpoints", groups)
+            waited = endpoints.wait_ready(procs, out / "endpoints",
+                                          endpoints.ready_bound_s(len(endpoints.processes(procs))))
             t0_wall = endpoints.go(out / "endpoints")
             t0 = time.monotonic() + (t0_wall - time.time())
             console.print(f"[dim]·[/dim] endpoints ready in {waited:.1f} s; t = 0 in {endpoints.GO_LEAD_S:g} s")
             if fab.queues:
                 sampler = PortSampler(fab, t0)
-            watched = {f"endpoint {h}": p.pid for h, p in procs.items()}
+            watched = {f"endpoint {hs}": p.pid for hs, p in endpoints.processes(procs).items()}
             watched |= {f"switch {sw.name}": sw.proc.pid for sw in fab.emu.switches()
                         if getattr(sw, "proc", None) is not None}
             monitor = fidelity.FidelityMonitor(watched, t0)

@@ -5,7 +5,7 @@ import csv
 import json
 
 import pytest
-from mrclab.experiments import runner
+from mrclab.experiments import endpoints, runner
 from mrclab.experiments.scenario import load_scenario
 
 pytestmark = pytest.mark.root
@@ -40,3 +40,21 @@ def test_exception_mid_run_tears_everything_down(tmp_path, monkeypatch, no_lefto
     with pytest.raises(RuntimeError, match="injected failure"):
         runner.run(scn, tmp_path, live=False)
     # no_leftovers checks namespaces, run state and processes
+
+
+def test_hosts_served_by_one_endpoint_process_each_use_their_own_sockets_and_ports(tmp_path, monkeypatch,
+                                                                                  no_leftovers, decided_run):
+    # one process serves both hosts, started in h2's namespace: h0's sockets are opened, and its
+    # ports read, from inside h0's. Its ports go down one by one: goodput follows them and no EV is
+    # retired only if each is announced from h0's own port state (the scenario's expectations)
+    monkeypatch.setattr(endpoints, "process_groups", lambda hosts, cores=None: [sorted(hosts, reverse=True)])
+    scn = load_scenario("nic-links-one-by-one", duration_s=14, dataplane="linux")
+    m, _, out = decided_run(scn, tmp_path)
+    failed = [v for v in m["expectations"] if v["passed"] is False]
+    assert not failed, failed
+    folder = out / "endpoints"
+    assert (folder / "h0.log").is_symlink() and (folder / "h0.log").resolve() == (folder / "h2.log").resolve()
+    sent = json.loads((folder / "h0.telemetry.jsonl").read_text().splitlines()[-1])
+    got = json.loads((folder / "h2.telemetry.jsonl").read_text().splitlines()[-1])
+    assert sent["type"] == got["type"] == "summary"
+    assert sent["tx"] and got["rx"]  # h0 sent, h2 received: each host its own stack and telemetry

@@ -66,11 +66,35 @@ def test_the_bound_grows_with_endpoints_per_core():
 
 
 def test_the_endpoint_waits_for_the_go_and_takes_t0_from_it(tmp_path):
-    from mrclab.traffic.endpoint import Endpoint
+    from mrclab.traffic.endpoint import Endpoint, _wait_for_go
 
     ep = Endpoint.__new__(Endpoint)
     ep.stop_requested = False
     go = tmp_path / "go"
     threading.Timer(0.3, lambda: go.write_text("1234.5")).start()
     t = time.monotonic()
-    assert ep._wait_for_go(str(go)) == 1234.5 and time.monotonic() - t >= 0.25
+    assert _wait_for_go(str(go), [ep]) == 1234.5 and time.monotonic() - t >= 0.25
+
+
+def test_hosts_share_endpoint_processes_only_beyond_two_per_core():
+    hosts = [f"h{i}" for i in range(10)]
+    assert endpoints.process_groups(hosts[:4], cores=2) == [["h0"], ["h1"], ["h2"], ["h3"]]
+    groups = endpoints.process_groups(hosts, cores=2)
+    assert groups == [["h0", "h4", "h8"], ["h1", "h5", "h9"], ["h2", "h6"], ["h3", "h7"]]
+    assert sorted(h for g in groups for h in g) == sorted(hosts)  # each host served exactly once
+    assert len(endpoints.process_groups(hosts, cores=8)) == 10
+
+
+def test_processes_are_labelled_by_the_hosts_they_serve():
+    a, b = _sleeper(5), _sleeper(5)
+    try:
+        assert endpoints.processes({"h0": a, "h1": b, "h4": a}) == {"h0+h4": a, "h1": b}
+    finally:
+        a.kill(), b.kill(), a.wait(), b.wait()
+
+
+def test_an_endpoint_given_configs_without_their_namespaces_says_so():
+    r = subprocess.run([sys.executable, "-m", "mrclab.traffic.endpoint", "--config", "a.json", "--config", "b.json"],
+                       capture_output=True, text=True)
+    assert r.returncode == 2
+    assert r.stderr.strip() == "endpoint: 2 configs need 1 --netns (one for every config after the first), got 0"

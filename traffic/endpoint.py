@@ -1,6 +1,7 @@
-"""The MRC endpoint process: one per host, inside the host's network namespace.
+"""The MRC endpoint process: one per host, inside the host's network namespace, or one for several
+hosts where a fabric has more hosts than this machine has cores for (:func:`run_group`).
 
-    python -m mrclab.traffic.endpoint --config CONFIG.json
+    python -m mrclab.traffic.endpoint --config CONFIG.json [--config CONFIG2.json --netns NETNS2 ...]
 
 The config is a :class:`traffic.contract.EndpointConfig` (the runner writes it); the endpoint writes
 the telemetry records of :mod:`traffic.contract` to ``telemetry_path``: ``start`` once its sockets
@@ -15,17 +16,21 @@ use (one line on stderr naming the field).
 from __future__ import annotations
 
 import argparse
+import contextlib
+import ctypes
 import errno
+import fcntl
 import math
 import os
 import resource
 import select
 import signal
 import socket
+import struct
 import sys
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from mrclab.topologies.addressing import AddressPlan
@@ -46,6 +51,45 @@ SOL_PACKET = 263
 PORT_POLL_S = 0.01
 #: Bytes of a memory page (/proc/self/statm counts pages).
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
+#: linux <linux/sockios.h>, <linux/if.h>: read an interface's flags; up and running (carrier)
+SIOCGIFFLAGS = 0x8913
+_UP_RUNNING = 0x1 | 0x40  # IFF_UP | IFF_RUNNING
+#: linux <sched.h>: setns(2)'s namespace type
+CLONE_NEWNET = 0x40000000
+#: Where ``ip netns`` keeps a named namespace.
+NETNS_RUN_DIR = "/var/run/netns"
+#: Frames are read into one buffer and handed on as views of it: nothing keeps a view past
+#: on_frame (payloads are copied into the memory region), and no 9 KiB buffer is made per frame;
+#: one per process, shared by the hosts it serves (a turn handles a frame whole before the next).
+_RXBUF = bytearray(65536)
+_RXVIEW = memoryview(_RXBUF)
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+@contextlib.contextmanager
+def in_netns(name: str | None) -> Iterator[None]:
+    """Run the block in network namespace ``name`` (``ip netns``'s name), back in this process's
+    own after, however it ends; None: stay. setns(2) through ctypes, not pyroute2: importing
+    pyroute2.netns costs an endpoint 0.24 s of start-up (``python -X importtime``). Raises
+    OSError for a namespace that does not exist."""
+    if name is None:
+        yield
+        return
+    own = os.open("/proc/self/ns/net", os.O_RDONLY)
+    try:
+        target = os.open(os.path.join(NETNS_RUN_DIR, name), os.O_RDONLY)
+        try:
+            if _libc.setns(target, CLONE_NEWNET) != 0:
+                e = ctypes.get_errno()
+                raise OSError(e, f"setns into {name}: {os.strerror(e)}")
+        finally:
+            os.close(target)
+        try:
+            yield
+        finally:
+            _libc.setns(own, CLONE_NEWNET)
+    finally:
+        os.close(own)
 
 
 def _cpu_s() -> tuple[float, float]:
@@ -107,7 +151,10 @@ class Endpoint:
                 self.flows.append((s, cc.start_s, None))
         self.socks: dict[int, socket.socket] = {}
         self._send_fn: dict[int, Callable] = {}
-        self._carrier: dict[int, int] = {}  # plane -> fd of its port's sysfs carrier file
+        self._ifreq: dict[int, bytes] = {}  # plane -> struct ifreq naming its port (SIOCGIFFLAGS)
+        #: the host's network namespace, where this process serves several hosts: it enters it to
+        #: open the host's sockets (None: the process's own, as for one host)
+        self.netns: str | None = None
         self.stop_requested = False
         self.loop_gap_max_s = 0.0  # since the last sample
         self._statm: int | None = None  # fd of /proc/self/statm
@@ -120,166 +167,148 @@ class Endpoint:
 
     # ---- sockets and ports -----------------------------------------------------------------
     def open(self) -> None:
-        """One raw AF_PACKET socket per plane, bound to the host's NIC port there, non-blocking."""
-        for p in range(self.plan.spec.planes):
-            s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
-            try:
-                s.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
-            except OSError:
-                pass
-            for opt in (SO_RCVBUFFORCE, SO_SNDBUFFORCE):
+        """One raw AF_PACKET socket per plane, bound to the host's NIC port there, non-blocking;
+        opened inside the host's namespace (``netns``, when this process serves several hosts
+        and was started in another's), where each stays for good."""
+        with in_netns(self.netns):
+            for p in range(self.plan.spec.planes):
+                s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_ALL))
                 try:
-                    s.setsockopt(socket.SOL_SOCKET, opt, 8 << 20)
+                    s.setsockopt(SOL_PACKET, PACKET_IGNORE_OUTGOING, 1)
                 except OSError:
                     pass
-            s.bind((self.plan.host_intf(self.host, p), ETH_P_ALL))
-            s.setblocking(False)
-            self.socks[p] = s
-            self._send_fn[p] = s.send
+                for opt in (SO_RCVBUFFORCE, SO_SNDBUFFORCE):
+                    try:
+                        s.setsockopt(socket.SOL_SOCKET, opt, 8 << 20)
+                    except OSError:
+                        pass
+                s.bind((self.plan.host_intf(self.host, p), ETH_P_ALL))
+                s.setblocking(False)
+                self.socks[p] = s
+                self._send_fn[p] = s.send
+                self._ifreq[p] = struct.pack("16s16x", self.plan.host_intf(self.host, p).encode())
 
     def port_state(self) -> int:
-        """Bit p = the plane-p port has carrier. Read every PORT_POLL_S from files opened once:
-        a sysfs attribute read at offset 0 is generated afresh (0.5 us against 9 us to open it)."""
-        if not self._carrier:
-            for p in range(self.plan.spec.planes):
-                self._carrier[p] = os.open(f"/sys/class/net/{self.plan.host_intf(self.host, p)}/carrier", os.O_RDONLY)
+        """Bit p = the plane-p port is up with carrier (IFF_UP and IFF_RUNNING, read every
+        PORT_POLL_S with SIOCGIFFLAGS on the port's own socket: the socket's namespace answers,
+        whichever namespace this process is in, 1-2 us a port)."""
         state = 0
-        for p, fd in self._carrier.items():
+        for p, sock in self.socks.items():
             try:
-                up = os.pread(fd, 8, 0)[:1] == b"1"
-            except OSError:  # EINVAL: the interface is administratively down
-                up = False
-            state |= int(up) << p
+                flags = struct.unpack_from("16xH", fcntl.ioctl(sock.fileno(), SIOCGIFFLAGS, self._ifreq[p]))[0]
+            except OSError:  # the interface is gone (its namespace is being torn down)
+                flags = 0
+            state |= int(flags & _UP_RUNNING == _UP_RUNNING) << p
         return state
 
     # ---- loop ----------------------------------------------------------------------------------
     def run(self) -> int:
         """Open the sockets, say ready, wait for t = 0, then move frames until every QP is done (or a
         stop is requested); writes samples and a summary to telemetry. Returns the exit code (0)."""
-        self.open()
-        cpu0 = _cpu_s()
-        stack, socks = self.stack, self.socks
-        by_fd = {s.fileno(): s for s in socks.values()}
-        poller = select.poll()
-        for fd in by_fd:
-            poller.register(fd, select.POLLIN)
-        mono0 = time.monotonic() + (self.t0_wall - time.time())  # monotonic time of t = 0
-        interval = self.cfg.telemetry_interval_s
-        next_tel = next_ports = 0.0
-        backlog: dict[int, deque] = {p: deque() for p in socks}
-        started: set[int] = set()
-        stopped: set[int] = set()
-        finished_at: float | None = None
-        coll_started = False
-        max_end = max([st + (d or 0) for _, st, d in self.flows] or [0.0])
-        # frames are read into one buffer and handed on as views of it: nothing keeps a view past
-        # on_frame (payloads are copied into the memory region), and no 9 KiB buffer is made per frame
-        rxbuf = bytearray(65536)
-        rxview = memoryview(rxbuf)
-        recv = [s.recv_into for s in socks.values()]
-        self.tel.write(C.Start(self.host, stack.transport, tuple(s.qp for s, _, _ in self.flows)))
-        if self.cfg.start_at_wall is None and self.cfg.go_path:
-            self.t0_wall = self._wait_for_go(self.cfg.go_path)
-            mono0 = time.monotonic() + (self.t0_wall - time.time())
-        prev = time.monotonic()
-        slept_s = 0.0  # how long the previous turn chose to sleep (0 when it had work)
-        while not self.stop_requested:
-            now = time.monotonic()
-            # the fidelity monitor's "late timers" invariant: how much later than it was due this
-            # turn began. A turn is due when the previous one ends if that one worked, or after the
-            # sleep it chose (a frame wakes it earlier): a deliberate idle sleep is never late, a
-            # long turn or a sleep overrun (a descheduled process) is
-            late = now - prev - slept_s
-            if late > self.loop_gap_max_s:
-                self.loop_gap_max_s = late
-            prev, slept_s = now, 0.0
-            t = now - mono0
-            if now >= next_ports:
-                stack.set_local_ports(self.port_state())
-                next_ports = now + PORT_POLL_S
-            if self.coll is not None and self.cfg.collective is not None and not coll_started \
-                    and t >= self.cfg.collective.start_s:
-                coll_started = True
-                self.coll.start(time.monotonic)
-            for i, (s, start, dur) in enumerate(self.flows):
-                if i not in started and t >= start:
-                    started.add(i)
-                if dur is not None and i not in stopped and t >= start + dur:
-                    s.stop()
-                    stopped.add(i)
-            work = 0
-            for rv in recv:
-                for _ in range(256):
-                    try:
-                        n = rv(rxbuf)
-                    except (BlockingIOError, InterruptedError):
-                        break
-                    except OSError:  # ENETDOWN once when the port goes down: the carrier poll handles it
-                        break
-                    work += 1
-                    r = stack.on_frame(rxview[:n], now)
-                    if r:
-                        self._send(r, backlog)
-            # every QP once all have started; until then only those whose start time has come
-            active = None if len(started) == len(self.flows) else {id(self.flows[i][0]) for i in started}
-            out = stack.poll(now, active=active)
-            self._send(out, backlog)
-            work += len(out)
-            for plane, q in backlog.items():
-                while q and self._sent(plane, q[0]):
-                    q.popleft()
-            if now >= next_tel:
-                self._sample()
-                next_tel = now + interval
-            if self.flows and all(s.done for s, _, _ in self.flows) and (self.coll is None or self.coll.finished):
-                if finished_at is None:
-                    finished_at = now
-                if now - finished_at > 0.2:  # linger: acknowledge the peer's last packets
+        return run_group([self])
+
+    def begin(self, t0_wall: float) -> None:
+        """Set t = 0 (``t0_wall``, as time.time()) and the loop's state; the sockets are open."""
+        self.t0_wall = t0_wall
+        self.mono0 = time.monotonic() + (t0_wall - time.time())  # monotonic time of t = 0
+        self.next_tel = self.next_ports = 0.0
+        self.backlog: dict[int, deque] = {p: deque() for p in self.socks}
+        self.started: set[int] = set()
+        self.stopped: set[int] = set()
+        self.finished_at: float | None = None
+        self.finished = False
+        self.coll_started = False
+        self.max_end = max([st + (d or 0) for _, st, d in self.flows] or [0.0])
+        self._active: set[int] | None = set()
+        self._recv = [sk.recv_into for sk in self.socks.values()]
+        self._cpu0 = _cpu_s()
+
+    def turn(self, now: float) -> int:
+        """One turn of the loop at monotonic ``now``: port state, starts and stops, every frame
+        waiting in the sockets (at most 256 per port), what the stack has due, telemetry. Returns
+        the frames moved (0: an idle turn, see :meth:`due`); sets ``finished`` when done."""
+        stack = self.stack
+        t = now - self.mono0
+        if now >= self.next_ports:
+            stack.set_local_ports(self.port_state())
+            self.next_ports = now + PORT_POLL_S
+        if self.coll is not None and self.cfg.collective is not None and not self.coll_started \
+                and t >= self.cfg.collective.start_s:
+            self.coll_started = True
+            self.coll.start(time.monotonic)
+        started, stopped = self.started, self.stopped
+        for i, (s, start, dur) in enumerate(self.flows):
+            if i not in started and t >= start:
+                started.add(i)
+            if dur is not None and i not in stopped and t >= start + dur:
+                s.stop()
+                stopped.add(i)
+        work = 0
+        rxview = _RXVIEW
+        for rv in self._recv:
+            for _ in range(256):
+                try:
+                    n = rv(_RXBUF)
+                except (BlockingIOError, InterruptedError):
                     break
-            if not self.flows and t > max_end + self.cfg.receiver_linger_s:
-                break
-            if not work:
-                # sleep until a frame comes or the next deadline: a QP's timer (delayed SACK, RTO,
-                # probes, DCQCN), the carrier poll, telemetry, a flow's start or end, the
-                # collective's start, the linger's end; at least 1 ms (poll's unit), at most the
-                # carrier poll's 10 ms
-                due = min(stack.next_due(now, active), next_ports, next_tel)
-                for i, (_s, start, dur) in enumerate(self.flows):
-                    if i not in started:
-                        due = min(due, mono0 + start)
-                    elif dur is not None and i not in stopped:
-                        due = min(due, mono0 + start + dur)
-                if self.coll is not None and self.cfg.collective is not None and not coll_started:
-                    due = min(due, mono0 + self.cfg.collective.start_s)
-                if finished_at is not None:
-                    due = min(due, finished_at + 0.2)
-                if not self.flows:
-                    due = min(due, mono0 + max_end + self.cfg.receiver_linger_s)
-                sleep_ms = max(1, math.ceil((due - time.monotonic()) * 1000))
-                slept_s = sleep_ms / 1000
-                poller.poll(sleep_ms)
+                except OSError:  # ENETDOWN once when the port goes down: the carrier poll handles it
+                    break
+                work += 1
+                r = stack.on_frame(rxview[:n], now)
+                if r:
+                    self._send(r, self.backlog)
+        # every QP once all have started; until then only those whose start time has come
+        self._active = None if len(started) == len(self.flows) else {id(self.flows[i][0]) for i in started}
+        out = stack.poll(now, active=self._active)
+        self._send(out, self.backlog)
+        work += len(out)
+        for plane, q in self.backlog.items():
+            while q and self._sent(plane, q[0]):
+                q.popleft()
+        if now >= self.next_tel:
+            self._sample()
+            self.next_tel = now + self.cfg.telemetry_interval_s
+        if self.flows and all(s.done for s, _, _ in self.flows) and (self.coll is None or self.coll.finished):
+            if self.finished_at is None:
+                self.finished_at = now
+            if now - self.finished_at > 0.2:  # linger: acknowledge the peer's last packets
+                self.finished = True
+        if not self.flows and t > self.max_end + self.cfg.receiver_linger_s:
+            self.finished = True
+        return work
+
+    def due(self, now: float) -> float:
+        """After an idle turn: when this host next has something to do with no frame received
+        (monotonic s): a QP's timer (delayed SACK, RTO, probes, DCQCN), the carrier poll,
+        telemetry, a flow's start or end, the collective's start, the linger's end."""
+        due = min(self.stack.next_due(now, self._active), self.next_ports, self.next_tel)
+        mono0 = self.mono0
+        for i, (_s, start, dur) in enumerate(self.flows):
+            if i not in self.started:
+                due = min(due, mono0 + start)
+            elif dur is not None and i not in self.stopped:
+                due = min(due, mono0 + start + dur)
+        if self.coll is not None and self.cfg.collective is not None and not self.coll_started:
+            due = min(due, mono0 + self.cfg.collective.start_s)
+        if self.finished_at is not None:
+            due = min(due, self.finished_at + 0.2)
+        if not self.flows:
+            due = min(due, mono0 + self.max_end + self.cfg.receiver_linger_s)
+        return due
+
+    def finish(self, share: int = 1) -> None:
+        """The last sample and the summary (this process's CPU since :meth:`begin` over ``share``,
+        the hosts it served), then close the telemetry, sockets and files."""
         self._sample()
         cpu1 = _cpu_s()
-        self.tel.write(C.Summary(self._tx(final=True), self._rx(), stack.dropped(), sum(cpu1) - sum(cpu0),
-                                 cpu1[1] - cpu0[1]))
+        cpu0 = self._cpu0
+        self.tel.write(C.Summary(self._tx(final=True), self._rx(), self.stack.dropped(),
+                                 (sum(cpu1) - sum(cpu0)) / share, (cpu1[1] - cpu0[1]) / share))
         self.tel.close()
-        for sock in socks.values():
+        for sock in self.socks.values():
             sock.close()
-        for fd in self._carrier.values():
-            os.close(fd)
         if self._statm is not None:
             os.close(self._statm)
-        return 0
-
-    def _wait_for_go(self, path: str) -> float:
-        """The start-up barrier: wait (10 ms polls) until the runner writes ``path`` (every endpoint
-        is ready) and return the t = 0 it holds, as time.time(). A stop request ends the wait."""
-        while not self.stop_requested:
-            try:
-                return float(Path(path).read_text())
-            except (FileNotFoundError, ValueError):  # not yet, or not yet whole (it is renamed into place)
-                time.sleep(0.01)
-        return time.time()
 
     def _send(self, frames: list[tuple[int, list]], backlog: dict[int, deque]) -> None:
         """Send each (plane, buffers) now, or queue it behind what its port has not taken yet
@@ -328,23 +357,99 @@ class Endpoint:
             return 0
 
 
+def _wait_for_go(path: str, eps: list[Endpoint]) -> float:
+    """The start-up barrier: wait (10 ms polls) until the runner writes ``path`` (every endpoint
+    is ready) and return the t = 0 it holds, as time.time(). A stop request ends the wait."""
+    while not any(ep.stop_requested for ep in eps):
+        try:
+            return float(Path(path).read_text())
+        except (FileNotFoundError, ValueError):  # not yet, or not yet whole (it is renamed into place)
+            time.sleep(0.01)
+    return time.time()
+
+
+def run_group(eps: list[Endpoint]) -> int:
+    """Serve the hosts of ``eps`` in one loop (one process for several hosts costs one interpreter
+    and one wake-up where each would cost its own): open each host's sockets, say ready, wait
+    for t = 0, then turn every host until all are finished or a stop is requested, sleeping when
+    a turn moved nothing until a frame comes or the soonest deadline of any host (at least 1 ms,
+    poll's unit; at most the carrier poll's 10 ms). Each host keeps its own telemetry; the loop's
+    lateness is the process's, so every host reports it. Returns the exit code (0)."""
+    for ep in eps:
+        ep.open()
+        ep.tel.write(C.Start(ep.host, ep.stack.transport, tuple(s.qp for s, _, _ in ep.flows)))
+    owner: dict[int, Endpoint] = {}
+    poller = select.poll()
+    for ep in eps:
+        for sk in ep.socks.values():
+            poller.register(sk.fileno(), select.POLLIN)
+            owner[sk.fileno()] = ep
+    t0_wall = eps[0].t0_wall
+    first = eps[0].cfg
+    if first.start_at_wall is None and first.go_path:
+        t0_wall = _wait_for_go(first.go_path, eps)
+    for ep in eps:
+        ep.begin(t0_wall)
+    live = list(eps)
+    prev = time.monotonic()
+    slept_s = 0.0  # how long the previous turn chose to sleep (0 when it had work)
+    while live and not any(ep.stop_requested for ep in eps):
+        now = time.monotonic()
+        # the fidelity monitor's "late timers" invariant: how much later than it was due this
+        # turn began. A turn is due when the previous one ends if that one worked, or after the
+        # sleep it chose (a frame wakes it earlier): a deliberate idle sleep is never late, a
+        # long turn or a sleep overrun (a descheduled process) is
+        late = now - prev - slept_s
+        prev, slept_s = now, 0.0
+        work = 0
+        for ep in live:
+            if late > ep.loop_gap_max_s:
+                ep.loop_gap_max_s = late
+            work += ep.turn(now)
+        if any(ep.finished for ep in live):
+            for ep in [ep for ep in live if ep.finished]:
+                for sk in ep.socks.values():
+                    poller.unregister(sk.fileno())
+            live = [ep for ep in live if not ep.finished]
+        if not work and live:
+            due = min(ep.due(now) for ep in live)
+            sleep_ms = max(1, min(int(PORT_POLL_S * 1000), math.ceil((due - time.monotonic()) * 1000)))
+            slept_s = sleep_ms / 1000
+            poller.poll(sleep_ms)
+    for ep in eps:
+        ep.finish(share=len(eps))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    """``python -m mrclab.traffic.endpoint --config FILE``: exit 0, or 2 for a bad config."""
+    """``python -m mrclab.traffic.endpoint --config FILE [--config FILE --netns NAME ...]``: one host,
+    or several served by this process (every ``--config`` after the first with its host's
+    ``--netns``, in order; the first host's namespace is the one the process runs in). Exit 0,
+    or 2 for a bad config or namespace list (one line on stderr)."""
     ap = argparse.ArgumentParser(description="MRC endpoint (run inside a host namespace)")
-    ap.add_argument("--config", required=True)
+    ap.add_argument("--config", required=True, action="append", help="a host's endpoint config (repeatable)")
+    ap.add_argument("--netns", action="append", default=[],
+                    help="network namespace of the second, third, ... config's host (one per extra --config)")
     a = ap.parse_args(argv)
+    if len(a.netns) != len(a.config) - 1:
+        print(f"endpoint: {len(a.config)} configs need {len(a.config) - 1} --netns (one for every config after "
+              f"the first), got {len(a.netns)}", file=sys.stderr)
+        return 2
     try:
-        ep = Endpoint(C.EndpointConfig.load(a.config))
+        eps = [Endpoint(C.EndpointConfig.load(path)) for path in a.config]
     except BadInput as e:
         print(f"endpoint: {e.one_line()}", file=sys.stderr)
         return 2
+    for ep, ns in zip(eps[1:], a.netns, strict=True):
+        ep.netns = ns
 
     def stop(_sig, _frame):
-        ep.stop_requested = True
+        for ep in eps:
+            ep.stop_requested = True
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
-    return ep.run()
+    return run_group(eps)
 
 
 if __name__ == "__main__":
