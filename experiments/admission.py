@@ -4,7 +4,7 @@
 (:class:`Calibration`, one per data plane and BMv2 build). Before a run, :func:`estimate` adds up
 the CPU the scenario needs from its fabric, rates and workload:
 
-    cores = endpoints x endpoint_idle_cores + switches x switch_idle_cores
+    cores = endpoint processes x endpoint_idle_cores + switches x switch_idle_cores
           + pps x (endpoint_tx_us + endpoint_rx_us) / 1e6 + pps x hops x switch_us_per_hop / 1e6
 
 where ``pps`` is the most the workload can move (every sending host's NIC ports full, capped by
@@ -28,6 +28,7 @@ import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from mrclab.experiments.endpoints import process_groups
 from mrclab.experiments.scenario import Scenario
 from mrclab.topologies.errors import NotAvailable
 from mrclab.topologies.spec import ClosSpec
@@ -113,7 +114,7 @@ class Estimate:
     fixed_cores: float
     traffic_cores: float
     pps: float
-    endpoints: int
+    endpoints: int  # endpoint processes (:func:`~experiments.endpoints.process_groups`)
     switches: int
     available_cores: float
 
@@ -143,7 +144,7 @@ def estimate(scn: Scenario, spec: ClosSpec, cal: Calibration) -> Estimate:
     senders = {f.src for f in scn.flows} | (set(scn.collective.hosts) if scn.collective else set())
     receivers = {f.dst for f in scn.flows} | (set(scn.collective.hosts) if scn.collective else set())
     pps = min(len(senders), len(receivers)) * spec.planes * port_pps
-    n_ep, n_sw = len(scn.hosts()), spec.n_switches
+    n_ep, n_sw = len(process_groups(scn.hosts())), spec.n_switches  # a process idles once for its hosts
     fixed = n_ep * cal.endpoint_idle_cores + n_sw * cal.switch_idle_cores
     traffic = pps * (cal.endpoint_tx_us + cal.endpoint_rx_us + HOPS * cal.switch_us_per_hop) / 1e6
     return Estimate(fixed, traffic, pps, n_ep, n_sw, USABLE * (os.cpu_count() or 1))
@@ -169,7 +170,7 @@ def admit(scn: Scenario, dataplane: str, *, fit: bool = False, say=print) -> Sce
         return scn
     spec = scn.spec_for(dataplane)
     est = estimate(scn, spec, cal)
-    numbers = (f"needs about {est.cores:.2f} cores ({est.endpoints} endpoints, {est.switches} switches, up to "
+    numbers = (f"needs about {est.cores:.2f} cores ({est.endpoints} endpoint processes, {est.switches} switches, up to "
                f"{est.pps:,.0f} pps over {HOPS} hops at {spec.link.bandwidth_mbps:g} Mb/s host ports) and this "
                f"machine gives a run {est.available_cores:.2f} of {os.cpu_count()} (calibrated {cal.when})")
     if est.fits:
