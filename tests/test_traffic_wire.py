@@ -5,6 +5,8 @@ stack never raises and never corrupts a delivered message."""
 import dataclasses
 import random
 import struct
+import subprocess
+import sys
 import zlib
 
 from hypothesis import HealthCheck, given, settings
@@ -12,11 +14,14 @@ from hypothesis import strategies as st
 from mrclab.topologies.addressing import AddressPlan, ev_plane, make_ev
 from mrclab.topologies.spec import load_spec
 from mrclab.traffic import headers as H
+from mrclab.traffic import layers  # noqa: F401 (binds the MRC layers to UDP 4791 for Ether())
 from mrclab.traffic.host import HostStack
 from mrclab.traffic.packet import Pkt
 from mrclab.traffic.region import message_source
 from mrclab.traffic.settings import TransportSettings
 from mrclab.traffic.wire import Wire, frame_bytes
+from scapy.layers.inet import UDP
+from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
 
 PLAN = AddressPlan(load_spec())
@@ -49,6 +54,27 @@ def test_data_frame_roundtrip_and_scapy_dissection():
     outer = e.getlayer("IPv6", 1)
     assert outer.dst == str(PLAN.path("h0", "h2", 2, 1).outer_dst) and outer.fl == 0xBEEF
     assert e["UDP"].sport == make_ev(2, 1, 0xBEEF) & 0xFFFF and e["UDP"].dport == 4791
+
+
+def test_header_templates_are_byte_identical_to_scapys():
+    # the endpoint builds Ethernet .. UDP with struct (no scapy on its start-up path); scapy, the
+    # layers' reference, builds the same bytes for every host, peer and plane of the fabric
+    for host in PLAN.spec.hosts():
+        w = Wire(PLAN, host)
+        for peer in PLAN.spec.hosts():
+            for plane in range(PLAN.spec.planes):
+                ref = bytes(Ether(src=PLAN.host_mac(host, plane), dst=PLAN.gateway_mac(host, plane))
+                            / IPv6(src=str(PLAN.port_address(host, plane)), dst="::", nh=41, hlim=64)
+                            / IPv6(src=str(PLAN.nic_address(host)), dst=str(PLAN.nic_address(peer)), nh=17, hlim=64)
+                            / UDP(sport=0, dport=H.UDP_PORT, chksum=0))
+                assert w._template(peer, plane) == ref, (host, peer, plane)
+
+
+def test_the_endpoint_starts_without_scapy():
+    r = subprocess.run([sys.executable, "-c", "import sys, mrclab.traffic.endpoint; "
+                        "print(sorted(m for m in sys.modules if m.split('.')[0] == 'scapy'))"],
+                       capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == "[]"
 
 
 def test_cached_prefixes_follow_each_packets_ev_and_length():

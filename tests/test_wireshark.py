@@ -1,7 +1,7 @@
 """The Wireshark dissector (traffic/wireshark/mrc.lua) against the project's own decoder.
 
 Frames are dissected by tshark with the Lua dissector loaded and compared, field by field, with what
-:meth:`traffic.wire.Wire.decode` (and, for a sample, the scapy layers of traffic/headers.py) make of
+:meth:`traffic.wire.Wire.decode` (and, for a sample, the scapy layers of traffic/layers.py) make of
 the very same bytes: frames built in-process (no root), and a capture of MRC and RoCE transfers on
 the linux fabric (``root``). Every frame must dissect with no malformed item and no Error-level
 expert item, and every opcode sent must show up by name.
@@ -27,6 +27,7 @@ import yaml
 from mrclab.topologies.addressing import AddressPlan
 from mrclab.topologies.spec import load_spec
 from mrclab.traffic import headers as H
+from mrclab.traffic import layers as L
 from mrclab.traffic.packet import Pkt
 from mrclab.traffic.wire import Wire, frame_bytes
 from scapy.layers.l2 import Ether
@@ -155,24 +156,24 @@ def check_capture(pcap: Path) -> tuple[set[str], int, dict]:
 
 
 def check_scapy_sample(pcap: Path, ws: dict, every: int = 25) -> int:
-    """A sample of frames (every ``every``-th) through the scapy layers of traffic/headers.py
+    """A sample of frames (every ``every``-th) through the scapy layers of traffic/layers.py
     against tshark's dissection ``ws``; returns how many were compared."""
     checked = 0
     for i, pkt in enumerate(rdpcap(str(pcap)), start=1):
-        if i % every and i != 1 or H.BTHdr not in pkt:
+        if i % every and i != 1 or L.BTHdr not in pkt:
             continue
-        layers, bth = ws[i], pkt[H.BTHdr]
+        layers, bth = ws[i], pkt[L.BTHdr]
         assert (_int(layers, "mrc.opcode"), _int(layers, "mrc.qp"), _int(layers, "mrc.psn")) == \
             (bth.opcode, bth.dqpn, bth.psn), i
-        if H.MRCXHdr in pkt:
-            assert _int(layers, "mrc.msn") == pkt[H.MRCXHdr].msn
-            assert _int(layers, "mrc.reth.dma_len") == pkt[H.RETHdr].dma_len
-            assert _int(layers, "mrc.reth.va") == pkt[H.RETHdr].va
-        if H.SackHdr in pkt:
-            assert _int(layers, "mrc.sack.cum_psn") == pkt[H.SackHdr].cum_psn
-            assert _int(layers, "mrc.sack.bitmap") == pkt[H.SackHdr].bitmap
-        if H.ProbeHdr in pkt:
-            assert _int(layers, "mrc.probe.id") == pkt[H.ProbeHdr].probe_id
+        if L.MRCXHdr in pkt:
+            assert _int(layers, "mrc.msn") == pkt[L.MRCXHdr].msn
+            assert _int(layers, "mrc.reth.dma_len") == pkt[L.RETHdr].dma_len
+            assert _int(layers, "mrc.reth.va") == pkt[L.RETHdr].va
+        if L.SackHdr in pkt:
+            assert _int(layers, "mrc.sack.cum_psn") == pkt[L.SackHdr].cum_psn
+            assert _int(layers, "mrc.sack.bitmap") == pkt[L.SackHdr].bitmap
+        if L.ProbeHdr in pkt:
+            assert _int(layers, "mrc.probe.id") == pkt[L.ProbeHdr].probe_id
         checked += 1
     return checked
 

@@ -1,7 +1,8 @@
 """Frames <-> :class:`~traffic.packet.Pkt`: the endpoint's hot path.
 
 :class:`Wire` prebuilds, per (peer, plane), the Ethernet + outer IPv6 + inner IPv6 + UDP headers
-with scapy once. Into a copy of that template it patches the EV-dependent fields (outer destination
+once, with ``struct`` (scapy, the layers' reference, would cost an endpoint 0.3 s of start-up to
+import; tests/test_traffic_wire.py holds every template byte-identical to scapy's). Into a copy of that template it patches the EV-dependent fields (outer destination
 = the uSID container of the EV's path, flow label, UDP source port) and the lengths with
 ``struct.pack_into``, and keeps that prefix per (peer, EV, length); per packet only the transport
 headers are packed (one ``struct`` call), and the frame goes out as buffers (prefix, headers,
@@ -17,9 +18,6 @@ import struct
 from mrclab.topologies.addressing import AddressPlan, PathTemplate
 from mrclab.traffic import headers as H
 from mrclab.traffic.packet import Pkt
-from scapy.layers.inet import UDP
-from scapy.layers.inet6 import IPv6
-from scapy.layers.l2 import Ether
 
 _U32 = struct.Struct("!I")
 _crc32 = H.crc32
@@ -51,6 +49,11 @@ _DATA_BODY = _concat(H.MRCX, H.RETH)
 _DATA_BODY_IMM = _concat(H.MRCX, H.RETH, H.IMM)
 
 
+def _mac(text: str) -> bytes:
+    """``aa:bb:cc:dd:ee:ff`` as its 6 bytes."""
+    return bytes.fromhex(text.replace(":", ""))
+
+
 class Wire:
     """Encoder/decoder for one host NIC (``host``) of an address plan."""
 
@@ -66,16 +69,19 @@ class Wire:
 
     # ---- encode -------------------------------------------------------------------------------
     def _template(self, peer: str, plane: int) -> bytes:
+        """Ethernet .. UDP of a frame to ``peer`` on ``plane`` with the lengths of an empty UDP
+        payload and an all-zero outer destination (:meth:`_prefix` writes both per EV and length);
+        as scapy builds ``Ether / IPv6(nh=41) / IPv6(nh=17) / UDP(dport=4791, chksum=0)``."""
         key = (peer, plane)
         t = self._tpl.get(key)
         if t is None:
             p = self.plan
-            t = bytes(
-                Ether(src=p.host_mac(self.host, plane), dst=p.gateway_mac(self.host, plane))
-                / IPv6(src=str(p.port_address(self.host, plane)), dst="::", nh=41, hlim=64)
-                / IPv6(src=str(p.nic_address(self.host)), dst=str(p.nic_address(peer)), nh=17, hlim=64)
-                / UDP(sport=0, dport=H.UDP_PORT, chksum=0)
-            )[: H.L2_L4]
+            t = (H.ETH.pack(_mac(p.gateway_mac(self.host, plane)), _mac(p.host_mac(self.host, plane)), H.ETH_P_IPV6)
+                 + H.IPV6.pack(0x60000000, 40 + H.UDPH.size, H.NH_IPV6, H.HOP_LIMIT,
+                               p.port_address(self.host, plane).packed, bytes(16))
+                 + H.IPV6.pack(0x60000000, H.UDPH.size, H.NH_UDP, H.HOP_LIMIT, p.nic_address(self.host).packed,
+                               p.nic_address(peer).packed)
+                 + H.UDPH.pack(0, H.UDP_PORT, H.UDPH.size, 0))
             self._tpl[key] = t
         return t
 
