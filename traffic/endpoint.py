@@ -16,6 +16,7 @@ use (one line on stderr naming the field).
 from __future__ import annotations
 
 import argparse
+import array
 import contextlib
 import ctypes
 import errno
@@ -51,9 +52,9 @@ SOL_PACKET = 263
 PORT_POLL_S = 0.01
 #: Bytes of a memory page (/proc/self/statm counts pages).
 PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
-#: linux <linux/sockios.h>, <linux/if.h>: read an interface's flags; up and running (carrier)
-SIOCGIFFLAGS = 0x8913
-_UP_RUNNING = 0x1 | 0x40  # IFF_UP | IFF_RUNNING
+#: linux <linux/sockios.h>, <linux/ethtool.h>: an ethtool request, and the one that reads the link
+SIOCETHTOOL = 0x8946
+ETHTOOL_GLINK = 0x0000000A
 #: linux <sched.h>: setns(2)'s namespace type
 CLONE_NEWNET = 0x40000000
 #: Where ``ip netns`` keeps a named namespace.
@@ -151,7 +152,8 @@ class Endpoint:
                 self.flows.append((s, cc.start_s, None))
         self.socks: dict[int, socket.socket] = {}
         self._send_fn: dict[int, Callable] = {}
-        self._ifreq: dict[int, bytes] = {}  # plane -> struct ifreq naming its port (SIOCGIFFLAGS)
+        self._ifreq: dict[int, bytes] = {}  # plane -> struct ifreq naming its port (SIOCETHTOOL)
+        self._glink = array.array("I", [ETHTOOL_GLINK, 0])  # struct ethtool_value {cmd, data} the ioctl fills
         #: the host's network namespace, where this process serves several hosts: it enters it to
         #: open the host's sockets (None: the process's own, as for one host)
         self.netns: str | None = None
@@ -186,19 +188,25 @@ class Endpoint:
                 s.setblocking(False)
                 self.socks[p] = s
                 self._send_fn[p] = s.send
-                self._ifreq[p] = struct.pack("16s16x", self.plan.host_intf(self.host, p).encode())
+                # struct ifreq: the port's name, then ifr_data pointing at the ethtool_value
+                self._ifreq[p] = struct.pack("16sP", self.plan.host_intf(self.host, p).encode(),
+                                             self._glink.buffer_info()[0]).ljust(40, b"\0")
 
     def port_state(self) -> int:
-        """Bit p = the plane-p port is up with carrier (IFF_UP and IFF_RUNNING, read every
-        PORT_POLL_S with SIOCGIFFLAGS on the port's own socket: the socket's namespace answers,
-        whichever namespace this process is in, 1-2 us a port)."""
+        """Bit p = the plane-p port has carrier (ETHTOOL_GLINK, the kernel's netif_carrier_ok, as
+        sysfs's ``carrier`` reads it; a port set administratively down has none), read every
+        PORT_POLL_S with an ioctl on the port's own socket: the socket's namespace answers,
+        whichever namespace this process is in. Not IFF_RUNNING: the operational state follows
+        the carrier only when the kernel's link watch gets to it, up to a second later."""
         state = 0
+        link = self._glink
         for p, sock in self.socks.items():
+            link[0], link[1] = ETHTOOL_GLINK, 0
             try:
-                flags = struct.unpack_from("16xH", fcntl.ioctl(sock.fileno(), SIOCGIFFLAGS, self._ifreq[p]))[0]
+                fcntl.ioctl(sock.fileno(), SIOCETHTOOL, self._ifreq[p])
             except OSError:  # the interface is gone (its namespace is being torn down)
-                flags = 0
-            state |= int(flags & _UP_RUNNING == _UP_RUNNING) << p
+                link[1] = 0
+            state |= int(link[1] != 0) << p
         return state
 
     # ---- loop ----------------------------------------------------------------------------------
