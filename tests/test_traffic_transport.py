@@ -41,13 +41,20 @@ def _check(o, n_msgs, imm):
         assert st_.completions == list(range(n_msgs))  # each exactly once, in MSN order
 
 
+@pytest.mark.parametrize("loop", ["tick", "deadline"])
 @pytest.mark.parametrize("transport", ["mrc", "roce"])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
 @given(msgs=messages_st, ch=channel_st, imm=st.booleans())
-def test_any_loss_dup_reorder_pattern_delivers_every_message_exactly_once(transport, msgs, ch, imm):
+def test_any_loss_dup_reorder_pattern_delivers_every_message_exactly_once(transport, loop, msgs, ch, imm):
+    # loop "deadline" sleeps as the endpoint does, until the transports' next_due or a frame: if
+    # next_due left out a timer (RTO, delayed SACK, SACK repeat, DCQCN), a lossy transfer would
+    # stall, since that loop has no other wake-up (the endpoint's 10 ms carrier poll is not
+    # modelled); with probes off, whose rounds would wake it every probe interval and hide one
     chan = Channel(random.Random(ch["seed"]), drop=ch["drop"], dup=ch["dup"], delay_s=ch["delay"],
                    fifo_per_ev=ch["fifo"], trim=ch["trim"], ce=ch["ce"])
-    o = run(list(msgs), chan, transport=transport, settings=FAST, imm=imm, seed=ch["seed"], limit_s=120)
+    s = FAST if loop == "tick" else dataclasses.replace(FAST, probes=False)
+    o = run(list(msgs), chan, transport=transport, settings=s, imm=imm, seed=ch["seed"], limit_s=120,
+            by_deadline=loop == "deadline")
     _check(o, len(msgs), imm)
 
 
@@ -335,21 +342,6 @@ def test_trimmed_packets_overtaking_on_a_pinned_ev_never_retire_it(seed):
     assert o.sender.done and delivered_intact(o)
     assert not [e for e in o.events if e[0] == "ev_state" and e[1]["new"] == "ASSUMED_BAD"], \
         [e for e in o.events if e[0] in ("ev_state", "gap")][:5]
-
-
-@pytest.mark.parametrize("transport", ["mrc", "roce"])
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow], derandomize=True)
-@given(msgs=messages_st, ch=channel_st, imm=st.booleans())
-def test_a_loop_that_sleeps_until_next_due_misses_no_timer(transport, msgs, ch, imm):
-    # the endpoint sleeps until the transports' next_due or a frame: if next_due left out a timer
-    # (RTO, delayed SACK, SACK repeat, probe, DCQCN), a lossy transfer would stall here, since
-    # this loop has no other wake-up (the endpoint's 10 ms carrier poll is not modelled); with
-    # probes off, whose rounds would wake it every probe interval and hide a missing timer
-    chan = Channel(random.Random(ch["seed"]), drop=ch["drop"], dup=ch["dup"], delay_s=ch["delay"],
-                   fifo_per_ev=ch["fifo"], trim=ch["trim"], ce=ch["ce"])
-    o = run(list(msgs), chan, transport=transport, settings=dataclasses.replace(FAST, probes=False), imm=imm,
-            seed=ch["seed"], limit_s=120, by_deadline=True)
-    _check(o, len(msgs), imm)
 
 
 @pytest.mark.parametrize("transport", ["mrc", "roce"])
