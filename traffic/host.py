@@ -140,6 +140,8 @@ class HostStack:
         """Probes of every reverse EV towards the peers that send to this host, one round every
         ``probe_interval_s``; an unanswered one takes its EV out of the rotation."""
         out: list = []
+        if not self.rev_probes.pending and not self.rev_probes.round_due(now):
+            return out
         for peer, ev in self.rev_probes.expired(now):
             r = self.reverse[peer]
             r.ok_streak[ev] = 0

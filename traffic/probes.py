@@ -33,6 +33,11 @@ class ProbeScheduler(Generic[K]):
             del self.pending[pid]
         return [key for _, key in late]
 
+    def round_due(self, now: float) -> bool:
+        """True when a round may start at ``now`` (``interval_s`` since the last): callers test
+        it before gathering candidates, which costs more than the test on every other turn."""
+        return now - self.last_round >= self.interval_s
+
     def round(self, now: float, candidates: Iterable[K]) -> list[tuple[int, K]]:
         """(probe id, key) to send now: one per candidate without a probe outstanding, once every
         ``interval_s``; nothing between rounds."""

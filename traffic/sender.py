@@ -463,8 +463,11 @@ class MrcSender:
     def _probes(self, now: float) -> list[Pkt]:
         if not self.s.probes:
             return []
-        for ev in self.probes.expired(now):
-            self.evs.probe_result(ev, False, self.s.probe_successes)
+        if self.probes.pending:
+            for ev in self.probes.expired(now):
+                self.evs.probe_result(ev, False, self.s.probe_successes)
+        if not self.probes.round_due(now):
+            return []
         down = self.evs.planes_down
         todo = self.probes.round(now, (ev for ev in self.evs.retired() if self.evs.evs[ev].plane not in down))
         self.stats.probes += len(todo)
