@@ -371,6 +371,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("doctor", help="what this machine has, which data planes and features run here, "
                                       "and how to install what is missing")
+    s.add_argument("--servers", metavar="A,B,...",
+                   help="check these servers instead ([user@]address, comma-separated): reachable over ssh, "
+                        "Mininet and the toolchain there, clock against this machine's")
+    s.add_argument("--ssh-config", metavar="FILE", help="ssh client configuration for the servers (ssh -F)")
     s.set_defaults(fn=cmd_doctor)
 
     s = sub.add_parser("report", help="compare results folders side by side")

@@ -11,13 +11,15 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 import uuid
 from dataclasses import dataclass
+from pathlib import Path
 
 from mrclab.controller import bpf, thrift
 from mrclab.controller.fabric import FEATURES, missing_features
 from mrclab.experiments.admission import load_calibration
-from mrclab.topologies import kernel, nodes
+from mrclab.topologies import kernel, nodes, servers
 from rich.console import Console
 from rich.table import Table
 
@@ -119,9 +121,37 @@ def planes() -> dict[str, tuple[bool, str, str]]:
     return out
 
 
-def main(_args=None) -> int:
+def servers_table(servers_text: str, ssh_config: str | None) -> int:
+    """``mrclab doctor --servers A,B``: every server's reachability, tools and clock against this
+    machine's, for both data planes (topologies/servers.py); exit 0 when every server can carry
+    a linux fabric, 3 otherwise. Raises BadInput for a malformed server list."""
+    found = servers.parse_servers(servers_text)
+    ssh = servers.Ssh(Path(tempfile.mkdtemp(prefix="mrclab-ssh-")), Path(ssh_config) if ssh_config else None)
+    try:
+        linux = servers.preflight(ssh, found, "linux")
+        bmv2 = servers.preflight(ssh, found, "bmv2")
+    finally:
+        ssh.close()
+        shutil.rmtree(ssh.control_dir, ignore_errors=True)
+    t = Table(title="mrclab doctor: servers")
+    for col in ("server", "linux", "bmv2", "clock offset", "round trip", "problems"):
+        t.add_column(col)
+    for lc, bc in zip(linux, bmv2, strict=True):
+        extra = [p for p in bc.problems if p not in lc.problems]
+        t.add_row(lc.server.name, "[green]ok[/green]" if not lc.problems else "[red]no[/red]",
+                  "[green]ok[/green]" if not bc.problems else "[red]no[/red]",
+                  f"{lc.offset_s * 1e3:+.1f} ms" if lc.offset_s is not None else "-",
+                  f"{lc.rtt_s * 1e3:.1f} ms" if lc.rtt_s is not None else "-",
+                  "; ".join(p.split(": ", 1)[1] for p in lc.problems + tuple(extra)) or "-")
+    console.print(t)
+    return 0 if all(not c.problems for c in linux) else 3
+
+
+def main(args=None) -> int:
     """``mrclab doctor``: the checks, the data planes and their features, the calibration; exit 3
-    when no data plane runs."""
+    when no data plane runs. With ``--servers``, the servers instead (:func:`servers_table`)."""
+    if args is not None and getattr(args, "servers", None):
+        return servers_table(args.servers, getattr(args, "ssh_config", None))
     t = Table(title="mrclab doctor: this machine")
     for col in ("", "piece", "found", "install with"):
         t.add_column(col)

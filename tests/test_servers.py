@@ -1,0 +1,88 @@
+"""Servers a fabric may span (topologies/servers.py): named on the command line, checked over ssh
+before anything is built on them, one clear line per problem. The root tests run against servers
+on this machine: network namespaces with their own sshd (tests/nsservers.py)."""
+
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+from mrclab.topologies import servers as S
+from mrclab.topologies.errors import BadInput
+from nsservers import fake_bin
+from nsservers import servers as ns_servers
+
+
+def test_servers_are_named_user_at_address_in_order():
+    assert S.parse_servers("10.0.0.1, alice@10.0.0.2") == [S.Server("10.0.0.1"), S.Server("10.0.0.2", "alice")]
+
+
+@pytest.mark.parametrize("text, says", [
+    ("10.0.0.1,,10.0.0.2", "'' is not a server"),
+    ("bad host", "'bad host' is not a server"),
+    ("a@b@c", "'a@b@c' is not a server"),
+    ("10.0.0.1,root@10.0.0.1", "root@10.0.0.1 is given twice"),
+])
+def test_a_bad_server_list_is_one_line_naming_the_entry(text, says):
+    with pytest.raises(BadInput, match=says):
+        S.parse_servers(text)
+
+
+def test_problems_are_raised_together_one_line_each():
+    ok = S.ServerCheck(S.Server("a"), ())
+    bad = S.ServerCheck(S.Server("b"), ("root@b: lacks mnexec: apt-get install -y mininet", "root@b: clock +900 ms"))
+    S.require([ok])
+    with pytest.raises(S.ServerError) as e:
+        S.require([ok, bad])
+    assert e.value.one_line().count("root@b") == 2
+
+
+needs_sshd = pytest.mark.skipif(shutil.which("sshd") is None and not __import__("os").path.exists("/usr/sbin/sshd"),
+                                reason="no sshd here (setup.sh installs openssh-server)")
+
+
+@pytest.mark.root
+@needs_sshd
+def test_doctor_checks_every_server_over_ssh_and_names_what_each_lacks(tmp_path):
+    # server 1 has what a linux fabric needs; server 2 lacks mnexec and its clock is 0.4 s ahead;
+    # 198.18.0.99 is no server at all
+    path2 = fake_bin(tmp_path / "bin2", ["ip", "tc"], date_offset_s=0.4)
+    with ns_servers(2, tmp_path, paths={2: path2}) as srv:
+        ssh = S.Ssh(Path(tempfile.mkdtemp(prefix="mrclab-ssh-", dir="/tmp")), srv.ssh_config)
+        try:
+            one, two, none = S.preflight(ssh, [S.Server(a) for a in srv.addresses + ["198.18.0.99"]], "linux")
+        finally:
+            ssh.close()
+            shutil.rmtree(ssh.control_dir)
+        assert one.problems == () and abs(one.offset_s) < 0.02 and one.rtt_s < 1.0
+        assert any("lacks mnexec: apt-get install -y mininet" in p for p in two.problems), two.problems
+        assert any("clock +4" in p and "ms from this machine's" in p for p in two.problems), two.problems
+        assert 0.35 < two.offset_s < 0.45
+        assert len(none.problems) == 1 and "unreachable over ssh" in none.problems[0]
+        # the command line: the table, exit 3 while a server cannot carry a fabric, 0 when all can
+        r = subprocess.run([sys.executable, "-m", "mrclab.cli", "doctor", "--servers", ",".join(srv.addresses),
+                            "--ssh-config", str(srv.ssh_config)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 3, r.stdout + r.stderr
+        assert "lacks mnexec" in r.stdout and "198.18.0.1" in r.stdout
+        r = subprocess.run([sys.executable, "-m", "mrclab.cli", "doctor", "--servers", srv.addresses[0],
+                            "--ssh-config", str(srv.ssh_config)], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stdout + r.stderr
+        bmv2_here = shutil.which("simple_switch_grpc") is not None
+        assert ("lacks simple_switch_grpc" in r.stdout) != bmv2_here  # the bmv2 column judges the toolchain
+    # no ssh connection outlives its Ssh (each server's one master is closed)
+    left = subprocess.run(["pgrep", "-f", "ControlPath=/tmp/mrclab-ssh-"], capture_output=True, text=True).stdout
+    assert not left.strip(), left
+
+
+def test_a_control_folder_too_long_for_a_socket_is_refused_up_front(tmp_path):
+    with pytest.raises(BadInput, match="too long for a socket path"):
+        S.Ssh(tmp_path / ("x" * 80))
+
+
+def test_a_malformed_server_list_on_the_command_line_is_one_line():
+    r = subprocess.run([sys.executable, "-m", "mrclab.cli", "doctor", "--servers", "a b"], capture_output=True,
+                       text=True, timeout=60)
+    assert r.returncode != 0 and "Traceback" not in r.stdout + r.stderr
+    assert "'a b' is not a server" in r.stdout + r.stderr
