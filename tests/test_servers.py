@@ -76,6 +76,29 @@ def test_doctor_checks_every_server_over_ssh_and_names_what_each_lacks(tmp_path)
     assert not left.strip(), left
 
 
+@pytest.mark.root
+@needs_sshd
+def test_the_clock_is_read_in_a_process_with_descriptors_past_1023(tmp_path):
+    # CI's long test session holds over a thousand descriptors: select() refused the ssh pipe's
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 2048), max(hard, 2048)))
+    held = [open("/dev/null") for _ in range(1100)]
+    try:
+        with ns_servers(1, tmp_path) as srv:
+            ssh = S.Ssh(Path(tempfile.mkdtemp(prefix="mrclab-ssh-", dir="/tmp")), srv.ssh_config)
+            try:
+                (check,) = S.preflight(ssh, [S.Server(srv.addresses[0])], "linux")
+            finally:
+                ssh.close()
+                shutil.rmtree(ssh.control_dir)
+        assert check.problems == () and abs(check.offset_s) < 0.02
+    finally:
+        for f in held:
+            f.close()
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
 def test_a_control_folder_too_long_for_a_socket_is_refused_up_front(tmp_path):
     with pytest.raises(BadInput, match="too long for a socket path"):
         S.Ssh(tmp_path / ("x" * 80))

@@ -177,12 +177,14 @@ def clock_offset(ssh: Ssh, server: Server) -> tuple[float, float]:
                          stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, bufsize=1)
     assert p.stdin is not None and p.stdout is not None
     best: tuple[float, float] | None = None
+    waiter = select.poll()  # not select(): a descriptor past 1023 (a busy process) is out of its range
+    waiter.register(p.stdout, select.POLLIN)
     try:
         for _ in range(CLOCK_SAMPLES + 1):  # the first exchange also waits for the shell to start
             t0 = time.time()
             p.stdin.write("\n")
             p.stdin.flush()
-            if not select.select([p.stdout], [], [], CONNECT_TIMEOUT_S + 10)[0]:
+            if not waiter.poll((CONNECT_TIMEOUT_S + 10) * 1000):
                 raise OSError(f"no time within {CONNECT_TIMEOUT_S + 10} s")
             line = p.stdout.readline()
             t1 = time.time()
