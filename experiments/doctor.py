@@ -144,6 +144,10 @@ def servers_table(servers_text: str, ssh_config: str | None) -> int:
                   f"{lc.rtt_s * 1e3:.1f} ms" if lc.rtt_s is not None else "-",
                   "; ".join(p.split(": ", 1)[1] for p in lc.problems + tuple(extra)) or "-")
     console.print(t)
+    # each problem whole on a line of its own (the table wraps them): linux's, then what bmv2 adds
+    seen = [p for c in linux for p in c.problems]
+    for p in seen + [p for c in bmv2 for p in c.problems if p not in seen]:
+        console.print(p, soft_wrap=True, highlight=False, markup=False)
     return 0 if all(not c.problems for c in linux) else 3
 
 
