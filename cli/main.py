@@ -40,6 +40,7 @@ from mrclab.experiments.expectations import metric_help
 from mrclab.topologies.addressing import AddressPlan
 from mrclab.topologies.cleanup import clean, live_runs
 from mrclab.topologies.errors import BadInput, MrclabError, NotAvailable
+from mrclab.topologies.servers import open_cluster, parse_servers
 from mrclab.topologies.nodes import bmv2_device, bmv2_grpc_addr, default_dataplane, need_root, toolchain_missing
 from mrclab.topologies.sizing import size_clos
 from mrclab.topologies.spec import ClosSpec, load_spec
@@ -81,29 +82,46 @@ def cmd_up(args) -> int:
     """``mrclab up``: bring the fabric up, verify it and hold it (Mininet CLI, or until a signal)."""
     spec = load_spec(args.topo)
     need_root("mrclab up")
-    dp = _choose_dataplane(args.dataplane)
-    with Fabric(spec, dp, debug=args.debug, progress=_progress) as fab:
-        t = fab.timings
-        console.print(f"[green]fabric {spec.name} up[/green] on [bold]{dp}[/bold]: {spec.n_hosts} hosts, "
-                      f"{spec.n_switches} switches, {spec.n_links} links, {fab.routes.n_entries} entries, "
-                      f"verified in {t['total_s']:.1f} s")
-        console.print("nodes: " + " ".join(spec.hosts() + spec.switches()))
-        out.print(f"ready {fab.emu.run_dir}", soft_wrap=True)
-        sys.stdout.flush()
-        if args.no_cli or not sys.stdin.isatty():
-            console.print("running until SIGINT/SIGTERM")
-            while True:
-                signal.pause()
-        else:
-            from mininet.cli import CLI
+    with open_cluster(args.servers, args.ssh_config) as cluster:
+        dp = _choose_dataplane(args.dataplane, cluster is not None)
+        with Fabric(spec, dp, debug=args.debug, progress=_progress, **_placed(cluster)) as fab:
+            return _hold(spec, dp, fab, args)
 
-            console.print("Mininet CLI: `h0 ip link`, `t0-0-0 ip -6 route`; namespaces are mrclab-<node>")
-            CLI(fab.emu.net)
+
+def _placed(cluster) -> dict:
+    """Fabric keywords that put its planes on ``cluster``'s servers (none for one machine)."""
+    return {} if cluster is None else {"placement": cluster.placement, "ssh": cluster.ssh}
+
+
+def _hold(spec, dp: str, fab, args) -> int:
+    """Say the fabric is up and hold it (Mininet CLI, or until a signal)."""
+    t = fab.timings
+    console.print(f"[green]fabric {spec.name} up[/green] on [bold]{dp}[/bold]: {spec.n_hosts} hosts, "
+                  f"{spec.n_switches} switches, {spec.n_links} links, {fab.routes.n_entries} entries, "
+                  f"verified in {t['total_s']:.1f} s")
+    console.print("nodes: " + " ".join(spec.hosts() + spec.switches()))
+    if fab.placement is not None:
+        console.print("placement: " + fab.placement.describe(spec.planes))
+    out.print(f"ready {fab.emu.run_dir}", soft_wrap=True)
+    sys.stdout.flush()
+    if args.no_cli or not sys.stdin.isatty():
+        console.print("running until SIGINT/SIGTERM")
+        while True:
+            signal.pause()
+    else:
+        from mininet.cli import CLI
+
+        console.print("Mininet CLI: `h0 ip link`, `t0-0-0 ip -6 route`; namespaces are mrclab-<node>")
+        CLI(fab.emu.net)
     return 0
 
 
-def _choose_dataplane(requested: str | None) -> str:
-
+def _choose_dataplane(requested: str | None, remote: bool = False) -> str:
+    """The data plane to run: ``requested``, else the best here (bmv2 where the toolchain is; linux
+    on a fabric over servers, ``remote``). Raises NotAvailable for bmv2 without the toolchain."""
+    if requested is None and remote:
+        console.print("data plane: [bold]linux[/bold] (a fabric over servers runs on linux)")
+        return "linux"
     if requested is None:
         dp = default_dataplane()
         why = toolchain_missing()
@@ -131,11 +149,12 @@ def cmd_probe(args) -> int:
         return _report_probe(spec, results, implicate, args)
     spec = load_spec(args.topo)
 
-    dp = _choose_dataplane(args.dataplane)
-    with Fabric(spec, dp, progress=_progress, watchdog=False) as fab:
-        count = (lambda: fab.switch_packets()) if args.evidence else None
-        console.print(f"probing {len(fab.plan.all_paths())} paths")
-        results = probe_paths(fab.plan, fab.netns, timeout_s=args.timeout, count_packets=count)
+    with open_cluster(args.servers, args.ssh_config) as cluster:
+        dp = _choose_dataplane(args.dataplane, cluster is not None)
+        with Fabric(spec, dp, progress=_progress, watchdog=False, **_placed(cluster)) as fab:
+            count = (lambda: fab.switch_packets()) if args.evidence else None
+            console.print(f"probing {len(fab.plan.all_paths())} paths")
+            results = probe_paths(fab.plan, fab.netns, timeout_s=args.timeout, count_packets=count)
     return _report_probe(spec, results, implicate, args)
 
 
@@ -203,7 +222,10 @@ def cmd_size(args) -> int:
 def cmd_clean(args) -> int:
     """``mrclab clean``: remove what crashed runs left behind (only mrclab's own)."""
     need_root("mrclab clean")
-    removed = clean(force=args.force)
+    if args.ssh_config and not args.servers:
+        raise BadInput("--ssh-config is for --servers; give both, or neither")
+    removed = clean(force=args.force, servers=parse_servers(args.servers) if args.servers else None,
+                    ssh_config=args.ssh_config)
     for r in removed:
         out.print(f"removed {r}")
     if not removed:
@@ -284,6 +306,15 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def _servers_args(s) -> None:
+    """``--servers`` and ``--ssh-config`` on a command that builds a fabric."""
+    s.add_argument("--servers", metavar="A,B,...",
+                   help="run the planes on these servers, one plane per server round-robin ([user@]address, "
+                        "comma-separated, reached over ssh); hosts, endpoints and the controller stay here. "
+                        "Linux data plane")
+    s.add_argument("--ssh-config", metavar="FILE", help="ssh client configuration for the servers (ssh -F)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``mrclab`` argument parser: one subcommand per command, bad options as one line."""
     p = _Parser(prog="mrclab", description=__doc__.split("\n\n")[0])
@@ -296,6 +327,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--dataplane", choices=planes, default=None, help=dp_help)
     s.add_argument("--debug", action="store_true", help="BMv2 per-packet logging and pcaps in the run directory")
     s.add_argument("--no-cli", action="store_true", help="no CLI: stay up until SIGINT/SIGTERM")
+    _servers_args(s)
     s.set_defaults(fn=cmd_up)
 
     s = sub.add_parser("probe", help="probe every path; exit 1 when any fails")
@@ -304,6 +336,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--timeout", type=float, default=1.0, help="seconds to wait for probes (default 1)")
     s.add_argument("--evidence", action="store_true", help="probe paths one by one and read per-switch counters")
     s.add_argument("--json", help="also write the results as JSON to this file")
+    _servers_args(s)
     s.set_defaults(fn=cmd_probe)
 
     s = sub.add_parser("size", help="size the largest two-tier multi-plane Clos for a switch radix")
@@ -313,6 +346,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("clean", help="remove what crashed runs left behind (only mrclab's own)")
     s.add_argument("--force", action="store_true", help="also stop runs whose owner is still alive")
+    s.add_argument("--servers", metavar="A,B,...", help="also remove mrclab's node namespaces that no live run owns "
+                   "on these servers ([user@]address, comma-separated; never `mn -c`)")
+    s.add_argument("--ssh-config", metavar="FILE", help="ssh client configuration for the servers (ssh -F)")
     s.set_defaults(fn=cmd_clean)
 
     s = sub.add_parser("shell", help="p4runtime-shell on a switch of the running bmv2 fabric")
@@ -346,6 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--repeat", type=_repeats, default=1, metavar="N",
                    help="run seeds 1..N and report every figure as median [min-max]; a verdict holds when the "
                         "median meets it and no run was void (default 1)")
+    _servers_args(s)
     s.add_argument("--set", action="append", metavar="NAME=VALUE",
                    help="set a transport setting, e.g. --set ev_health=off to switch a mechanism off "
                         f"({', '.join(TransportSettings.MECHANISMS)}); repeatable")

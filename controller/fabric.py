@@ -40,6 +40,7 @@ from mrclab.topologies.addressing import AddressPlan
 from mrclab.topologies.emulation import Emulation
 from mrclab.topologies.errors import RunFailed
 from mrclab.topologies.nodes import default_dataplane
+from mrclab.topologies.servers import Placement, Ssh
 from mrclab.topologies.spec import ClosSpec, is_host
 
 #: What each data plane can do: faults, and ``congestion`` (switch queues that ECN-mark and trim).
@@ -51,8 +52,19 @@ FEATURES = {
 }
 
 
-def missing_features(dataplane: str) -> dict[str, str]:
-    """Features of ``dataplane`` this machine lacks, with the reason."""
+#: What a fabric whose planes run on other servers lacks (topologies/cluster.py), with the reason:
+#: the linux switches' queue program lives in this process's eBPF map descriptors.
+REMOTE_MISSING = {
+    "congestion": "switch queues (the tc eBPF program) on other servers are not built yet",
+    "gray_loss": "gray loss (the tc eBPF program) on other servers is not built yet",
+}
+
+
+def missing_features(dataplane: str, remote: bool = False) -> dict[str, str]:
+    """Features of ``dataplane`` this machine lacks, with the reason; with ``remote``, for a fabric
+    whose planes run on other servers (:data:`REMOTE_MISSING`)."""
+    if remote:
+        return dict(REMOTE_MISSING)
     if dataplane == "bmv2":
         if why := thrift.thrift_missing():
             return {"congestion": why}
@@ -62,9 +74,10 @@ def missing_features(dataplane: str) -> dict[str, str]:
     return {}
 
 
-def available(dataplane: str) -> set[str]:
-    """The features of :data:`FEATURES` that ``dataplane`` has on this machine."""
-    return FEATURES[dataplane] - set(missing_features(dataplane))
+def available(dataplane: str, remote: bool = False) -> set[str]:
+    """The features of :data:`FEATURES` that ``dataplane`` has on this machine (with ``remote``:
+    on a fabric over servers)."""
+    return FEATURES[dataplane] - set(missing_features(dataplane, remote))
 
 
 class FabricError(RunFailed):
@@ -78,25 +91,29 @@ class Fabric:
     def __init__(self, spec: ClosSpec, dataplane: str | None = None, *, debug: bool = False,
                  progress: Callable[[str], None] | None = None, watchdog: bool = True, loss_salt: int = 0,
                  queues: QueueSettings = QueueSettings(), frame_bytes: int = DEFAULT_FRAME_BYTES,
-                 bmv2_build: str | None = None) -> None:
+                 bmv2_build: str | None = None, placement: Placement | None = None,
+                 ssh: Ssh | None = None) -> None:
         """Plan the fabric (address, route and queue plans) and its emulation; builds nothing until
         :meth:`start`. ``dataplane`` None: :func:`~topologies.nodes.default_dataplane`;
         ``watchdog``: on bmv2, give a switch that lost its pipeline everything again; ``queues``,
         ``frame_bytes``: the queue plan's settings and frame size (controller/queues.py), used
         where this machine gives the data plane switch queues; ``bmv2_build``: "forwarding" or
-        "logging" (topologies/nodes.py bmv2_binary; None: as ``debug`` says). Raises as
-        :class:`~topologies.emulation.Emulation` does."""
+        "logging" (topologies/nodes.py bmv2_binary; None: as ``debug`` says); ``placement``, ``ssh``:
+        planes on other servers (topologies/cluster.py), where the switches have no queue program
+        (:data:`REMOTE_MISSING`). Raises as :class:`~topologies.emulation.Emulation` does."""
         self.spec = spec
         self.plan = AddressPlan(spec)
         self.routes: RoutePlan = route_plan(self.plan)
         self.dataplane = dataplane or default_dataplane()
         self.progress = progress or (lambda _m: None)
-        self.congestion = "congestion" in available(self.dataplane)
+        self.placement = placement
+        self.congestion = "congestion" in available(self.dataplane, remote=placement is not None)
         #: every switch port's rate, depth and thresholds (controller/queues.py), where switches queue
         self.queues: dict[tuple[str, int], PortQueue] = queue_plan(self.plan, queues, frame_bytes) \
             if self.congestion else {}
         self.emu = Emulation(spec, self.dataplane, debug=debug, progress=self.progress, bmv2_build=bmv2_build,
-                             thrift_port=THRIFT_PORT if self.congestion else None, switch_queues=self.congestion)
+                             thrift_port=THRIFT_PORT if self.congestion else None, switch_queues=self.congestion,
+                             placement=placement, ssh=ssh)
         self.thrift: dict = {}  # switch -> SwitchThrift (bmv2 with queues)
         self.bpf: dict = {}  # switch -> SwitchBpf (linux with queues)
         self.pfc: PauseAgent | None = None  # with lossless (PFC) queues
@@ -316,7 +333,7 @@ class Fabric:
     # ---- faults (controller/faults.py: they compose) ------------------------------------------
     def supports(self, feature: str) -> bool:
         """True when this machine gives the fabric's data plane ``feature`` (of :data:`FEATURES`)."""
-        return feature in available(self.dataplane)
+        return feature in available(self.dataplane, remote=self.placement is not None)
 
     def _fault(self, fn, *args) -> None:
         with self._lock:
@@ -350,7 +367,7 @@ class Fabric:
         """Drop ``rate`` (0..1) of the packets ``switch`` sends towards ``peer`` (one direction)."""
         if not self.supports("gray_loss"):
             raise FabricError(f"gray loss needs the tc eBPF program on this machine's linux data plane "
-                              f"({missing_features(self.dataplane).get('gray_loss')})")
+                              f"({missing_features(self.dataplane, self.placement is not None).get('gray_loss')})")
         self._fault(self.faults.set_loss, switch, peer, rate)
 
     # ---- queries -------------------------------------------------------------------------------

@@ -52,6 +52,7 @@ from mrclab.experiments.scenario import Scenario, load_scenario, parse_set
 from mrclab.topologies.addressing import AddressPlan
 from mrclab.topologies.errors import BadInput, NotAvailable
 from mrclab.topologies.nodes import need_root, toolchain_missing
+from mrclab.topologies.servers import Cluster, open_cluster
 from mrclab.traffic.headers import DATA_OVERHEAD
 from rich.console import Console
 from rich.live import Live
@@ -64,21 +65,22 @@ class RunRefused(NotAvailable):
     """The scenario is valid but this machine or data plane cannot run it."""
 
 
-def choose_dataplane(scn: Scenario) -> str:
+def choose_dataplane(scn: Scenario, remote: bool = False) -> str:
     """The data plane to use: the scenario's, or with ``auto`` the first of bmv2 (where the toolchain
-    is) and linux that has every feature it needs. Raises :class:`RunRefused` naming what is missing
-    on each candidate and why."""
+    is) and linux that has every feature it needs; ``remote``: on a fabric over servers (linux
+    only, topologies/cluster.py). Raises :class:`RunRefused` naming what is missing on each
+    candidate and why."""
     wanted = [scn.dataplane] if scn.dataplane != "auto" else \
-        (["bmv2", "linux"] if toolchain_missing() is None else ["linux"])
+        (["bmv2", "linux"] if toolchain_missing() is None and not remote else ["linux"])
     why_not = []
     for dp in wanted:
         if dp == "bmv2" and (why := toolchain_missing()):
             why_not.append(f"bmv2: {why}")
             continue
-        missing = scn.needs - available(dp)
+        missing = scn.needs - available(dp, remote)
         if not missing:
             return dp
-        reasons = missing_features(dp)
+        reasons = missing_features(dp, remote)
         said = ", ".join(f"{m} ({reasons[m]})" if m in reasons else m for m in sorted(missing))
         events = sorted({f.event for f in scn.faults if f.event in _events_needing(missing)})
         hint = "; run it with dataplane: bmv2" if dp == "linux" and scn.dataplane != "auto" and \
@@ -95,19 +97,20 @@ def _events_needing(features: set[str]) -> set[str]:
 
 
 def run(scn: Scenario, out: Path | None = None, *, live: bool = True, pcap: bool = False,
-        debug: bool = False, fit: bool = False) -> dict:
+        debug: bool = False, fit: bool = False, cluster: Cluster | None = None) -> dict:
     """Run ``scn`` and write its results folder; returns the metrics dict (also ``metrics.json``).
     ``pcap``: capture every host NIC port; ``debug``: BMv2's per-packet log and its port pcaps;
     ``fit``: scale the link rates down to what this machine sustains (experiments/admission.py).
     Raises :class:`~mrclab.experiments.admission.CannotCarry` (exit 3) for a run this machine's
-    calibration says it cannot carry."""
-    return run_with_data(scn, out, live=live, pcap=pcap, debug=debug, fit=fit)[0]
+    calibration says it cannot carry. ``cluster``: the planes on other servers (``--servers``,
+    topologies/cluster.py; None: this machine alone)."""
+    return run_with_data(scn, out, live=live, pcap=pcap, debug=debug, fit=fit, cluster=cluster)[0]
 
 
 def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, pcap: bool = False,
-                  debug: bool = False, fit: bool = False) -> tuple[dict, RunData]:
+                  debug: bool = False, fit: bool = False, cluster: Cluster | None = None) -> tuple[dict, RunData]:
     """:func:`run`, also returning the run's normalised data (for benchmarks and sweeps)."""
-    dp = choose_dataplane(scn)
+    dp = choose_dataplane(scn, remote=cluster is not None)
     scn = admission.admit(scn, dp, fit=fit, say=lambda m: console.print(f"[dim]·[/dim] {m}"))
     out = results_folder(out, f"{scn.name}-{scn.transport}-{dp}")
     (out / "endpoints").mkdir(exist_ok=True)
@@ -130,7 +133,8 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
     try:
         with Fabric(spec, dp, progress=lambda m: console.print(f"[dim]·[/dim] {m}"), watchdog=dp == "bmv2",
                     loss_salt=scn.seed, queues=scn.queues.for_transport(scn.transport),
-                    frame_bytes=scn.settings.payload_bytes + DATA_OVERHEAD, debug=debug) as fab, \
+                    frame_bytes=scn.settings.payload_bytes + DATA_OVERHEAD, debug=debug,
+                    placement=cluster.placement if cluster else None, ssh=cluster.ssh if cluster else None) as fab, \
                 (Captures(fab, scn.hosts(), out / "pcap") if pcap else contextlib.nullcontext()):
             queues = dict(fab.queues)
             bound = path_queue_bound_s(fab.plan, fab.queues)
@@ -365,8 +369,11 @@ def main(args) -> int:
     need_root("mrclab run")
     if scn.sweep is not None:
         return 0 if run_sweep(scn, Path(args.out) if args.out else None, live=sys.stderr.isatty())["passed"] else 1
-    m = run(scn, Path(args.out) if args.out else None, live=sys.stderr.isatty(), pcap=args.pcap, debug=args.debug,
-            fit=args.fit)
+    with open_cluster(getattr(args, "servers", None), getattr(args, "ssh_config", None)) as cluster:
+        if cluster is not None and scn.sweep is not None:
+            raise BadInput("--servers runs one scenario, not a sweep, for now")
+        m = run(scn, Path(args.out) if args.out else None, live=sys.stderr.isatty(), pcap=args.pcap,
+                debug=args.debug, fit=args.fit, cluster=cluster)
     return exit_code(m)
 
 

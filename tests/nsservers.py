@@ -4,6 +4,11 @@ routes it). Logins use a throwaway key pair and host key; an ssh client configur
 names them. A server may be given its own PATH (``SetEnv``): a folder of chosen tools, to play a
 server that lacks one, or whose ``date`` is off.
 
+Each server's sshd runs in a mount namespace of its own with a private ``/run/netns``, as on a
+machine of its own: a namespace made on a server is named there only, so this machine cannot
+reach it but through that server's ssh. Its underlay carries jumbo frames (:data:`MTU`), as
+VXLAN links between servers need.
+
 ``servers(n, tmp)`` is a context manager that yields :class:`NsServers`; everything it made (sshd
 processes, namespaces, the bridge) is removed when it exits, however it exits.
 """
@@ -23,6 +28,8 @@ from pathlib import Path
 BRIDGE = "mrclabsrvbr"
 PREFIX = "198.18.0."
 BRIDGE_ADDRESS = PREFIX + "254"
+#: The underlay's MTU: the fabric's 9000-byte frames plus VXLAN's 50 bytes, with room
+MTU = 9100
 
 
 def _sh(*argv: str) -> None:
@@ -45,7 +52,8 @@ def _start_sshd(s: NsServers, i: int, path: str) -> None:
     _sh("ip", "netns", "add", ns)
     s.netns.append(ns)
     _sh("ip", "link", "add", f"{ns}a", "type", "veth", "peer", "name", "eth0", "netns", ns)
-    _sh("ip", "link", "set", f"{ns}a", "master", BRIDGE, "up")
+    _sh("ip", "link", "set", f"{ns}a", "master", BRIDGE, "mtu", str(MTU), "up")
+    _sh("ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "mtu", str(MTU))
     _sh("ip", "netns", "exec", ns, "ip", "addr", "add", f"{addr}/24", "dev", "eth0")
     _sh("ip", "netns", "exec", ns, "ip", "link", "set", "eth0", "up")
     _sh("ip", "netns", "exec", ns, "ip", "link", "set", "lo", "up")
@@ -55,7 +63,10 @@ def _start_sshd(s: NsServers, i: int, path: str) -> None:
                     f"AuthorizedKeysFile {s.tmp / 'client_key.pub'}\nPermitRootLogin prohibit-password\n"
                     "UsePAM no\nUseDNS no\nStrictModes no\nPermitTunnel yes\nMaxStartups 100:30:200\n"
                     f"SetEnv PATH={path}\n")
-    _sh("ip", "netns", "exec", ns, "/usr/sbin/sshd", "-f", str(conf))
+    # a private /run/netns: the server's namespaces are its own (the sshd daemonises, and its
+    # mount namespace lives on with it)
+    _sh("ip", "netns", "exec", ns, "unshare", "--mount", "--propagation", "private", "sh", "-c",
+        f"mount -t tmpfs mrclabsrv /run/netns && exec /usr/sbin/sshd -f {conf}")
     for _ in range(100):  # sshd writes its pid file once it listens
         if pid.exists() and pid.read_text().strip():
             s.pids.append(int(pid.read_text()))
@@ -75,7 +86,7 @@ def servers(n: int, tmp: Path, paths: dict[int, str] | None = None):
         _sh("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(tmp / "host_key"))
         _sh("ip", "link", "add", BRIDGE, "type", "bridge")
         _sh("ip", "addr", "add", f"{BRIDGE_ADDRESS}/24", "dev", BRIDGE)
-        _sh("ip", "link", "set", BRIDGE, "up")
+        _sh("ip", "link", "set", BRIDGE, "mtu", str(MTU), "up")
         for i in range(1, n + 1):
             _start_sshd(s, i, (paths or {}).get(i, os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")))
         s.ssh_config = tmp / "ssh_config"

@@ -11,9 +11,11 @@ project's prefix and a fabric node's name (``mrclab-h3``, ``mrclab-t1-0-1``) and
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
+import signal
 import time
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import psutil
 from mrclab.topologies import kernel
+from mrclab.topologies.servers import OnServer, Server, ServerError, Ssh, TemporarySsh, parse_servers
 
 RUN_ROOT = Path(os.environ.get("MRCLAB_RUN_ROOT", "/run/mrclab"))
 #: Every namespace this project creates carries this prefix (``mrclab-h0``, ``mrclab-bench-a``).
@@ -55,13 +58,24 @@ def recorded(pid: int, start: float | None) -> psutil.Process | None:
         return None
 
 
+def _is_node_shell(p: psutil.Process) -> bool:
+    """Whether ``p`` is a Mininet node's shell (``bash ... mininet:<node>``, or the ssh client of a
+    remote node's)."""
+    try:
+        return any(a.startswith("mininet:") for a in p.cmdline())
+    except psutil.Error:
+        return False
+
+
 def stop_processes(procs: Iterable[psutil.Process], grace_s: float = 2.0) -> None:
     """SIGTERM each process, wait up to ``grace_s`` for all of them, SIGKILL what is left. The one
     way mrclab stops processes (endpoints, switches, what a crashed run left)."""
     procs = [p for p in procs if p.pid != os.getpid()]
     for p in procs:
         try:
-            p.terminate()
+            # a Mininet node's shell is an interactive bash, which ignores SIGTERM (it held every
+            # teardown for the whole grace): it goes on SIGHUP, as Mininet's own terminate() does
+            p.send_signal(signal.SIGHUP if _is_node_shell(p) else signal.SIGTERM)
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             pass
     _, alive = psutil.wait_procs(procs, timeout=grace_s)
@@ -86,6 +100,10 @@ class RunState:
     pids: list[list[float]] = field(default_factory=list)
     started: float = field(default_factory=time.time)
     owner_started: float | None = None
+    #: server (``user@address``) -> the namespaces made there (a fabric over several servers)
+    remote: dict[str, list[str]] = field(default_factory=dict)
+    #: the ssh client configuration (``-F``) that reaches those servers, if any
+    ssh_config: str | None = None
 
     @classmethod
     def create(cls, dataplane: str, topo: dict) -> RunState:
@@ -118,6 +136,11 @@ class RunState:
     def add_netns(self, name: str) -> None:
         """Record namespace ``name`` as this run's and save (callers record it before making it)."""
         self.netns.append(name)
+        self.save()
+
+    def add_remote_netns(self, server: Server, name: str) -> None:
+        """Record namespace ``name`` on ``server`` as this run's and save (before it is made)."""
+        self.remote.setdefault(server.name, []).append(name)
         self.save()
 
     def add_pid(self, pid: int) -> None:
@@ -176,10 +199,66 @@ def list_netns() -> list[str]:
     return kernel.netns_list()
 
 
-def cleanup_run(state: RunState) -> None:
-    """Undo one run: its processes, its namespaces, its run directory. Safe to call twice."""
+def delete_script(names: list[str]) -> str:
+    """A shell script that kills every process inside each named namespace and deletes it."""
+    quoted = " ".join(kernel.command_line([n]) for n in names)
+    return (f"for n in {quoted}; do [ -e /run/netns/$n ] || continue; p=$(ip netns pids $n); "
+            "[ -n \"$p\" ] && kill -9 $p; ip netns delete $n; done; true")
+
+
+def delete_remote(ssh: Ssh, server: Server, names: list[str]) -> str | None:
+    """Stop every process in the named namespaces on ``server`` and delete them (one ssh round
+    trip); None when done, else why not (ssh's words)."""
+    if not names:
+        return None
+    why = ssh.connect(server)
+    if why is not None:
+        return why
+    r = OnServer(ssh, server).run(["sh", "-c", delete_script(names)])
+    return None if r.returncode == 0 else (r.stderr.strip() or f"exit {r.returncode}")
+
+
+def remote_netns(ssh: Ssh, server: Server) -> list[str]:
+    """Every named namespace on ``server``. Raises ServerError when it cannot be asked."""
+    why = ssh.connect(server)
+    if why is not None:
+        raise ServerError(f"{server.name}: unreachable over ssh ({why})")
+    r = OnServer(ssh, server).run(["ip", "netns", "list"])
+    if r.returncode != 0:
+        raise ServerError(f"{server.name}: ip netns list: {r.stderr.strip()}")
+    return [line.split()[0] for line in r.stdout.splitlines() if line.strip()]
+
+
+def cleanup_remote(state: RunState, ssh: Ssh | None = None) -> list[str]:
+    """Remove what ``state`` recorded on other servers; returns a line per server it could not
+    reach (the state keeps those, for ``mrclab clean`` to try again)."""
+    failed: list[str] = []
+    if not state.remote:
+        return failed
+    with contextlib.ExitStack() as stack:
+        if ssh is None:
+            ssh = stack.enter_context(TemporarySsh(state.ssh_config))
+        for name, names in list(state.remote.items()):
+            server = parse_servers(name)[0]
+            why = delete_remote(ssh, server, names)
+            if why is None:
+                del state.remote[name]
+            else:
+                failed.append(f"{name}: {why}")
+    return failed
+
+
+def cleanup_run(state: RunState, ssh: Ssh | None = None) -> list[str]:
+    """Undo one run: its processes, its namespaces (here and on every server it recorded), its run
+    directory. Safe to call twice. Returns a line per server it could not reach; the run
+    directory is then kept, with what is left there recorded."""
     stop_processes(state.processes())
     delete_netns(state.netns)
+    failed = cleanup_remote(state, ssh)
+    if failed:
+        state.netns, state.pids = [], []
+        state.save()
+        return failed
     d = Path(state.run_dir)
     for f in d.glob("*"):
         if f.is_file() or f.is_socket():
@@ -188,25 +267,51 @@ def cleanup_run(state: RunState) -> None:
         d.rmdir()
     except OSError:
         pass
+    return []
 
 
-def clean(force: bool = False) -> list[str]:
-    """Remove what crashed runs left behind; with ``force`` also live runs. Returns what it removed."""
+def clean(force: bool = False, servers: list[Server] | None = None, ssh_config: str | None = None) -> list[str]:
+    """Remove what crashed runs left behind, here and on every server they recorded; with
+    ``force`` also live runs. With ``servers``, also this project's node namespaces on each of
+    them that no live run owns (never Mininet's ``mn -c``, which would take other Mininets with
+    it). Returns what it removed, and a line per server it could not reach."""
     removed: list[str] = []
     owned_live: set[str] = set()
-    if RUN_ROOT.is_dir():
-        for d in sorted(RUN_ROOT.iterdir()):
-            st = RunState.load(d)
-            if st is None:
+    owned_remote: dict[str, set[str]] = {}
+    with contextlib.ExitStack() as stack:
+        ssh = stack.enter_context(TemporarySsh(ssh_config))
+        if RUN_ROOT.is_dir():
+            for d in sorted(RUN_ROOT.iterdir()):
+                st = RunState.load(d)
+                if st is None:
+                    continue
+                if st.alive and not force and st.owner_pid != os.getpid():
+                    owned_live.update(st.netns)
+                    for name, names in st.remote.items():
+                        owned_remote.setdefault(name, set()).update(names)
+                    continue
+                n, where = len(st.processes()), sorted(st.remote)
+                # the run's own ssh configuration, unless one was given here
+                run_ssh = stack.enter_context(TemporarySsh(st.ssh_config)) \
+                    if st.remote and st.ssh_config and not ssh_config else ssh
+                failed = cleanup_run(st, run_ssh)
+                on = f", and on {', '.join(where)}" if where else ""
+                removed.append(f"run {d.name} ({len(st.netns)} namespaces, {n} processes{on})")
+                removed += [f"could not clean {f}; `mrclab clean` tries again" for f in failed]
+        orphans = [n for n in list_netns() if _NODE_NS.match(n) and n not in owned_live]
+        if orphans:
+            delete_netns(orphans)
+            removed.append(f"orphan namespaces: {', '.join(orphans)}")
+        for server in servers or []:
+            try:
+                left = [n for n in remote_netns(ssh, server)
+                        if _NODE_NS.match(n) and n not in owned_remote.get(server.name, set())]
+            except ServerError as e:
+                removed.append(f"could not clean {e}")
                 continue
-            if st.alive and not force and st.owner_pid != os.getpid():
-                owned_live.update(st.netns)
-                continue
-            n = len(st.processes())
-            cleanup_run(st)
-            removed.append(f"run {d.name} ({len(st.netns)} namespaces, {n} processes)")
-    orphans = [n for n in list_netns() if _NODE_NS.match(n) and n not in owned_live]
-    if orphans:
-        delete_netns(orphans)
-        removed.append(f"orphan namespaces: {', '.join(orphans)}")
+            why = delete_remote(ssh, server, left)
+            if why is not None:
+                removed.append(f"could not clean {server.name}: {why}")
+            elif left:
+                removed.append(f"orphan namespaces on {server.name}: {', '.join(left)}")
     return removed

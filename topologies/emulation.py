@@ -12,6 +12,7 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from mininet.link import Link
@@ -19,7 +20,8 @@ from mininet.log import setLogLevel
 from mininet.net import Mininet
 from mrclab.topologies import kernel
 from mrclab.topologies.addressing import AddressPlan
-from mrclab.topologies.cleanup import RunState, cleanup_run, list_netns, live_runs, stop_processes
+from mrclab.topologies.cleanup import RunState, cleanup_run, live_runs, netns_name, stop_processes
+from mrclab.topologies.cluster import PreMadeLink, RemoteLinuxSrv6Switch, check_underlay, vxlan_lines
 from mrclab.topologies.errors import NotAvailable
 from mrclab.topologies.nodes import (
     SID_DEV,
@@ -33,9 +35,13 @@ from mrclab.topologies.nodes import (
     need_root,
     toolchain_missing,
 )
+from mrclab.topologies.servers import OnServer, Placement, Server, Ssh, preflight, require
 from mrclab.topologies.spec import ClosSpec, is_host
 
 DATAPLANES = ("bmv2", "linux")
+#: Remote switch shells started at once (:meth:`Emulation._start_remote_switches`): each waits on
+#: ssh and its server, not on this machine's CPU.
+REMOTE_STARTS = 8
 #: Every emulated link carries jumbo frames, so 8 KiB payloads plus MRC's 158 bytes of headers (with IMM) fit.
 MTU = 9000
 
@@ -71,6 +77,8 @@ class Emulation:
         thrift_port: int | None = None,
         switch_queues: bool = False,
         bmv2_build: str | None = None,
+        placement: Placement | None = None,
+        ssh: Ssh | None = None,
     ) -> None:
         """Check what the fabric needs; builds nothing until :meth:`start`.
 
@@ -78,12 +86,18 @@ class Emulation:
         run directory; ``thrift_port``: BMv2's Thrift runtime port in each switch's namespace
         (bmv2 only; None: no Thrift); ``switch_queues``: the switches queue themselves, so only
         host NIC ports get a ``tbf`` (implied by a Thrift port); ``bmv2_build``: "forwarding" or
-        "logging" (None: the forwarding build, the logging one with ``debug``). Raises EmulationError for an
-        unknown data plane, NotAvailable without root or, for bmv2, without p4c and
-        simple_switch_grpc.
+        "logging" (None: the forwarding build, the logging one with ``debug``); ``placement``: the
+        planes on other servers (topologies/cluster.py; None: all on this machine), reached over
+        ``ssh``. Raises EmulationError for an unknown data plane, NotAvailable without root or, for
+        bmv2, without p4c and simple_switch_grpc, or with a placement (not built yet).
         """
         if dataplane not in DATAPLANES:
             raise EmulationError(f"data plane {dataplane!r}; allowed: {', '.join(DATAPLANES)}")
+        if placement is not None and dataplane != "linux":
+            raise NotAvailable(f"a fabric over servers runs on the linux data plane only (bmv2 on other "
+                               f"servers is not built yet); use --dataplane linux")
+        if placement is not None and ssh is None:
+            raise EmulationError("a placement on servers needs the ssh connections to reach them")
         if dataplane == "bmv2" and (why := toolchain_missing()):
             raise NotAvailable(f"data plane bmv2 needs the P4 toolchain: {why}")
         need_root()
@@ -97,6 +111,12 @@ class Emulation:
         #: only host NIC ports get a tbf
         self.switch_queues = switch_queues or self.thrift_port is not None
         self.progress = progress or (lambda _msg: None)
+        self.placement = placement
+        self.ssh = ssh
+        #: server -> how commands reach it; this machine's source address towards it
+        self.remotes: dict[Server, OnServer] = {}
+        self.local_ip: dict[Server, str] = {}
+        self.server_ip: dict[Server, str] = {}
         self.net: Mininet | None = None
         self.state: RunState | None = None
         self.timings: dict[str, float] = {}
@@ -127,11 +147,31 @@ class Emulation:
         t0 = time.monotonic()
         self.state = RunState.create(self.dataplane, self.spec.to_dict())
         try:
+            if self.placement is not None:
+                self._reach_servers()
             self._build()
         except BaseException:
             self.stop()
             raise
         self.timings["build_s"] = time.monotonic() - t0
+
+    def _reach_servers(self) -> None:
+        """Ask every server whether it can carry its planes (topologies/servers.py preflight, in
+        parallel), check the underlay's MTU both ways and place each remote switch's namespace on
+        its server (topologies/kernel.py). Raises ServerError, one line per problem."""
+        placement, ssh, state = self.placement, self.ssh, self.state
+        assert placement is not None and ssh is not None and state is not None
+        self.progress(f"asking {len(placement.servers)} servers over ssh: {placement.describe(self.spec.planes)}")
+        require(preflight(ssh, list(placement.servers), self.dataplane))
+        state.ssh_config = str(ssh.ssh_config) if ssh.ssh_config else None
+        state.save()
+        for server in placement.servers:
+            remote = self.remotes[server] = OnServer(ssh, server)
+            self.server_ip[server] = remote.address()
+            self.local_ip[server] = check_underlay(remote, self.server_ip[server], MTU)
+        for sw in self.spec.switches():
+            if (on := placement.server_of(sw)) is not None:
+                kernel.place(netns_name(sw), self.remotes[on])
 
     def _build(self) -> None:
         spec, plan = self.spec, self.plan
@@ -141,15 +181,23 @@ class Emulation:
         self.progress(f"creating {spec.n_hosts} hosts and {spec.n_switches} {self.dataplane} switches")
         for h in spec.hosts():
             self._track(net.addHost(h, cls=NicHost))
+        remote = self._start_remote_switches()
         for sw in spec.switches():
-            if self.dataplane == "bmv2":
+            server = self.server_of(sw)
+            if server is not None:
+                node = remote[sw]
+                net.switches.append(node)  # Mininet's addSwitch, for a node made beforehand
+                net.nameToNode[sw] = node
+            elif self.dataplane == "bmv2":
                 node = net.addSwitch(sw, cls=Bmv2Switch, device_id=bmv2_device(spec, sw), run_dir=state.run_dir,
                                      debug=self.debug, thrift_port=self.thrift_port, build=self.bmv2_build)
             else:
                 node = net.addSwitch(sw, cls=LinuxSrv6Switch)
-            self._track(node)
+            self._track(node, server)
         self.progress(f"creating {spec.n_links} links")
-        for a, b in spec.links():
+        links = []
+        tunnels: dict[Server | None, list[str]] = {}
+        for vni, (a, b) in enumerate(spec.links(), start=1):
             if is_host(a):
                 plane = int(b.split("-")[1])
                 pa, pb = plane, plan.port_to(b, a)
@@ -157,8 +205,21 @@ class Emulation:
             else:
                 pa, pb = plan.port_to(a, b), plan.port_to(b, a)
                 maca, macb = plan.switch_mac(a, pa), plan.switch_mac(b, pb)
-            net.addLink(a, b, port1=pa, port2=pb, intfName1=f"{a}-eth{pa}", intfName2=f"{b}-eth{pb}",
-                        addr1=maca, addr2=macb)
+            na, nb = f"{a}-eth{pa}", f"{b}-eth{pb}"
+            sa, sb = self.server_of(a), self.server_of(b)
+            if sa != sb:  # across servers: a VXLAN port at each end, made below in one batch per server
+                for here, name, mac, there in ((sa, na, maca, sb), (sb, nb, macb, sa)):
+                    far = self.server_ip[there] if there is not None else self.local_ip[here]  # type: ignore[index]
+                    tunnels.setdefault(here, []).extend(vxlan_lines(name, mac, vni, far, net[a if name == na else b].pid))
+            links.append((a, b, pa, pb, na, nb, maca, macb, sa != sb))
+        if tunnels:
+            n = sum(len(v) for v in tunnels.values()) // 2
+            self.progress(f"making {n} VXLAN ports for the links between servers (one batch per server)")
+            for here, lines in tunnels.items():
+                kernel.underlay_batch(self.remotes[here] if here is not None else None, lines)
+        for a, b, pa, pb, na, nb, maca, macb, crossing in links:
+            net.addLink(a, b, port1=pa, port2=pb, intfName1=na, intfName2=nb, addr1=maca, addr2=macb,
+                        **({"cls": PreMadeLink} if crossing else {}))
         net.build()
         self._configure_interfaces()
         if spec.link.bandwidth_mbps > 0 or spec.link.t0_t1_bandwidth_mbps > 0:
@@ -173,15 +234,58 @@ class Emulation:
             for sw in self.switches():
                 sw.wait_ready()
 
-    def _track(self, node) -> None:
+    def _start_remote_switches(self) -> dict:
+        """Every remote switch node (:class:`RemoteLinuxSrv6Switch`: a shell on its server over
+        ssh), :data:`REMOTE_STARTS` at a time: each costs an ssh session's start, a round trip and
+        the server's ``mnexec``, and the servers answer in parallel. Raises EmulationError when a
+        server refuses one."""
+        todo = [sw for sw in self.spec.switches() if self.server_of(sw) is not None]
+        if not todo:
+            return {}
+        self.progress(f"starting {len(todo)} remote switch shells over ssh, {REMOTE_STARTS} at a time")
+
+        ssh = self.ssh
+        assert ssh is not None
+
+        def start(sw: str):
+            server = self.server_of(sw)
+            assert server is not None
+            return RemoteLinuxSrv6Switch(sw, server=server, ssh=ssh)
+
+        with ThreadPoolExecutor(max_workers=REMOTE_STARTS) as pool:
+            futures = {sw: pool.submit(start, sw) for sw in todo}
+        made, failed = {}, []
+        for sw, f in futures.items():
+            try:
+                made[sw] = f.result()
+            except Exception as e:  # Mininet raises bare Exceptions
+                failed.append(f"{sw} on {self.server_of(sw).name}: {e}")  # type: ignore[union-attr]
+        if failed:
+            for node in made.values():
+                node.terminate()
+            raise EmulationError("could not start remote switches: " + "; ".join(failed))
+        return made
+
+    def server_of(self, node: str) -> Server | None:
+        """The server node ``node`` runs on; None for this machine."""
+        return self.placement.server_of(node) if self.placement is not None else None
+
+    def _track(self, node, server: Server | None = None) -> None:
         """Record the node's process and name its namespace ``mrclab-<node>``. The name is recorded
         before it is made, so a signal between the two still leaves it to cleanup; a name that
-        already exists is another run's, and is left alone."""
+        already exists is another run's, and is left alone. A node on a ``server`` is recorded as
+        that server's (its pid is the server's: never signalled from here)."""
         assert self.state is not None
-        self.state.add_pid(node.pid)
-        if node.netns in list_netns():
-            raise EmulationError(f"namespace {node.netns} exists, left by a crashed run: `mrclab clean` removes it")
-        self.state.add_netns(node.netns)
+        if server is None:
+            self.state.add_pid(node.pid)
+        if kernel.netns_exists(node.netns):
+            where = f" on {server.name}" if server is not None else ""
+            clean = f"`mrclab clean --servers {server.name}`" if server is not None else "`mrclab clean`"
+            raise EmulationError(f"namespace {node.netns} exists{where}, left by a crashed run: {clean} removes it")
+        if server is None:
+            self.state.add_netns(node.netns)
+        else:
+            self.state.add_remote_netns(server, node.netns)
         try:
             kernel.netns_attach(node.netns, node.pid)
         except kernel.KernelError as e:
@@ -248,8 +352,14 @@ class Emulation:
                     sw.kill()
         state, self.state = self.state, None
         if state is not None:
-            cleanup_run(state)
-            stop_processes(_node_shells())  # a node made but not yet recorded when a signal came
+            failed = cleanup_run(state, self.ssh)
+            stop_processes(_node_shells())  # a node made but not yet recorded; remote nodes' ssh clients
+            for line in failed:
+                self.progress(f"could not clean {line}: `mrclab clean --servers ...` tries again")
+        for sw in self.spec.switches():
+            kernel.place(netns_name(sw), None)
+        for remote in self.remotes.values():
+            remote.close()
         if net is not None:
             for node in net.hosts + net.switches:
                 try:
@@ -301,9 +411,11 @@ class Emulation:
 
     def set_iface(self, node: str, peer: str, up: bool) -> None:
         """Set ``node``'s interface facing ``peer`` administratively up or down (the far end then
-        sees its carrier go)."""
+        sees its carrier go). A link between servers is VXLAN, whose ports have no carrier: the far
+        end is set as well, which its owner reads as the carrier (ETHTOOL_GLINK)."""
+        crossing = self.server_of(node) != self.server_of(peer)
         for ns, intf in self.link_intfs(node, peer):
-            if ns == self.netns(node):
+            if ns == self.netns(node) or crossing:
                 kernel.link_set(ns, intf, up=up)
 
     def restart_switch(self, name: str) -> None:

@@ -21,13 +21,22 @@ iproute2 does, each for that reason or its own:
 * sysctls (:func:`sysctl`), which ``/proc/sys/net`` shows per namespace only to a process inside it.
 
 Every failure is a :class:`KernelError` naming the namespace, the command and the kernel's words.
+
+A namespace may live on another server (a plane placed there, topologies/cluster.py). Once
+:func:`place` has named the :class:`Remote` that reaches it, every call here on that namespace runs
+its ``ip`` / ``tc`` / ``sysctl`` on that server over ssh: the same command line, batched the same
+way (one ssh round trip per batch), so callers never know where a node is. What cannot cross a
+machine refuses with a KernelError: entering a remote namespace from this process (:func:`inside`:
+sockets and eBPF map descriptors are this machine's).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
+import shlex
 import subprocess
+from typing import Protocol
 
 from mrclab.topologies.errors import RunFailed
 from pyroute2 import netns as pr_netns
@@ -37,22 +46,81 @@ class KernelError(RunFailed):
     """The kernel (or iproute2) refused a network configuration call; the message says where and why."""
 
 
+class Remote(Protocol):
+    """How a namespace on another server is reached: ``run`` a command line there to completion
+    (text output, ``input`` fed to its stdin; never raising for the command's own failure) and
+    ``popen`` one (``subprocess.Popen`` keywords pass through). ``name`` names the server in errors."""
+
+    name: str
+
+    def run(self, argv: list[str], input: str | None = None) -> subprocess.CompletedProcess:
+        """``argv`` to completion on the server (text output captured)."""
+        ...
+
+    def popen(self, argv: list[str], **kw) -> subprocess.Popen:
+        """Start ``argv`` on the server."""
+        ...
+
+
+#: namespace name -> the server it lives on (:func:`place`); absent: this machine
+_REMOTE: dict[str, Remote] = {}
+
+
+def place(netns: str, remote: Remote | None) -> None:
+    """From now on, calls on namespace ``netns`` run on ``remote`` (None: on this machine again)."""
+    if remote is None:
+        _REMOTE.pop(netns, None)
+    else:
+        _REMOTE[netns] = remote
+
+
+def where(netns: str) -> Remote | None:
+    """The server namespace ``netns`` was placed on (:func:`place`), None for this machine."""
+    return _REMOTE.get(netns)
+
+
+def _run(netns: str, argv: list[str], input: str | None = None) -> subprocess.CompletedProcess:
+    """``argv`` to completion on the machine that holds ``netns``; text output captured."""
+    remote = _REMOTE.get(netns)
+    if remote is not None:
+        return remote.run(argv, input=input)
+    return subprocess.run(argv, input=input, capture_output=True, text=True)
+
+
+def _on(netns: str) -> str:
+    remote = _REMOTE.get(netns)
+    return f" on {remote.name}" if remote is not None else ""
+
+
 # ---- namespaces -------------------------------------------------------------------------------------
 def netns_list() -> list[str]:
     """Names of the network namespaces under /run/netns (``ip netns list``)."""
     return sorted(pr_netns.listnetns())
 
 
+def netns_exists(name: str) -> bool:
+    """Whether namespace ``name`` exists on the machine that holds it (:func:`place`)."""
+    if name in _REMOTE:
+        return name in _run(name, ["ip", "netns", "list"]).stdout.split()
+    return name in pr_netns.listnetns()
+
+
 def netns_add(name: str) -> None:
     """Create the named network namespace. Raises :class:`KernelError` if it exists or cannot be made."""
-    r = subprocess.run(["ip", "netns", "add", name], capture_output=True, text=True)
+    r = _run(name, ["ip", "netns", "add", name])
     if r.returncode != 0:
-        raise KernelError(f"cannot create namespace {name}: {r.stderr.strip()}")
+        raise KernelError(f"cannot create namespace {name}{_on(name)}: {r.stderr.strip()}")
 
 
 def netns_attach(name: str, pid: int) -> None:
     """Name the network namespace of process ``pid`` ``name`` (``ip netns attach``). Raises
-    :class:`KernelError` when the name exists or the process is gone."""
+    :class:`KernelError` when the name exists or the process is gone. On a remote namespace
+    ``pid`` is the process's pid on that server."""
+    if name in _REMOTE:
+        r = _run(name, ["ip", "netns", "attach", name, str(pid)])
+        if r.returncode != 0:
+            raise KernelError(f"cannot name namespace {name}{_on(name)} (pid {pid}): {r.stderr.strip()}")
+        return
     try:
         pr_netns.attach(name, pid)
     except OSError as e:
@@ -63,7 +131,10 @@ def netns_attach(name: str, pid: int) -> None:
 def inside(netns: str):
     """Run the ``with`` block's calling thread inside namespace ``netns`` (pyroute2's ``pushns``;
     other threads stay where they are), back where it was after, however the block ends. A socket
-    opened in the block stays in ``netns`` for good."""
+    opened in the block stays in ``netns`` for good. Raises :class:`KernelError` for a namespace on
+    another server."""
+    if netns in _REMOTE:
+        raise KernelError(f"namespace {netns} is on {_REMOTE[netns].name}: this process cannot enter it")
     pr_netns.pushns(netns)
     try:
         yield
@@ -73,12 +144,18 @@ def inside(netns: str):
 
 def netns_delete(name: str) -> None:
     """Remove the name ``name`` (the namespace goes with its last process). Idempotent."""
+    if name in _REMOTE:
+        _run(name, ["ip", "netns", "delete", name])
+        return
     with contextlib.suppress(FileNotFoundError, OSError):
         pr_netns.remove(name)
 
 
 def netns_pids(name: str) -> list[int]:
-    """Processes whose network namespace is the named one (``ip netns pids``); [] if none or unknown."""
+    """Processes whose network namespace is the named one (``ip netns pids``); [] if none or unknown.
+    On a remote namespace these are that server's pids."""
+    if name in _REMOTE:
+        return sorted(int(p) for p in _run(name, ["ip", "netns", "pids", name]).stdout.split() if p.isdigit())
     try:
         return sorted(pr_netns.ns_pids().get(name, []))
     except OSError:
@@ -125,19 +202,51 @@ def tc_batch(netns: str, lines: list[str]) -> None:
 def _batch(argv: list[str], lines: list[str]) -> None:
     if not lines:
         return
-    r = subprocess.run(argv, input="\n".join(lines) + "\n", capture_output=True, text=True)
+    r = _run(argv[2], argv, input="\n".join(lines) + "\n")
     if r.returncode != 0:
         said = r.stderr.strip().splitlines()
-        raise KernelError(f"{' '.join(argv[:3])}: {said[0] if said else f'exit {r.returncode}'}")
+        raise KernelError(f"{' '.join(argv[:3])}{_on(argv[2])}: {said[0] if said else f'exit {r.returncode}'}")
+
+
+def underlay_batch(remote: Remote | None, lines: list[str]) -> None:
+    """``ip -batch -`` in the own namespace of ``remote`` (None: this process's): the underlay
+    where tunnels between servers are made. Raises :class:`KernelError` with iproute2's first error."""
+    if not lines:
+        return
+    argv = ["ip", "-batch", "-"]
+    text = "\n".join(lines) + "\n"
+    r = remote.run(argv, input=text) if remote is not None else \
+        subprocess.run(argv, input=text, capture_output=True, text=True)
+    if r.returncode != 0:
+        said = r.stderr.strip().splitlines()
+        where = f" on {remote.name}" if remote is not None else ""
+        raise KernelError(f"ip -batch{where}: {said[0] if said else f'exit {r.returncode}'}")
+
+
+def route_to(address: str, remote: Remote | None = None) -> tuple[str, str, int]:
+    """(device, source address, device MTU in bytes) of the route from ``remote``'s own namespace
+    (None: this process's) to ``address`` (``ip route get``, ``ip link show``). Raises
+    :class:`KernelError` when there is no route."""
+    def run(argv: list[str]) -> subprocess.CompletedProcess:
+        return remote.run(argv) if remote is not None else subprocess.run(argv, capture_output=True, text=True)
+
+    where = f" on {remote.name}" if remote is not None else ""
+    r = run(["ip", "-j", "route", "get", address])
+    try:
+        route = json.loads(r.stdout)[0]
+        link = json.loads(run(["ip", "-j", "link", "show", "dev", route["dev"]]).stdout)[0]
+        return route["dev"], route.get("prefsrc", ""), int(link["mtu"])
+    except (ValueError, LookupError):
+        raise KernelError(f"no route to {address}{where}: {r.stderr.strip() or 'ip route get said nothing'}") from None
 
 
 def ip(netns: str, args: list[str], *, check: bool = True) -> str:
     """One ``ip -n NETNS ARGS...`` (a policy rule, a read-back in JSON); its stdout. With ``check``,
     raises :class:`KernelError` on failure, else returns "" then."""
-    r = subprocess.run(["ip", "-n", netns, *args], capture_output=True, text=True)
+    r = _run(netns, ["ip", "-n", netns, *args])
     if r.returncode != 0:
         if check:
-            raise KernelError(f"ip -n {netns} {' '.join(args)}: {r.stderr.strip()}")
+            raise KernelError(f"ip -n {netns} {' '.join(args)}{_on(netns)}: {r.stderr.strip()}")
         return ""
     return r.stdout
 
@@ -150,25 +259,36 @@ def ip_json(netns: str, args: list[str]) -> list:
 
 def tc(netns: str, args: list[str]) -> None:
     """One ``tc -n NETNS ARGS...``. Raises :class:`KernelError` with tc's words."""
-    r = subprocess.run(["tc", "-n", netns, *args], capture_output=True, text=True)
+    r = _run(netns, ["tc", "-n", netns, *args])
     if r.returncode != 0:
-        raise KernelError(f"tc -n {netns} {' '.join(args)}: {r.stderr.strip()}")
+        raise KernelError(f"tc -n {netns} {' '.join(args)}{_on(netns)}: {r.stderr.strip()}")
 
 
 # ---- inside a namespace --------------------------------------------------------------------------------
 def sysctl(netns: str, settings: list[str]) -> None:
     """``sysctl -w`` each ``key=value`` inside ``netns``. Raises :class:`KernelError`."""
-    r = subprocess.run(["ip", "netns", "exec", netns, "sysctl", "-qw", *settings], capture_output=True, text=True)
+    r = _run(netns, ["ip", "netns", "exec", netns, "sysctl", "-qw", *settings])
     if r.returncode != 0:
-        raise KernelError(f"sysctl in {netns}: {r.stderr.strip()}")
+        raise KernelError(f"sysctl in {netns}{_on(netns)}: {r.stderr.strip()}")
 
 
 def netns_exec(netns: str, argv: list[str], **kw) -> subprocess.CompletedProcess:
-    """Run ``argv`` inside ``netns`` to completion (``subprocess.run`` keywords pass through)."""
+    """Run ``argv`` inside ``netns`` to completion (``subprocess.run`` keywords pass through; on a
+    remote namespace the output is captured as text whatever they say)."""
+    if netns in _REMOTE:
+        return _REMOTE[netns].run(["ip", "netns", "exec", netns, *argv], input=kw.get("input"))
     return subprocess.run(["ip", "netns", "exec", netns, *argv], **kw)
 
 
 def netns_popen(netns: str, argv: list[str], **kw) -> subprocess.Popen:
-    """Start ``argv`` inside ``netns`` (``subprocess.Popen`` keywords pass through)."""
+    """Start ``argv`` inside ``netns`` (``subprocess.Popen`` keywords pass through; on a remote
+    namespace the process here is the ssh client that runs it there)."""
+    if netns in _REMOTE:
+        return _REMOTE[netns].popen(["ip", "netns", "exec", netns, *argv], **kw)
     return subprocess.Popen(["ip", "netns", "exec", netns, *argv], **kw)
+
+
+def command_line(argv: list[str]) -> str:
+    """``argv`` as one shell command line (what ssh hands the remote shell)."""
+    return shlex.join(argv)
 

@@ -20,12 +20,19 @@ line per problem what is wrong and how to mend it:
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
+import ipaddress
+import json
 import re
 import select
 import shlex
+import socket
 import subprocess
+import shutil
 import tempfile
+import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -95,14 +102,18 @@ class Ssh:
         self.ssh_config = ssh_config
         control_dir.mkdir(parents=True, exist_ok=True)
 
-    def argv(self, server: Server, command: str | None, master: bool = False) -> list[str]:
-        """The ssh command line that runs shell ``command`` on ``server`` over its multiplexed
-        connection (``master``: the line that opens that connection, in the background)."""
+    def base_argv(self) -> list[str]:
+        """``ssh`` with this object's configuration and connection socket, no server yet."""
         out = ["ssh"]
         if self.ssh_config is not None:
             out += ["-F", str(self.ssh_config)]
-        out += ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}",
-                "-o", f"ControlPath={self.control_dir}/%C"]
+        return out + ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={CONNECT_TIMEOUT_S}",
+                      "-o", f"ControlPath={self.control_dir}/%C"]
+
+    def argv(self, server: Server, command: str | None, master: bool = False) -> list[str]:
+        """The ssh command line that runs shell ``command`` on ``server`` over its multiplexed
+        connection (``master``: the line that opens that connection, in the background)."""
+        out = self.base_argv()
         if master:
             out += ["-o", "ControlMaster=yes", "-o", f"ControlPersist={CONTROL_PERSIST_S}", "-f", "-N"]
         else:
@@ -241,3 +252,164 @@ def require(checks: list[ServerCheck]) -> None:
     problems = [p for c in checks for p in c.problems]
     if problems:
         raise ServerError("; ".join(problems))
+
+
+#: The agent a server runs for :class:`OnServer` (``python3 -c``; Mininet needs python3 there): it
+#: reads one JSON request a line ({"argv": [...], "input": text or null}), runs it, and writes one
+#: JSON line back ({"rc": exit status, "out": stdout, "err": stderr}).
+AGENT = ("import json,subprocess,sys\n"
+         "for line in sys.stdin:\n"
+         " r=json.loads(line)\n"
+         " try:\n"
+         "  p=subprocess.run(r['argv'],input=r['input'],capture_output=True,text=True)\n"
+         "  a=(p.returncode,p.stdout,p.stderr)\n"
+         " except OSError as e:\n"
+         "  a=(127,'',str(e))\n"
+         " sys.stdout.write(json.dumps({'rc':a[0],'out':a[1],'err':a[2]})+'\\n')\n"
+         " sys.stdout.flush()\n")
+
+
+class OnServer:
+    """A :class:`~topologies.kernel.Remote`: command lines run on ``server`` by one agent process
+    there (:data:`AGENT`), started over ``ssh``'s multiplexed connection the first time and kept:
+    a command then costs the server's fork and exec, not an ssh session (90 ms here, mostly the
+    remote login shell's start-up). Thread-safe (one command at a time per server); an agent
+    that died is started again once."""
+
+    def __init__(self, ssh: Ssh, server: Server) -> None:
+        """Commands on ``server`` through ``ssh``; nothing is opened until the first."""
+        self.ssh, self.server, self.name = ssh, server, server.name
+        self._agent: subprocess.Popen | None = None
+        self._lock = threading.Lock()
+
+    def _start(self) -> subprocess.Popen:
+        why = self.ssh.connect(self.server)
+        if why is not None:
+            raise ServerError(f"{self.server.name}: unreachable over ssh ({why})")
+        return subprocess.Popen(self.ssh.argv(self.server, shlex.join(["python3", "-c", AGENT])),
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                text=True, bufsize=1, start_new_session=True)
+
+    def run(self, argv: list[str], input: str | None = None) -> subprocess.CompletedProcess:
+        """``argv`` to completion on the server, text output captured (never raising for the
+        command's own failure: look at ``returncode``). Raises ServerError when the server stops
+        answering."""
+        request = json.dumps({"argv": argv, "input": input}) + "\n"
+        with self._lock:
+            for attempt in (1, 2):
+                if self._agent is None or self._agent.poll() is not None:
+                    self._agent = self._start()
+                assert self._agent.stdin is not None and self._agent.stdout is not None
+                try:
+                    self._agent.stdin.write(request)
+                    self._agent.stdin.flush()
+                    line = self._agent.stdout.readline()
+                except OSError:
+                    line = ""
+                if line:
+                    got = json.loads(line)
+                    return subprocess.CompletedProcess(argv, got["rc"], got["out"], got["err"])
+                self.close()
+            raise ServerError(f"{self.server.name}: stopped answering over ssh (running {shlex.join(argv)})")
+
+    def close(self) -> None:
+        """Stop the agent (a command after this starts it again)."""
+        agent, self._agent = self._agent, None
+        if agent is not None:
+            with contextlib.suppress(OSError):
+                agent.kill()
+            agent.wait()
+
+    def popen(self, argv: list[str], **kw) -> subprocess.Popen:
+        """Start ``argv`` on the server; the process here is its ssh client."""
+        return subprocess.Popen(self.ssh.argv(self.server, shlex.join(argv)), **kw)
+
+    def address(self) -> str:
+        """The server's IP address as this machine reaches it (ssh's own resolution of its name,
+        ``ssh -G``, then the resolver). Raises ServerError when it has none."""
+        argv = self.ssh.argv(self.server, None)
+        argv[1:1] = ["-G"]
+        host = self.server.address
+        r = subprocess.run(argv, capture_output=True, text=True, timeout=10)
+        for line in r.stdout.splitlines():
+            if line.startswith("hostname "):
+                host = line.split()[1]
+        try:
+            return ipaddress.ip_address(host).compressed
+        except ValueError:
+            pass
+        try:
+            return str(socket.getaddrinfo(host, None, type=socket.SOCK_DGRAM)[0][4][0])
+        except OSError as e:
+            raise ServerError(f"{self.server.name}: cannot resolve {host}: {e}") from None
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a fabric's nodes run: each plane's switches on one of ``servers`` (plane ``p`` on
+    ``servers[p % len(servers)]``: one plane per server, round-robin), the hosts and the controller
+    on this machine. Planes meet only at the hosts' NICs, so the host-to-T0 links are the only
+    links that cross servers."""
+
+    servers: tuple[Server, ...]
+
+    def server_of(self, node: str) -> Server | None:
+        """The server that runs fabric node ``node`` (``h3``, ``t0-1-0``); None for this machine."""
+        if node.startswith("t"):
+            plane = int(node.split("-")[1])
+            return self.servers[plane % len(self.servers)]
+        return None
+
+    def planes_of(self, server: Server, planes: int) -> list[int]:
+        """The planes (of ``planes``) placed on ``server``."""
+        return [p for p in range(planes) if self.servers[p % len(self.servers)] == server]
+
+    def describe(self, planes: int) -> str:
+        """One line: which planes run where."""
+        return "; ".join(f"{s.name}: plane{'s' if len(self.planes_of(s, planes)) > 1 else ''} "
+                         f"{', '.join(map(str, self.planes_of(s, planes)))}"
+                         for s in self.servers if self.planes_of(s, planes)) + "; hosts and controller here"
+
+
+class TemporarySsh(Ssh):
+    """An :class:`Ssh` whose sockets live in a fresh folder under /tmp, closed and removed on exit
+    (cleanup of a run whose own connections went with it)."""
+
+    def __init__(self, ssh_config: str | Path | None) -> None:
+        """Connections over ``ssh_config`` (None: the user's own); nothing opened yet."""
+        super().__init__(Path(tempfile.mkdtemp(prefix="mrcssh-", dir="/tmp")),
+                         Path(ssh_config) if ssh_config else None)
+
+    def __enter__(self) -> TemporarySsh:
+        """This object."""
+        return self
+
+    def __exit__(self, *exc) -> None:
+        """Close the connections and remove their folder."""
+        self.close()
+        shutil.rmtree(self.control_dir, ignore_errors=True)
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """A fabric's servers: where its planes go (``placement``) and how they are reached (``ssh``)."""
+
+    placement: Placement
+    ssh: Ssh
+
+
+@contextlib.contextmanager
+def open_cluster(servers_text: str | None, ssh_config: str | None = None) -> Iterator[Cluster | None]:
+    """The :class:`Cluster` of ``--servers A,B,...`` (None without it: one machine, nothing
+    opened), its ssh connections closed on exit. Raises BadInput for a bad server list, an ssh
+    configuration that is not a file."""
+    if not servers_text:
+        if ssh_config:
+            raise BadInput("--ssh-config is for --servers; give both, or neither")
+        yield None
+        return
+    found = parse_servers(servers_text)
+    if ssh_config and not Path(ssh_config).is_file():
+        raise BadInput(f"--ssh-config: {ssh_config} is not a file")
+    with TemporarySsh(ssh_config) as ssh:
+        yield Cluster(Placement(tuple(found)), ssh)
