@@ -14,12 +14,12 @@ fi
 
 export DEBIAN_FRONTEND=noninteractive
 echo "== apt packages: mininet iproute2 ethtool tcpdump python3-venv python3-thrift, clang and libbpf-dev"
-echo "   (the linux data plane's tc eBPF queue program), tshark (captures), openssh (servers), ruby and"
-echo "   shellcheck (for the tests)"
+echo "   (the linux data plane's tc eBPF queue program), tshark (captures), openssh and sudo (servers:"
+echo "   Mininet's cluster edition runs ssh and mnexec through sudo), ruby and shellcheck (for the tests)"
 apt-get update -qq
 apt-get install -y -qq --no-install-recommends \
   mininet iproute2 ethtool tcpdump procps python3 python3-venv python3-pip python3-thrift \
-  clang libbpf-dev tshark openssh-client openssh-server ruby shellcheck >/dev/null
+  clang libbpf-dev tshark openssh-client openssh-server sudo ruby shellcheck >/dev/null
 
 PY=/usr/bin/python3
 if [ ! -x .venv/bin/python ]; then

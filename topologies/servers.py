@@ -171,7 +171,8 @@ class ServerCheck:
 
 #: What a server must have on PATH, and how to install it there.
 TOOLS = {"mnexec": "apt-get install -y mininet", "ip": "apt-get install -y iproute2",
-         "tc": "apt-get install -y iproute2"}
+         "tc": "apt-get install -y iproute2", "sudo": "apt-get install -y sudo",
+         "python3": "apt-get install -y python3"}
 BMV2_TOOLS = {"simple_switch_grpc": "vagrant/build-toolchain.sh (the P4 toolchain)"}
 _PROBE = "for t in {tools}; do command -v $t >/dev/null || echo missing $t; done"
 #: Clock samples read from one remote shell: its start-up (a login shell's rc files, 0.2 s on

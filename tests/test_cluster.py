@@ -1,0 +1,254 @@
+"""A fabric whose planes run on other servers (topologies/cluster.py): placement, the kernel calls
+routed to a server, the agent that runs them there, and, on namespace servers with their own sshd
+(tests/nsservers.py), a fabric probed clean, the quickstart passing with its fault on a remote
+plane, and cleanup after a kill -9 leaving nothing on any server."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from mrclab.controller.fabric import REMOTE_MISSING, Fabric, available, missing_features
+from mrclab.topologies import kernel
+from mrclab.topologies import servers as S
+from mrclab.topologies.cluster import VXLAN_OVERHEAD, vxlan_lines
+from mrclab.topologies.spec import load_spec
+from mrclab.traffic.pathprobe import probe_paths
+from nsservers import servers as ns_servers
+
+# ---- placement and routing (no root) ----------------------------------------------------------------
+
+
+def test_planes_go_round_robin_over_the_servers_and_hosts_stay_here():
+    a, b, c = S.Server("198.18.0.1"), S.Server("198.18.0.2"), S.Server("198.18.0.3")
+    p = S.Placement((a, b, c))
+    assert [p.server_of(f"t0-{plane}-0") for plane in range(8)] == [a, b, c, a, b, c, a, b]
+    assert p.server_of("t1-4-3") == b and p.server_of("h7") is None
+    assert p.planes_of(a, 8) == [0, 3, 6] and p.planes_of(c, 8) == [2, 5]
+    assert p.describe(8) == ("root@198.18.0.1: planes 0, 3, 6; root@198.18.0.2: planes 1, 4, 7; "
+                             "root@198.18.0.3: planes 2, 5; hosts and controller here")
+
+
+class FakeRemote:
+    """A kernel.Remote that records what it is asked and answers from a script."""
+
+    name = "root@fake"
+
+    def __init__(self, rc: int = 0, out: str = "", err: str = "") -> None:
+        self.calls: list[tuple[list[str], str | None]] = []
+        self.rc, self.out, self.err = rc, out, err
+
+    def run(self, argv, input=None):
+        self.calls.append((argv, input))
+        return subprocess.CompletedProcess(argv, self.rc, self.out, self.err)
+
+    def popen(self, argv, **kw):
+        raise AssertionError("not used")
+
+
+def test_kernel_calls_on_a_placed_namespace_run_on_its_server_and_come_back_here_after():
+    fake = FakeRemote()
+    kernel.place("mrclab-t0-0-0", fake)
+    try:
+        kernel.ip_batch("mrclab-t0-0-0", ["route add a", "route add b"])
+        kernel.link_set("mrclab-t0-0-0", "t0-0-0-eth1", up=False)
+        kernel.netns_attach("mrclab-t0-0-0", 4242)
+        assert fake.calls == [
+            (["ip", "-n", "mrclab-t0-0-0", "-batch", "-"], "route add a\nroute add b\n"),
+            (["ip", "-n", "mrclab-t0-0-0", "link", "set", "t0-0-0-eth1", "down"], None),
+            (["ip", "netns", "attach", "mrclab-t0-0-0", "4242"], None),
+        ]
+        # this process cannot enter a namespace on another machine: it says so
+        with pytest.raises(kernel.KernelError, match="is on root@fake: this process cannot enter it"):
+            with kernel.inside("mrclab-t0-0-0"):
+                pass
+        # a refusal there names the server and the kernel's words
+        fake.rc, fake.err = 2, "RTNETLINK answers: File exists"
+        with pytest.raises(kernel.KernelError, match="on root@fake: RTNETLINK answers: File exists"):
+            kernel.ip_batch("mrclab-t0-0-0", ["route add a"])
+    finally:
+        kernel.place("mrclab-t0-0-0", None)
+    assert kernel.where("mrclab-t0-0-0") is None
+    n = len(fake.calls)
+    kernel.ip("mrclab-t0-0-0", ["link", "show"], check=False)  # here again: no such namespace, no call there
+    assert len(fake.calls) == n
+
+
+class LocalSsh:
+    """An Ssh stand-in whose 'server' is a local shell: the agent's own code runs for real."""
+
+    def __init__(self) -> None:
+        self.started = 0
+
+    def connect(self, server):
+        self.started += 1
+        return None
+
+    def argv(self, server, command, master=False):
+        return ["sh", "-c", command]
+
+
+def test_the_server_agent_runs_commands_feeds_input_reports_failures_and_restarts_when_killed():
+    ssh = LocalSsh()
+    on = S.OnServer(ssh, S.Server("local"))  # type: ignore[arg-type]
+    try:
+        r = on.run(["sh", "-c", "echo out; echo err >&2; exit 3"])
+        assert (r.returncode, r.stdout, r.stderr) == (3, "out\n", "err\n")
+        assert on.run(["cat"], input="a\nb\n").stdout == "a\nb\n"
+        assert on.run(["no-such-command-here"]).returncode == 127
+        assert ssh.started == 1  # one agent for all of them
+        assert on._agent is not None
+        on._agent.kill()
+        on._agent.wait()
+        assert on.run(["echo", "again"]).stdout == "again\n"  # started again
+        assert ssh.started == 2
+    finally:
+        on.close()
+
+
+def test_a_fabric_over_servers_has_no_switch_queue_program_and_says_why():
+    assert missing_features("linux", remote=True) == REMOTE_MISSING
+    assert {"congestion", "gray_loss"}.isdisjoint(available("linux", remote=True))
+    assert {"link", "switch", "blackhole"} <= available("linux", remote=True)
+
+
+def test_vxlan_ports_carry_their_link_number_and_mac():
+    assert vxlan_lines("h0-eth1", "02:00:00:00:00:01", 7, "198.18.0.2", 1234) == [
+        "link add h0-eth1 address 02:00:00:00:00:01 type vxlan id 7 remote 198.18.0.2 dstport 4789",
+        "link set h0-eth1 netns 1234"]
+    assert VXLAN_OVERHEAD == 20 + 8 + 8 + 14
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["probe", "--ssh-config", "/nonexistent"], "--ssh-config is for --servers"),
+    (["run", "--servers", "a b"], "--servers: 'a b' is not a server"),
+    (["up", "--servers", "198.18.0.1", "--ssh-config", "/nonexistent/config"], "--ssh-config: /nonexistent/config is not a file"),
+    (["clean", "--ssh-config", "/x"], "--ssh-config is for --servers"),
+])
+def test_bad_server_options_get_one_line(argv, said):
+    r = subprocess.run([sys.executable, "-m", "mrclab.cli", *argv], capture_output=True, text=True, timeout=60,
+                       env=dict(os.environ, COLUMNS="200"))
+    assert r.returncode != 0
+    assert said in r.stderr + r.stdout, r.stderr + r.stdout
+    assert "Traceback" not in r.stderr
+
+
+# ---- on namespace servers (root, sshd) ----------------------------------------------------------------
+
+needs_sshd = pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"), reason="no sshd here (setup.sh installs openssh-server)")
+
+
+@pytest.fixture(scope="module")
+def two_servers(tmp_path_factory):
+    if os.geteuid() != 0:
+        pytest.skip("namespace servers need root")
+    with ns_servers(2, tmp_path_factory.mktemp("srv")) as srv:
+        yield srv
+
+
+def _on(srv, i: int, command: str) -> str:
+    return subprocess.run(["ssh", "-F", str(srv.ssh_config), srv.addresses[i], command], capture_output=True,
+                          text=True, timeout=60).stdout
+
+
+def _nothing_left(srv) -> None:
+    for i in range(len(srv.addresses)):
+        assert "mrclab-" not in _on(srv, i, "ip netns list"), f"namespaces left on server {i + 1}"
+    assert not [n for n in kernel.netns_list() if n.startswith("mrclab-")]
+    shells = subprocess.run(["pgrep", "-f", "mininet:"], capture_output=True, text=True).stdout.split()
+    assert not shells, f"node shells left: {shells}"
+
+
+@pytest.mark.root
+@needs_sshd
+def test_a_fabric_over_two_servers_probes_clean_and_leaves_nothing(two_servers):
+    srv = two_servers
+    spec = load_spec(None)
+    with S.open_cluster(",".join(srv.addresses), str(srv.ssh_config)) as cluster:
+        assert cluster is not None
+        with Fabric(spec, "linux", placement=cluster.placement, ssh=cluster.ssh) as fab:
+            # each plane's switches are namespaces of their server, named there and not here
+            one, two = _on(srv, 0, "ip netns list"), _on(srv, 1, "ip netns list")
+            assert "mrclab-t0-0-0" in one and "mrclab-t1-2-1" in one and "mrclab-t0-1-0" not in one
+            assert "mrclab-t0-1-0" in two and "mrclab-t1-3-1" in two and "mrclab-t0-0-0" not in two
+            assert "mrclab-t0-0-0" not in kernel.netns_list() and "mrclab-h0" in kernel.netns_list()
+            # a host's port into a remote plane is a VXLAN port
+            link = json.loads(subprocess.run(["ip", "-n", "mrclab-h0", "-j", "-d", "link", "show", "h0-eth0"],
+                                             capture_output=True, text=True).stdout)[0]
+            assert link["linkinfo"]["info_kind"] == "vxlan" and link["mtu"] == 9000
+            results = probe_paths(fab.plan, fab.netns, timeout_s=2.0)
+            assert results and all(r.delivered for r in results), [r for r in results if not r.delivered][:3]
+            # a T1 down on a remote plane fails the probes through it, and only those; back up, all pass
+            fab.faults.set_switch("t1-0-0", up=False)
+            down = probe_paths(fab.plan, fab.netns, timeout_s=2.0)
+            through = [r for r in down if r.path.plane == 0 and r.path.t1 == 0]
+            assert through and not any(r.delivered for r in through)
+            assert all(r.delivered for r in down if r not in through)
+            # a NIC link between servers (VXLAN: no carrier) goes down at both ends
+            fab.faults.set_link("h0", "t0-1-0", up=False)
+            ends = [json.loads(kernel.ip(ns, ["-j", "link", "show", intf]))[0]["flags"]
+                    for ns, intf in fab.emu.link_intfs("h0", "t0-1-0")]
+            assert all("UP" not in flags for flags in ends), ends
+            fab.faults.set_link("h0", "t0-1-0", up=True)
+            fab.faults.set_switch("t1-0-0", up=True)
+            again = probe_paths(fab.plan, fab.netns, timeout_s=2.0)
+            assert all(r.delivered for r in again), [r for r in again if not r.delivered][:3]
+    _nothing_left(srv)
+
+
+@pytest.mark.root
+@needs_sshd
+def test_the_quickstart_passes_with_its_t1_dying_on_a_remote_plane(two_servers, tmp_path):
+    srv = two_servers
+    out = tmp_path / "qs"
+    r = subprocess.run([sys.executable, "-m", "mrclab.cli", "run", "quickstart", "--dataplane", "linux",
+                        "--servers", ",".join(srv.addresses), "--ssh-config", str(srv.ssh_config), "--out", str(out)],
+                       capture_output=True, text=True, timeout=300, env=dict(os.environ, COLUMNS="200"))
+    m = json.loads((out / "metrics.json").read_text())
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    # the T1 that died is plane 0's, which runs on the first server
+    downs = [f for f in m["faults"] if f.get("event") == "switch_down"]
+    assert downs and downs[0]["label"] == "switch_down t1-0-0"
+    assert S.Placement(tuple(S.Server(a) for a in srv.addresses)).server_of("t1-0-0") == S.Server(srv.addresses[0])
+    assert m["passed"] and not m["void"] and len(m["expectations"]) == 8
+    assert all(e["passed"] for e in m["expectations"]), m["expectations"]
+    _nothing_left(srv)
+
+
+@pytest.mark.root
+@needs_sshd
+def test_clean_servers_after_a_kill_9_leaves_nothing_on_any_server(two_servers):
+    srv = two_servers
+    cfg = ["--servers", ",".join(srv.addresses), "--ssh-config", str(srv.ssh_config)]
+    p = subprocess.Popen([sys.executable, "-m", "mrclab.cli", "up", "--dataplane", "linux", "--no-cli", *cfg],
+                         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 120
+        assert p.stdout is not None
+        for line in p.stdout:
+            if line.startswith("ready "):
+                break
+            assert time.monotonic() < deadline, "the fabric did not come up"
+        else:
+            pytest.fail("mrclab up exited before the fabric was up")
+        assert "mrclab-t0-0-0" in _on(srv, 0, "ip netns list")
+    finally:
+        os.killpg(p.pid, signal.SIGKILL)  # the owner and its children: nothing of theirs runs a cleanup
+        p.wait()
+    # a namespace with a node's name that no run recorded, and one that is not mrclab's
+    _on(srv, 1, "ip netns add mrclab-t0-9-9; ip netns add other-lab")
+    try:
+        r = subprocess.run([sys.executable, "-m", "mrclab.cli", "clean", *cfg], capture_output=True, text=True,
+                           timeout=120, env=dict(os.environ, COLUMNS="200"))
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert f"and on root@{srv.addresses[0]}, root@{srv.addresses[1]}" in r.stdout
+        assert f"orphan namespaces on root@{srv.addresses[1]}: mrclab-t0-9-9" in r.stdout
+        _nothing_left(srv)
+        assert "other-lab" in _on(srv, 1, "ip netns list")  # another lab's: left alone
+    finally:
+        _on(srv, 1, "ip netns delete other-lab")
