@@ -27,6 +27,8 @@ run owns.
 
 from __future__ import annotations
 
+import os
+
 from mininet.examples.cluster import ClusterCleanup, RemoteMixin
 from mininet.link import Link
 from mrclab.topologies import kernel
@@ -54,6 +56,18 @@ class RemoteLinuxSrv6Switch(RemoteMixin, LinuxSrv6Switch):
         # the cluster edition registered `ssh SERVER sudo mn -c` for Mininet's cleanup: take it back
         ClusterCleanup.serveruser.pop(server.address, None)
 
+    def startShell(self, *args, **kwargs) -> None:  # noqa: N802 - Mininet's name
+        """The cluster edition's shell, without its local ``sudo -u root`` when this process is
+        root already (a sudo costs a fork and a PAM session: 64 of them were a second of CPU)."""
+        if self.user == "root" and os.geteuid() == 0 and self.sshcmd[:4] == ["sudo", "-E", "-u", "root"]:
+            self.sshcmd = self.sshcmd[4:]
+        super().startShell(*args, **kwargs)
+
+    def _popen(self, cmd, sudo: bool = True, tt: bool = True, **params):
+        """The cluster edition's remote process, with no ``sudo`` for a root login (it is root
+        there already)."""
+        return super()._popen(cmd, sudo=sudo and self.user != "root", tt=tt, **params)
+
 
 class PreMadeLink(Link):
     """A Mininet link whose two interfaces were made beforehand (:func:`vxlan_lines`, in one batch
@@ -70,6 +84,13 @@ def vxlan_lines(name: str, mac: str, vni: int, remote_ip: str, pid: int) -> list
     namespace."""
     return [f"link add {name} address {mac} type vxlan id {vni} remote {remote_ip} dstport {VXLAN_PORT}",
             f"link set {name} netns {pid}"]
+
+
+def veth_line(name_a: str, mac_a: str, pid_a: int, name_b: str, mac_b: str, pid_b: int) -> str:
+    """The ``ip -batch`` line that makes a veth pair on a server: ``name_a`` (MAC ``mac_a``) in
+    process ``pid_a``'s namespace, ``name_b`` in ``pid_b``'s."""
+    return (f"link add {name_a} address {mac_a} netns {pid_a} type veth peer name {name_b} address {mac_b} "
+            f"netns {pid_b}")
 
 
 def check_underlay(remote: OnServer, server_ip: str, mtu: int) -> str:

@@ -21,7 +21,7 @@ from mininet.net import Mininet
 from mrclab.topologies import kernel
 from mrclab.topologies.addressing import AddressPlan
 from mrclab.topologies.cleanup import RunState, cleanup_run, live_runs, netns_name, stop_processes
-from mrclab.topologies.cluster import PreMadeLink, RemoteLinuxSrv6Switch, check_underlay, vxlan_lines
+from mrclab.topologies.cluster import PreMadeLink, RemoteLinuxSrv6Switch, check_underlay, veth_line, vxlan_lines
 from mrclab.topologies.errors import NotAvailable
 from mrclab.topologies.nodes import (
     SID_DEV,
@@ -211,15 +211,20 @@ class Emulation:
                 for here, name, mac, there in ((sa, na, maca, sb), (sb, nb, macb, sa)):
                     far = self.server_ip[there] if there is not None else self.local_ip[here]  # type: ignore[index]
                     tunnels.setdefault(here, []).extend(vxlan_lines(name, mac, vni, far, net[a if name == na else b].pid))
-            links.append((a, b, pa, pb, na, nb, maca, macb, sa != sb))
+            elif sa is not None:  # both ends on one server: a veth pair, in that server's batch too
+                tunnels.setdefault(sa, []).append(veth_line(na, maca, net[a].pid, nb, macb, net[b].pid))
+            links.append((a, b, pa, pb, na, nb, maca, macb, sa is not None or sb is not None))
         if tunnels:
-            n = sum(len(v) for v in tunnels.values()) // 2
-            self.progress(f"making {n} VXLAN ports for the links between servers (one batch per server)")
-            for here, lines in tunnels.items():
-                kernel.underlay_batch(self.remotes[here] if here is not None else None, lines)
-        for a, b, pa, pb, na, nb, maca, macb, crossing in links:
+            n = sum(1 for lines in tunnels.values() for line in lines if "type vxlan" in line)
+            self.progress(f"making {n} VXLAN ports for the links between servers and the links on them "
+                          f"(one ip -batch per server)")
+            with ThreadPoolExecutor(max_workers=len(tunnels)) as pool:  # the servers work in parallel
+                list(pool.map(lambda item: kernel.underlay_batch(self.remotes[item[0]] if item[0] is not None
+                                                                 else None, item[1]), tunnels.items()))
+        for a, b, pa, pb, na, nb, maca, macb, made in links:
+            # made beforehand: Mininet records the ports (up later, with the rest)
             net.addLink(a, b, port1=pa, port2=pb, intfName1=na, intfName2=nb, addr1=maca, addr2=macb,
-                        **({"cls": PreMadeLink} if crossing else {}))
+                        **({"cls": PreMadeLink, "params1": {"up": None}, "params2": {"up": None}} if made else {}))
         net.build()
         self._configure_interfaces()
         if spec.link.bandwidth_mbps > 0 or spec.link.t0_t1_bandwidth_mbps > 0:
@@ -292,7 +297,8 @@ class Emulation:
             raise EmulationError(f"{e} (try `mrclab clean`)") from None
 
     def _configure_interfaces(self) -> None:
-        """One ``ip -batch`` and one sysctl call per node: fast and deterministic."""
+        """One ``ip -batch`` and one sysctl call per node (one script per server for the nodes on
+        other servers): fast and deterministic."""
         assert self.net is not None
         for node in self.net.hosts:
             intfs = [i.name for i in node.intfList() if i.name != "lo"]
@@ -301,6 +307,7 @@ class Emulation:
             script = "".join(f"ethtool -K {i} tx off rx off tso off gso off gro off >/dev/null 2>&1; " for i in intfs)
             kernel.netns_exec(node.netns, ["sh", "-c", script], capture_output=True)
             kernel.ip_batch(node.netns, ["link set lo up"] + [f"link set {i} mtu {MTU} up" for i in intfs])
+        items = []
         for node in self.net.switches:
             intfs = [i.name for i in node.intfList() if i.name != "lo"]
             sysctls = ["net.ipv6.conf.all.forwarding=1", "net.ipv6.conf.default.accept_dad=0"]
@@ -311,8 +318,8 @@ class Emulation:
             else:
                 anchor = [f"link add {SID_DEV} type veth peer {SID_DEV}p", f"link set {SID_DEV}p up",
                           f"link set {SID_DEV} up"]
-            kernel.sysctl(node.netns, sysctls)
-            kernel.ip_batch(node.netns, ["link set lo up"] + anchor + [f"link set {i} mtu {MTU} up" for i in intfs])
+            items.append((node.netns, sysctls, ["link set lo up"] + anchor + [f"link set {i} mtu {MTU} up" for i in intfs]))
+        kernel.configure_many(items)  # one script per server for the switches there
 
     def _shape(self) -> None:
         """``tbf`` on both ends of every link (Mininet's TCLink needs netem for the queue limit,

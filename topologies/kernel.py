@@ -36,6 +36,7 @@ import contextlib
 import json
 import shlex
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from mrclab.topologies.errors import RunFailed
@@ -221,6 +222,39 @@ def underlay_batch(remote: Remote | None, lines: list[str]) -> None:
         said = r.stderr.strip().splitlines()
         where = f" on {remote.name}" if remote is not None else ""
         raise KernelError(f"ip -batch{where}: {said[0] if said else f'exit {r.returncode}'}")
+
+
+def configure_many(items: list[tuple[str, list[str], list[str]]]) -> None:
+    """For each (namespace, sysctls, ``ip -batch`` lines): :func:`sysctl`, then :func:`ip_batch`.
+    Namespaces on this machine go one by one; those on a server in one shell script per server
+    (one round trip, however many). Raises :class:`KernelError` naming the namespace that refused."""
+    by_remote: dict[Remote, list[tuple[str, list[str], list[str]]]] = {}
+    for item in items:
+        remote = _REMOTE.get(item[0])
+        if remote is None:
+            if item[1]:
+                sysctl(item[0], item[1])
+            ip_batch(item[0], item[2])
+        else:
+            by_remote.setdefault(remote, []).append(item)
+    def configure(remote: Remote, todo: list[tuple[str, list[str], list[str]]]) -> None:
+        script = []
+        for ns, settings, lines in todo:
+            fail = shlex.quote(f"in {ns}: ")
+            if settings:
+                script.append(f"ip netns exec {shlex.quote(ns)} sysctl -qw {shlex.join(settings)} "
+                              f"|| {{ echo {fail}sysctl >&2; exit 1; }}")
+            if lines:
+                script.append(f"ip -n {shlex.quote(ns)} -batch - <<'MRCLAB_END' || {{ echo {fail}ip >&2; exit 1; }}")
+                script += lines + ["MRCLAB_END"]
+        r = remote.run(["sh", "-s"], input="\n".join(script) + "\n")
+        if r.returncode != 0:
+            said = r.stderr.strip().splitlines()
+            raise KernelError(f"configuring namespaces on {remote.name}: {' / '.join(said[-2:]) or f'exit {r.returncode}'}")
+
+    if by_remote:  # the servers work in parallel
+        with ThreadPoolExecutor(max_workers=len(by_remote)) as pool:
+            list(pool.map(lambda item: configure(*item), by_remote.items()))
 
 
 def route_to(address: str, remote: Remote | None = None) -> tuple[str, str, int]:
