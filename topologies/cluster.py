@@ -59,8 +59,9 @@ class RemoteLinuxSrv6Switch(RemoteMixin, LinuxSrv6Switch):
     def startShell(self, *args, **kwargs) -> None:  # noqa: N802 - Mininet's name
         """The cluster edition's shell, without its local ``sudo -u root`` when this process is
         root already (a sudo costs a fork and a PAM session: 64 of them were a second of CPU)."""
-        if self.user == "root" and os.geteuid() == 0 and self.sshcmd[:4] == ["sudo", "-E", "-u", "root"]:
-            self.sshcmd = self.sshcmd[4:]
+        cmd: list[str] = getattr(self, "sshcmd")  # noqa: B009 - set by RemoteMixin, untyped there
+        if self.user == "root" and os.geteuid() == 0 and cmd[:4] == ["sudo", "-E", "-u", "root"]:
+            self.sshcmd = cmd[4:]
         super().startShell(*args, **kwargs)
 
     def _popen(self, cmd, sudo: bool = True, tt: bool = True, **params):
