@@ -185,6 +185,20 @@ FAULTS: dict[str, FaultKind] = {
 UNDO: dict[str, str] = {k.undoes: name for name, k in FAULTS.items() if k.effect == "repair" and k.undoes}
 
 
+def where(fab, f: Fault) -> dict[str, float]:
+    """The servers holding the elements ``f`` touches (a fabric over servers), each with its
+    clock's offset from this machine's (s, as read before the fabric was built): what turns the
+    fault's time here into that server's time. {} on one machine."""
+    emu = fab.emu
+    out: dict[str, float] = {}
+    for element in FAULTS[f.event].elements(fab.plan, f.args):
+        for node in element[1:]:
+            server = emu.server_of(node)
+            if server is not None:
+                out[server.name] = emu.clock_offset_s.get(server, 0.0)
+    return out
+
+
 def play(fab, f: Fault) -> str:
     """Inject ``f`` into the running fabric; returns a one-line description for the event log."""
     return FAULTS[f.event].play(fab, f.args)

@@ -43,6 +43,7 @@ from mrclab.experiments.collectives import CollectiveRun
 from mrclab.experiments.expectations import evaluate, verdict_word, windows
 from mrclab.experiments.fabricstate import FabricTimeline
 from mrclab.experiments.faults import FAULTS, play
+from mrclab.experiments.faults import where as fault_where
 from mrclab.experiments.metrics import BIN_S, RunData, baseline_mbps
 from mrclab.experiments.plots import cdf_plot, ev_state_plot, goodput_plot, iteration_plot, queue_plot, window_plot
 from mrclab.experiments.regime import describe as describe_regime
@@ -137,6 +138,11 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
                     placement=cluster.placement if cluster else None, ssh=cluster.ssh if cluster else None) as fab, \
                 (Captures(fab, scn.hosts(), out / "pcap") if pcap else contextlib.nullcontext()):
             queues = dict(fab.queues)
+            if fab.placement is not None:  # which plane ran where, and each server's clock
+                (out / "servers.json").write_text(json.dumps([
+                    {"server": s.name, "planes": fab.placement.planes_of(s, spec.planes),
+                     "clock_offset_ms": round(fab.emu.clock_offset_s.get(s, 0.0) * 1e3, 2)}
+                    for s in fab.placement.servers], indent=1))
             bound = path_queue_bound_s(fab.plan, fab.queues)
             if "min_rto_s" not in (scn.raw.get("transport") or {}) and 2 * bound > scn.settings.min_rto_s:
                 # the timer's floor covers a packet queued up to the trim threshold at every hop
@@ -229,8 +235,11 @@ def _play(fab: Fabric, scn: Scenario, procs, out: Path, t0: float, fault_log: li
                 f = pending.pop(0)
                 at = time.monotonic() - t0
                 desc = play(fab, f)
-                fault_log.append({"t": round(at, 4), "kind": "fault", "event": f.event, "label": desc,
-                                  "late_ms": round((at - f.at) * 1e3, 1)})
+                event = {"t": round(at, 4), "kind": "fault", "event": f.event, "label": desc,
+                         "late_ms": round((at - f.at) * 1e3, 1)}
+                if servers := fault_where(fab, f):  # the same moment on each server's own clock
+                    event["server_t"] = {name: round(at + offset, 4) for name, offset in servers.items()}
+                fault_log.append(event)
                 last = f"{at:6.1f} s  {desc}"
                 console.print(f"[red]![/red] {last}")
             endpoints.check_alive(procs, out / "endpoints")

@@ -214,6 +214,11 @@ def test_the_quickstart_passes_with_its_t1_dying_on_a_remote_plane(two_servers, 
     # the T1 that died is plane 0's, which runs on the first server
     downs = [f for f in m["faults"] if f.get("event") == "switch_down"]
     assert downs and downs[0]["label"] == "switch_down t1-0-0"
+    # the event carries its time on that server's clock too (these servers share this one)
+    first = f"root@{srv.addresses[0]}"
+    assert list(downs[0]["server_t"]) == [first] and abs(downs[0]["server_t"][first] - downs[0]["t"]) < 0.01
+    placed = json.loads((out / "servers.json").read_text())
+    assert [p["planes"] for p in placed] == [[0, 2], [1, 3]] and abs(placed[0]["clock_offset_ms"]) < 10
     assert S.Placement(tuple(S.Server(a) for a in srv.addresses)).server_of("t1-0-0") == S.Server(srv.addresses[0])
     assert m["passed"] and not m["void"] and len(m["expectations"]) == 8
     assert all(e["passed"] for e in m["expectations"]), m["expectations"]

@@ -117,6 +117,8 @@ class Emulation:
         self.remotes: dict[Server, OnServer] = {}
         self.local_ip: dict[Server, str] = {}
         self.server_ip: dict[Server, str] = {}
+        #: server -> its clock minus this machine's (s), read before the build (servers.py preflight)
+        self.clock_offset_s: dict[Server, float] = {}
         self.net: Mininet | None = None
         self.state: RunState | None = None
         self.timings: dict[str, float] = {}
@@ -162,7 +164,12 @@ class Emulation:
         placement, ssh, state = self.placement, self.ssh, self.state
         assert placement is not None and ssh is not None and state is not None
         self.progress(f"asking {len(placement.servers)} servers over ssh: {placement.describe(self.spec.planes)}")
-        require(preflight(ssh, list(placement.servers), self.dataplane))
+        checks = preflight(ssh, list(placement.servers), self.dataplane)
+        require(checks)
+        self.clock_offset_s = {c.server: c.offset_s or 0.0 for c in checks}
+        for c in checks:
+            self.progress(f"{c.server.name}: clock {c.offset_s * 1e3:+.1f} ms from here (read over a "
+                          f"{(c.rtt_s or 0) * 1e3:.1f} ms round trip)" if c.offset_s is not None else c.server.name)
         state.ssh_config = str(ssh.ssh_config) if ssh.ssh_config else None
         state.save()
         for server in placement.servers:
