@@ -117,11 +117,9 @@ def _hold(spec, dp: str, fab, args) -> int:
 
 
 def _choose_dataplane(requested: str | None, remote: bool = False) -> str:
-    """The data plane to run: ``requested``, else the best here (bmv2 where the toolchain is; linux
-    on a fabric over servers, ``remote``). Raises NotAvailable for bmv2 without the toolchain."""
-    if requested is None and remote:
-        console.print("data plane: [bold]linux[/bold] (a fabric over servers runs on linux)")
-        return "linux"
+    """The data plane to run: ``requested``, else the best here (bmv2 where the toolchain is; the
+    servers of a fabric over servers, ``remote``, need it too: `mrclab doctor --servers` checks).
+    Raises NotAvailable for bmv2 without the toolchain."""
     if requested is None:
         dp = default_dataplane()
         why = toolchain_missing()

@@ -53,18 +53,19 @@ FEATURES = {
 
 
 #: What a fabric whose planes run on other servers lacks (topologies/cluster.py), with the reason:
-#: the linux switches' queue program lives in this process's eBPF map descriptors.
+#: linux's switch queues and gray loss live in this process's eBPF map descriptors, and bmv2's
+#: queues need its Thrift runtime, which listens inside the switch's namespace.
 REMOTE_MISSING = {
-    "congestion": "switch queues (the tc eBPF program) on other servers are not built yet",
-    "gray_loss": "gray loss (the tc eBPF program) on other servers is not built yet",
+    "congestion": "switch queues on other servers (linux's tc eBPF program, bmv2's Thrift runtime) are not built yet",
+    "gray_loss": "gray loss on other servers is not built yet for linux (its tc eBPF program)",
 }
 
 
 def missing_features(dataplane: str, remote: bool = False) -> dict[str, str]:
     """Features of ``dataplane`` this machine lacks, with the reason; with ``remote``, for a fabric
     whose planes run on other servers (:data:`REMOTE_MISSING`)."""
-    if remote:
-        return dict(REMOTE_MISSING)
+    if remote:  # bmv2 keeps gray loss on servers: it is a table entry, written over P4Runtime
+        return {k: v for k, v in REMOTE_MISSING.items() if not (dataplane == "bmv2" and k == "gray_loss")}
     if dataplane == "bmv2":
         if why := thrift.thrift_missing():
             return {"congestion": why}

@@ -72,7 +72,7 @@ def choose_dataplane(scn: Scenario, remote: bool = False) -> str:
     only, topologies/cluster.py). Raises :class:`RunRefused` naming what is missing on each
     candidate and why."""
     wanted = [scn.dataplane] if scn.dataplane != "auto" else \
-        (["bmv2", "linux"] if toolchain_missing() is None and not remote else ["linux"])
+        (["bmv2", "linux"] if toolchain_missing() is None else ["linux"])
     why_not = []
     for dp in wanted:
         if dp == "bmv2" and (why := toolchain_missing()):
@@ -166,6 +166,9 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
             watched = {f"endpoint {hs}": p.pid for hs, p in endpoints.processes(procs).items()}
             watched |= {f"switch {sw.name}": sw.proc.pid for sw in fab.emu.switches()
                         if getattr(sw, "proc", None) is not None}
+            if fab.placement is not None and dp == "bmv2":
+                console.print("[dim]·[/dim] the switches on servers are not watched for CPU starvation (the "
+                              "fidelity monitor reads this machine's processes): only the endpoints are")
             monitor = fidelity.FidelityMonitor(watched, t0)
             try:
                 _play(fab, scn, procs, out, t0, fault_log, live)

@@ -113,6 +113,7 @@ def test_the_server_agent_runs_commands_feeds_input_reports_failures_and_restart
 
 def test_a_fabric_over_servers_has_no_switch_queue_program_and_says_why():
     assert missing_features("linux", remote=True) == REMOTE_MISSING
+    assert set(missing_features("bmv2", remote=True)) == {"congestion"}
     assert {"congestion", "gray_loss"}.isdisjoint(available("linux", remote=True))
     assert {"link", "switch", "blackhole"} <= available("linux", remote=True)
 
@@ -257,3 +258,25 @@ def test_clean_servers_after_a_kill_9_leaves_nothing_on_any_server(two_servers):
         assert "other-lab" in _on(srv, 1, "ip netns list")  # another lab's: left alone
     finally:
         _on(srv, 1, "ip netns delete other-lab")
+
+
+@pytest.mark.parametrize("thrift_port", [None, 9090])
+def test_bmv2_has_a_queue_for_every_priority_the_program_sets_with_or_without_thrift(monkeypatch, thrift_port):
+    # BMv2 drops a packet whose priority has no queue: with one queue, every ACK (priority 1,
+    # keep_high) was dropped on a switch without Thrift, as on every switch on a server
+    import re
+    from pathlib import Path as P
+
+    from mrclab.topologies import nodes
+    from mrclab.topologies.cluster import RemoteBmv2Switch
+
+    highest = max(int(v) for v in re.findall(r"const bit<3>\s+PRIO_\w+\s*=\s*(\d+);",
+                                             (P(nodes.__file__).parent.parent / "p4src" / "mrclab.p4").read_text()))
+    monkeypatch.setattr(nodes, "bmv2_binary", lambda *a, **k: ("simple_switch_grpc", "test"))
+    for cls in (nodes.Bmv2Switch, RemoteBmv2Switch):
+        sw = object.__new__(cls)
+        sw.name, sw.device_id, sw.debug, sw.build, sw.thrift_port = "t0-0-0", 0, False, None, thrift_port
+        sw.run_dir, sw.remote_dir, sw.intfs, sw.ports = P("/run/x"), "/run/y", {}, {}
+        cmd = sw.command()
+        assert int(cmd[cmd.index("--priority-queues") + 1]) == highest + 1
+        assert cmd.index("--priority-queues") > cmd.index("--")  # a target option

@@ -104,6 +104,8 @@ class RunState:
     remote: dict[str, list[str]] = field(default_factory=dict)
     #: the ssh client configuration (``-F``) that reaches those servers, if any
     ssh_config: str | None = None
+    #: server -> folders the run made there (bmv2's sockets)
+    remote_dirs: dict[str, list[str]] = field(default_factory=dict)
 
     @classmethod
     def create(cls, dataplane: str, topo: dict) -> RunState:
@@ -141,6 +143,11 @@ class RunState:
     def add_remote_netns(self, server: Server, name: str) -> None:
         """Record namespace ``name`` on ``server`` as this run's and save (before it is made)."""
         self.remote.setdefault(server.name, []).append(name)
+        self.save()
+
+    def add_remote_dir(self, server: Server, path: str) -> None:
+        """Record folder ``path`` on ``server`` as this run's and save (before it is made)."""
+        self.remote_dirs.setdefault(server.name, []).append(path)
         self.save()
 
     def add_pid(self, pid: int) -> None:
@@ -199,22 +206,31 @@ def list_netns() -> list[str]:
     return kernel.netns_list()
 
 
-def delete_script(names: list[str]) -> str:
-    """A shell script that kills every process inside each named namespace and deletes it."""
+def delete_script(names: list[str], dirs: list[str] | None = None) -> str:
+    """A shell script that kills every process inside each named namespace and deletes it, then
+    removes ``dirs`` (a run's folders: only ones under RUN_ROOT are ever named)."""
     quoted = " ".join(kernel.command_line([n]) for n in names)
+    folders = [d for d in dirs or [] if Path(d).parent == RUN_ROOT]
+    rm = f"rm -rf {' '.join(kernel.command_line([d]) for d in folders)}; " if folders else ""
     return (f"for n in {quoted}; do [ -e /run/netns/$n ] || continue; p=$(ip netns pids $n); "
-            "[ -n \"$p\" ] && kill -9 $p; ip netns delete $n; done; true")
+            f"[ -n \"$p\" ] && kill -9 $p; ip netns delete $n; done; {rm}true")
 
 
-def delete_remote(ssh: Ssh, server: Server, names: list[str]) -> str | None:
-    """Stop every process in the named namespaces on ``server`` and delete them (one ssh round
-    trip); None when done, else why not (ssh's words)."""
-    if not names:
+def delete_remote(ssh: Ssh, server: Server, names: list[str], dirs: list[str] | None = None) -> str | None:
+    """Stop every process in the named namespaces on ``server`` and delete them, and remove the
+    run's ``dirs`` there (one ssh round trip); None when done, else why not (ssh's words)."""
+    if not names and not dirs:
         return None
     why = ssh.connect(server)
     if why is not None:
         return why
-    r = OnServer(ssh, server).run(["sh", "-c", delete_script(names)])
+    on = OnServer(ssh, server)
+    try:
+        r = on.run(["sh", "-c", delete_script(names, dirs)])
+    except ServerError as e:
+        return str(e)
+    finally:
+        on.close()
     return None if r.returncode == 0 else (r.stderr.strip() or f"exit {r.returncode}")
 
 
@@ -223,7 +239,11 @@ def remote_netns(ssh: Ssh, server: Server) -> list[str]:
     why = ssh.connect(server)
     if why is not None:
         raise ServerError(f"{server.name}: unreachable over ssh ({why})")
-    r = OnServer(ssh, server).run(["ip", "netns", "list"])
+    on = OnServer(ssh, server)
+    try:
+        r = on.run(["ip", "netns", "list"])
+    finally:
+        on.close()
     if r.returncode != 0:
         raise ServerError(f"{server.name}: ip netns list: {r.stderr.strip()}")
     return [line.split()[0] for line in r.stdout.splitlines() if line.strip()]
@@ -233,16 +253,17 @@ def cleanup_remote(state: RunState, ssh: Ssh | None = None) -> list[str]:
     """Remove what ``state`` recorded on other servers; returns a line per server it could not
     reach (the state keeps those, for ``mrclab clean`` to try again)."""
     failed: list[str] = []
-    if not state.remote:
+    if not state.remote and not state.remote_dirs:
         return failed
     with contextlib.ExitStack() as stack:
         if ssh is None:
             ssh = stack.enter_context(TemporarySsh(state.ssh_config))
-        for name, names in list(state.remote.items()):
+        for name in sorted(set(state.remote) | set(state.remote_dirs)):
             server = parse_servers(name)[0]
-            why = delete_remote(ssh, server, names)
+            why = delete_remote(ssh, server, state.remote.get(name, []), state.remote_dirs.get(name, []))
             if why is None:
-                del state.remote[name]
+                state.remote.pop(name, None)
+                state.remote_dirs.pop(name, None)
             else:
                 failed.append(f"{name}: {why}")
     return failed

@@ -28,11 +28,15 @@ run owns.
 from __future__ import annotations
 
 import os
+import shlex
+import time
+from pathlib import Path
 
 from mininet.examples.cluster import ClusterCleanup, RemoteMixin
 from mininet.link import Link
+from mininet.node import Switch
 from mrclab.topologies import kernel
-from mrclab.topologies.nodes import LinuxSrv6Switch
+from mrclab.topologies.nodes import BMV2_BINARY, Bmv2Switch, EmulationError, LinuxSrv6Switch
 from mrclab.topologies.servers import OnServer, Server, ServerError, Ssh
 
 #: VXLAN's UDP port (RFC 7348, IANA).
@@ -42,16 +46,17 @@ VXLAN_PORT = 4789
 VXLAN_OVERHEAD = 50
 
 
-class RemoteLinuxSrv6Switch(RemoteMixin, LinuxSrv6Switch):
-    """A :class:`~topologies.nodes.LinuxSrv6Switch` whose shell runs on ``server`` (the cluster
-    edition's :class:`RemoteMixin`), over ``ssh``'s configuration and multiplexed connection."""
+class OnServerMixin(RemoteMixin):
+    """The cluster edition's :class:`RemoteMixin` over ``ssh``'s configuration and multiplexed
+    connection, without its ``sudo`` for a root login, and without the ``mn -c`` it registers."""
 
     def __init__(self, name: str, server: Server, ssh: Ssh, **params) -> None:
-        """Switch node ``name`` on ``server``: its shell is started there at once (Mininet's way).
+        """Node ``name`` on ``server``: its shell is started there at once (Mininet's way).
         ``params`` pass to Mininet's node."""
         # RemoteMixin builds its ssh line from sshbase: ours carries the -F configuration and the
         # connection's socket, which cluster.py has no option for
         self.sshbase = ssh.base_argv() + ["-tt"]
+        self.mrclab_server = server
         super().__init__(name, server=server.address, user=server.user, serverIP=server.address, **params)
         # the cluster edition registered `ssh SERVER sudo mn -c` for Mininet's cleanup: take it back
         ClusterCleanup.serveruser.pop(server.address, None)
@@ -68,6 +73,106 @@ class RemoteLinuxSrv6Switch(RemoteMixin, LinuxSrv6Switch):
         """The cluster edition's remote process, with no ``sudo`` for a root login (it is root
         there already)."""
         return super()._popen(cmd, sudo=sudo and self.user != "root", tt=tt, **params)
+
+
+class RemoteLinuxSrv6Switch(OnServerMixin, LinuxSrv6Switch):
+    """A :class:`~topologies.nodes.LinuxSrv6Switch` whose shell runs on its server."""
+
+
+class RemoteBmv2Switch(OnServerMixin, Bmv2Switch):
+    """A :class:`~topologies.nodes.Bmv2Switch` on ``server``: ``simple_switch_grpc`` runs in the
+    node's namespace there, its P4Runtime on a unix socket in ``remote_dir`` on that server, which
+    ssh forwards to :attr:`grpc_addr` here (``ssh -O forward -L``, over the server's multiplexed
+    connection): the controller speaks to it as to a local switch. Its output comes back through
+    ssh into ``<run_dir>/<name>.out`` here. No Thrift runtime (switch queues on servers are not
+    built) and no per-packet debug log."""
+
+    def __init__(self, name: str, server: Server, ssh: Ssh, remote: OnServer, remote_dir: str, **params) -> None:
+        """Switch node ``name`` on ``server`` (its shell started there at once); ``remote``: the
+        server's agent; ``remote_dir``: the run's folder there. ``params``: :class:`Bmv2Switch`'s."""
+        self.ssh_session, self.on_server, self.remote_dir = ssh, remote, remote_dir
+        self.forwarded = False
+        super().__init__(name, server=server, ssh=ssh, **params)
+
+    @property
+    def listen_addr(self) -> str:
+        """The switch's own P4Runtime socket, on its server."""
+        return f"unix:{self.remote_dir}/{self.name}.grpc"
+
+    @property
+    def pid_file(self) -> str:
+        """Where the switch process writes its pid on its server."""
+        return f"{self.remote_dir}/{self.name}.pid"
+
+    def binary(self) -> str:
+        """``simple_switch_grpc`` as the server's PATH finds it (its own install)."""
+        return BMV2_BINARY
+
+    @property
+    def out_file(self) -> str:
+        """The switch's output on its server (warnings and errors)."""
+        return f"{self.remote_dir}/{self.name}.out"
+
+    def start(self, controllers=None) -> None:
+        """Start ``simple_switch_grpc`` in the node's namespace on its server, detached, by the
+        server's agent (no ssh session per switch): its pid in :attr:`pid_file`, its output in
+        :attr:`out_file` there. Returns at once (:meth:`wait_ready` waits). Raises
+        EmulationError when the server refuses."""
+        sock = self.listen_addr[len("unix:"):]
+        inner = (f"echo $$ > {shlex.quote(self.pid_file)}; "
+                 f"exec {kernel.command_line(['ip', 'netns', 'exec', self.netns, *self.command()])}")
+        script = (f"rm -f {shlex.quote(sock)}; setsid sh -c {shlex.quote(inner)} "
+                  f">>{shlex.quote(self.out_file)} 2>&1 </dev/null &")
+        r = self.on_server.run(["sh", "-c", script])
+        if r.returncode != 0:
+            raise EmulationError(f"{self.name} on {self.mrclab_server.name}: cannot start {BMV2_BINARY}: "
+                                 f"{r.stderr.strip()}")
+        self.proc = None  # no process here: the switch is the server's
+
+    def wait_ready(self, timeout_s: float = 20.0) -> None:
+        """Wait until the switch's socket exists on its server, then forward it here. Raises
+        EmulationError if the switch (or its ssh) exited, or the forward is refused."""
+        sock = self.listen_addr[len("unix:"):]
+        pid, out = shlex.quote(self.pid_file), shlex.quote(self.out_file)
+        # 0: listening; 1: not yet; 2: the process is gone (its last words follow)
+        probe = (f"[ -S {shlex.quote(sock)} ] && exit 0; [ -f {pid} ] && ! kill -0 $(cat {pid}) 2>/dev/null "
+                 f"&& {{ tail -c 600 {out}; exit 2; }}; exit 1")
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            r = self.on_server.run(["sh", "-c", probe])
+            if r.returncode == 0:
+                break
+            if r.returncode == 2:
+                raise EmulationError(f"{self.name} on {self.mrclab_server.name}: {BMV2_BINARY} exited: "
+                                     f"{r.stdout.strip()}")
+            time.sleep(0.05)
+        else:
+            raise EmulationError(f"{self.name} on {self.mrclab_server.name}: {BMV2_BINARY} did not open {sock} "
+                                 f"within {timeout_s} s")
+        if not self.forwarded:
+            local = self.grpc_addr[len("unix:"):]
+            Path(local).unlink(missing_ok=True)
+            why = self.ssh_session.forward(self.mrclab_server, local, sock)
+            if why is not None:
+                raise EmulationError(f"{self.name}: cannot forward its P4Runtime socket from "
+                                     f"{self.mrclab_server.name}: {why}")
+            self.forwarded = True
+
+    def kill(self) -> None:
+        """Kill the switch process on its server (a crashed switch); the namespace and links stay."""
+        pid = shlex.quote(self.pid_file)
+        self.on_server.run(["sh", "-c", f"[ -f {pid} ] && kill -9 $(cat {pid}); rm -f {pid}; true"])
+        self.proc = None
+
+    def stop(self, deleteIntfs: bool = True) -> None:  # noqa: N803 - Mininet's name
+        """Kill the switch process, then Mininet's stop."""
+        self.kill()
+        Switch.stop(self, deleteIntfs)
+
+    def alive(self) -> bool:
+        """Whether the switch process still runs on its server."""
+        pid = shlex.quote(self.pid_file)
+        return self.on_server.run(["sh", "-c", f"kill -0 $(cat {pid})"]).returncode == 0
 
 
 class PreMadeLink(Link):

@@ -20,8 +20,8 @@ from mininet.log import setLogLevel
 from mininet.net import Mininet
 from mrclab.topologies import kernel
 from mrclab.topologies.addressing import AddressPlan
-from mrclab.topologies.cleanup import RunState, cleanup_run, live_runs, netns_name, stop_processes
-from mrclab.topologies.cluster import PreMadeLink, RemoteLinuxSrv6Switch, check_underlay, veth_line, vxlan_lines
+from mrclab.topologies.cleanup import RUN_ROOT, RunState, cleanup_run, live_runs, netns_name, stop_processes
+from mrclab.topologies.cluster import PreMadeLink, RemoteBmv2Switch, RemoteLinuxSrv6Switch, check_underlay, veth_line, vxlan_lines
 from mrclab.topologies.errors import NotAvailable
 from mrclab.topologies.nodes import (
     SID_DEV,
@@ -35,7 +35,7 @@ from mrclab.topologies.nodes import (
     need_root,
     toolchain_missing,
 )
-from mrclab.topologies.servers import OnServer, Placement, Server, Ssh, preflight, require
+from mrclab.topologies.servers import OnServer, Placement, Server, ServerError, Ssh, preflight, require
 from mrclab.topologies.spec import ClosSpec, is_host
 
 DATAPLANES = ("bmv2", "linux")
@@ -89,13 +89,13 @@ class Emulation:
         "logging" (None: the forwarding build, the logging one with ``debug``); ``placement``: the
         planes on other servers (topologies/cluster.py; None: all on this machine), reached over
         ``ssh``. Raises EmulationError for an unknown data plane, NotAvailable without root or, for
-        bmv2, without p4c and simple_switch_grpc, or with a placement (not built yet).
+        bmv2, without p4c and simple_switch_grpc, or for ``debug`` with a placement (not built yet).
         """
         if dataplane not in DATAPLANES:
             raise EmulationError(f"data plane {dataplane!r}; allowed: {', '.join(DATAPLANES)}")
-        if placement is not None and dataplane != "linux":
-            raise NotAvailable(f"a fabric over servers runs on the linux data plane only (bmv2 on other "
-                               f"servers is not built yet); use --dataplane linux")
+        if placement is not None and debug:
+            raise NotAvailable("--debug (BMv2's per-packet log) is not built for a fabric over servers; "
+                               "drop --debug or --servers")
         if placement is not None and ssh is None:
             raise EmulationError("a placement on servers needs the ssh connections to reach them")
         if dataplane == "bmv2" and (why := toolchain_missing()):
@@ -179,6 +179,12 @@ class Emulation:
         for sw in self.spec.switches():
             if (on := placement.server_of(sw)) is not None:
                 kernel.place(netns_name(sw), self.remotes[on])
+        if self.dataplane == "bmv2":  # the switches' sockets live in a folder of the run on each server
+            for server in placement.servers:
+                state.add_remote_dir(server, self.remote_dir(server))
+                r = self.remotes[server].run(["mkdir", "-p", self.remote_dir(server)])
+                if r.returncode != 0:
+                    raise ServerError(f"{server.name}: cannot make {self.remote_dir(server)}: {r.stderr.strip()}")
 
     def _build(self) -> None:
         spec, plan = self.spec, self.plan
@@ -241,8 +247,8 @@ class Emulation:
             self.progress(f"starting {spec.n_switches} simple_switch_grpc processes ({build}: {binary})")
             for sw in self.switches():
                 sw.start()
-                assert sw.proc is not None
-                state.add_pid(sw.proc.pid)
+                if sw.proc is not None:  # a switch on a server is that server's: cleanup goes there
+                    state.add_pid(sw.proc.pid)
             for sw in self.switches():
                 sw.wait_ready()
 
@@ -259,9 +265,16 @@ class Emulation:
         ssh = self.ssh
         assert ssh is not None
 
+        state = self.state
+        assert state is not None
+
         def start(sw: str):
             server = self.server_of(sw)
             assert server is not None
+            if self.dataplane == "bmv2":
+                return RemoteBmv2Switch(sw, server=server, ssh=ssh, remote=self.remotes[server],
+                                        remote_dir=self.remote_dir(server), device_id=bmv2_device(self.spec, sw),
+                                        run_dir=state.run_dir, thrift_port=None, build=self.bmv2_build)
             return RemoteLinuxSrv6Switch(sw, server=server, ssh=ssh)
 
         with ThreadPoolExecutor(max_workers=REMOTE_STARTS) as pool:
@@ -277,6 +290,12 @@ class Emulation:
                 node.terminate()
             raise EmulationError("could not start remote switches: " + "; ".join(failed))
         return made
+
+    def remote_dir(self, server: Server) -> str:
+        """This run's folder on ``server`` (bmv2's P4Runtime sockets): ``RUN_ROOT/<run id>-on-<address>``,
+        a name of its own even where servers share a file system with this machine (tests)."""
+        assert self.state is not None
+        return str(RUN_ROOT / f"{Path(self.state.run_dir).name}-on-{server.address}")
 
     def server_of(self, node: str) -> Server | None:
         """The server node ``node`` runs on; None for this machine."""
@@ -361,8 +380,8 @@ class Emulation:
         """Stop every process and remove every namespace and link this emulation made. Idempotent."""
         net, self.net = self.net, None
         if net is not None:
-            for sw in net.switches:
-                if isinstance(sw, Bmv2Switch):
+            for sw in net.switches:  # those on servers go with their namespaces, below
+                if isinstance(sw, Bmv2Switch) and not isinstance(sw, RemoteBmv2Switch):
                     sw.kill()
         state, self.state = self.state, None
         if state is not None:
@@ -439,6 +458,7 @@ class Emulation:
             raise EmulationError(f"{name} is not a bmv2 switch")
         sw.kill()
         sw.start()
-        assert sw.proc is not None and self.state is not None
-        self.state.add_pid(sw.proc.pid)
+        assert self.state is not None
+        if sw.proc is not None:  # one on a server is that server's
+            self.state.add_pid(sw.proc.pid)
         sw.wait_ready()

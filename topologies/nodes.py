@@ -156,10 +156,19 @@ class Bmv2Switch(_NsNode, Switch):
         """Its P4Runtime address: ``unix:<run_dir>/<name>.grpc``."""
         return bmv2_grpc_addr(self.run_dir, self.name)
 
+    @property
+    def listen_addr(self) -> str:
+        """Where the switch itself listens for P4Runtime: :attr:`grpc_addr` on this machine."""
+        return self.grpc_addr
+
+    def binary(self) -> str:
+        """The ``simple_switch_grpc`` to run (:func:`bmv2_binary`)."""
+        return bmv2_binary(self.debug, self.build)[0]
+
     def command(self) -> list[str]:
         """The ``simple_switch_grpc`` argv: every port as ``N@<intf>``, logs as ``debug`` says, Thrift
-        and two priority queues per port when ``thrift_port`` is set, P4Runtime on the unix socket."""
-        cmd = [bmv2_binary(self.debug, self.build)[0], "--no-p4", "--device-id", str(self.device_id)]
+        when ``thrift_port`` is set, P4Runtime on :attr:`listen_addr`, two priority queues per port."""
+        cmd = [self.binary(), "--no-p4", "--device-id", str(self.device_id)]
         for intf in self.intfList():
             if intf.name != "lo":
                 cmd += ["-i", f"{self.ports[intf]}@{intf.name}"]
@@ -173,9 +182,11 @@ class Bmv2Switch(_NsNode, Switch):
             cmd += ["--log-console", "--log-level", "warn"]
         if self.thrift_port is not None:  # BMv2's Thrift runtime: queue rates and depths (controller/thrift.py)
             cmd += ["--thrift-port", str(self.thrift_port)]
-        cmd += ["--", "--grpc-server-addr", self.grpc_addr]
-        if self.thrift_port is not None:  # a target option: priority 1 (trimmed packets) before 0
-            cmd += ["--priority-queues", "2"]
+        # a target option, with Thrift or without: p4src/mrclab.p4 puts trimmed packets and every
+        # control packet (ACK, SACK, NACK, probes' replies) on priority 1 (keep_high), and BMv2
+        # drops a packet whose priority has no queue ("Priority out of range"): with one queue a
+        # switch without Thrift dropped every ACK, and no message was ever acknowledged
+        cmd += ["--", "--grpc-server-addr", self.listen_addr, "--priority-queues", "2"]
         return cmd
 
     def start(self, controllers=None) -> None:

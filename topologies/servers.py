@@ -143,6 +143,14 @@ class Ssh:
             err.seek(0)
             return (err.read().strip().splitlines() or [f"ssh exited with {r.returncode}"])[-1]
 
+    def forward(self, server: Server, local: str, remote: str) -> str | None:
+        """Forward unix socket ``local`` here to ``remote`` on ``server``, over its multiplexed
+        connection (``ssh -O forward -L``); None when done, else ssh's words."""
+        argv = self.argv(server, None)
+        argv[-1:-1] = ["-O", "forward", "-L", f"{local}:{remote}"]
+        r = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=30)
+        return None if r.returncode == 0 else (r.stderr.strip() or f"exit {r.returncode}")
+
     def run(self, server: Server, command: str, timeout_s: float = 30.0) -> subprocess.CompletedProcess:
         """Run ``command`` on ``server``; the completed process (text output). Never raises for
         the command's own failure (look at ``returncode``; ssh's own is 255); raises
