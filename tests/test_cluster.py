@@ -165,14 +165,17 @@ def _nothing_left(srv) -> None:
     assert not shells, f"node shells left: {shells}"
 
 
-@pytest.mark.root
+PLANES = [pytest.param("linux", marks=pytest.mark.root), pytest.param("bmv2", marks=pytest.mark.bmv2)]
+
+
 @needs_sshd
-def test_a_fabric_over_two_servers_probes_clean_and_leaves_nothing(two_servers):
+@pytest.mark.parametrize("dataplane", PLANES)
+def test_a_fabric_over_two_servers_probes_clean_and_leaves_nothing(two_servers, dataplane):
     srv = two_servers
     spec = load_spec(None)
     with S.open_cluster(",".join(srv.addresses), str(srv.ssh_config)) as cluster:
         assert cluster is not None
-        with Fabric(spec, "linux", placement=cluster.placement, ssh=cluster.ssh) as fab:
+        with Fabric(spec, dataplane, placement=cluster.placement, ssh=cluster.ssh) as fab:
             # each plane's switches are namespaces of their server, named there and not here
             one, two = _on(srv, 0, "ip netns list"), _on(srv, 1, "ip netns list")
             assert "mrclab-t0-0-0" in one and "mrclab-t1-2-1" in one and "mrclab-t0-1-0" not in one
@@ -202,12 +205,13 @@ def test_a_fabric_over_two_servers_probes_clean_and_leaves_nothing(two_servers):
     _nothing_left(srv)
 
 
-@pytest.mark.root
 @needs_sshd
-def test_the_quickstart_passes_with_its_t1_dying_on_a_remote_plane(two_servers, tmp_path):
+@pytest.mark.parametrize("dataplane", PLANES)
+def test_the_quickstart_passes_with_its_t1_dying_on_a_remote_plane(two_servers, tmp_path, dataplane):
+    # on bmv2 the T1 dies as a crashed switch: killed on its server, restarted and reprogrammed
     srv = two_servers
     out = tmp_path / "qs"
-    r = subprocess.run([sys.executable, "-m", "mrclab.cli", "run", "quickstart", "--dataplane", "linux",
+    r = subprocess.run([sys.executable, "-m", "mrclab.cli", "run", "quickstart", "--dataplane", dataplane,
                         "--servers", ",".join(srv.addresses), "--ssh-config", str(srv.ssh_config), "--out", str(out)],
                        capture_output=True, text=True, timeout=300, env=dict(os.environ, COLUMNS="200"))
     m = json.loads((out / "metrics.json").read_text())
