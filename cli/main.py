@@ -82,7 +82,7 @@ def cmd_up(args) -> int:
     """``mrclab up``: bring the fabric up, verify it and hold it (Mininet CLI, or until a signal)."""
     spec = load_spec(args.topo)
     need_root("mrclab up")
-    with open_cluster(args.servers, args.ssh_config) as cluster:
+    with open_cluster(args.servers, args.ssh_config, files=(args.topo,)) as cluster:
         dp = _choose_dataplane(args.dataplane, cluster is not None)
         with Fabric(spec, dp, debug=args.debug, progress=_progress, **_placed(cluster)) as fab:
             return _hold(spec, dp, fab, args)
@@ -147,7 +147,7 @@ def cmd_probe(args) -> int:
         return _report_probe(spec, results, implicate, args)
     spec = load_spec(args.topo)
 
-    with open_cluster(args.servers, args.ssh_config) as cluster:
+    with open_cluster(args.servers, args.ssh_config, files=(args.topo,)) as cluster:
         dp = _choose_dataplane(args.dataplane, cluster is not None)
         with Fabric(spec, dp, progress=_progress, watchdog=False, **_placed(cluster)) as fab:
             count = (lambda: fab.switch_packets()) if args.evidence else None
@@ -306,10 +306,10 @@ class _Parser(argparse.ArgumentParser):
 
 def _servers_args(s) -> None:
     """``--servers`` and ``--ssh-config`` on a command that builds a fabric."""
-    s.add_argument("--servers", metavar="A,B,...",
+    s.add_argument("--servers", metavar="A,B,...|FILE",
                    help="run the planes on these servers, one plane per server round-robin ([user@]address, "
-                        "comma-separated, reached over ssh); hosts, endpoints and the controller stay here. "
-                        "Linux data plane")
+                        "comma-separated, reached over ssh), or as FILE's servers: block places them (also read "
+                        "from the fabric or scenario file); hosts, endpoints and the controller stay here")
     s.add_argument("--ssh-config", metavar="FILE", help="ssh client configuration for the servers (ssh -F)")
 
 
@@ -396,6 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--only", nargs="+", metavar="SCENARIO", help="just these shipped scenarios")
     s.add_argument("--repeat", type=_repeats, default=1, metavar="N",
                    help="run every row's MRC and RoCE runs with seeds 1..N: figures as median [min-max] (sweeps run once)")
+    _servers_args(s)
     s.set_defaults(fn=cmd_reproduce)
 
     s = sub.add_parser("calibrate", help="measure what this machine sustains per data plane (endpoint and switch "

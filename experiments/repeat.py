@@ -17,6 +17,7 @@ from mrclab.experiments import runner
 from mrclab.experiments.expectations import verdict_word
 from mrclab.experiments.results import results_folder
 from mrclab.experiments.scenario import Scenario, load_scenario, parse_set
+from mrclab.topologies.servers import Cluster, open_cluster
 from rich.console import Console
 from rich.table import Table
 
@@ -73,7 +74,8 @@ def figure(v: dict) -> str:
     return f"{v['value']:.3g} [{v['min']:.3g}-{v['max']:.3g}]"
 
 
-def run_repeated(load, n: int, out: Path | str | None, name: str, *, live: bool = False, fit: bool = False) -> dict:
+def run_repeated(load, n: int, out: Path | str | None, name: str, *, live: bool = False, fit: bool = False,
+                 cluster: Cluster | None = None) -> dict:
     """Run ``load(seed)`` (a :class:`Scenario` per seed) for seeds 1..``n`` into ``out/seed-<k>``;
     returns :func:`aggregate` of them, also written as ``repeat.json`` and ``repeat.md``."""
     folder = results_folder(out, f"{name}-x{n}")
@@ -81,7 +83,7 @@ def run_repeated(load, n: int, out: Path | str | None, name: str, *, live: bool 
     for k in range(1, n + 1):
         scn: Scenario = load(k)
         console.print(f"[bold]repeat {k}/{n}[/bold]: {scn.name} seed {k}")
-        runs.append(runner.run(scn, folder / f"seed-{k}", live=live, fit=fit))
+        runs.append(runner.run(scn, folder / f"seed-{k}", live=live, fit=fit, cluster=cluster))
     agg = aggregate(runs)
     (folder / "repeat.json").write_text(json.dumps(agg, indent=1, default=str))
     rows = ["| expectation | median [min-max] | bound | verdict |", "| --- | --- | --- | --- |"]
@@ -102,7 +104,9 @@ def main(args) -> int:
     """``mrclab run SCENARIO --repeat N``: exit 1 when a median FAILs, 3 when a verdict was void, else 0."""
     from_args = dict(duration_s=args.duration, dataplane=args.dataplane, transport=args.transport,
                      settings=parse_set(args.set))
-    name = load_scenario(args.scenario, **from_args).name
-    agg = run_repeated(lambda k: load_scenario(args.scenario, seed=k, **from_args), args.repeat, args.out, name,
-                       live=False, fit=args.fit)
+    first = load_scenario(args.scenario, **from_args)
+    with open_cluster(getattr(args, "servers", None), getattr(args, "ssh_config", None),
+                      files=(first.source,)) as cluster:
+        agg = run_repeated(lambda k: load_scenario(args.scenario, seed=k, **from_args), args.repeat, args.out,
+                           first.name, live=False, fit=args.fit, cluster=cluster)
     return runner.exit_code(agg)

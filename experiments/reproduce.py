@@ -30,6 +30,7 @@ from mrclab.experiments.expectations import verdict_word
 from mrclab.experiments.regime import describe as describe_regime
 from mrclab.experiments.repeat import figure, run_repeated
 from mrclab.experiments.results import results_folder
+from mrclab.topologies.servers import Cluster, open_cluster
 from mrclab.experiments.scenario import SCENARIO_DIR, Scenario, load_scenario
 from mrclab.experiments.sweepspec import size_suffix
 from mrclab.topologies.errors import BadInput, MrclabError
@@ -61,16 +62,17 @@ def _fmt(v: dict | None) -> str:
     return f"{v['metric']} {val}" + (f" ({v['bound']})" if v["bound"] != "reported" else "")
 
 
-def _choose(scn: Scenario, dataplane: str | None) -> tuple[str | None, str]:
-    """The data plane a scenario runs on here, or None and why not."""
+def _choose(scn: Scenario, dataplane: str | None, remote: bool = False) -> tuple[str | None, str]:
+    """The data plane a scenario runs on here (``remote``: over servers), or None and why not."""
     want = [dataplane] if dataplane else (["bmv2", "linux"] if toolchain_missing() is None else ["linux"])
     needs = set(scn.needs) | ({"gray_loss"} if scn.sweep is not None and any(x > 0 for x in scn.sweep.loss) else set())
     for dp in want:
         if dp == "bmv2" and toolchain_missing():
             continue
-        if needs <= available(dp):
+        if needs <= available(dp, remote):
             return dp, ""
-    return None, f"needs {', '.join(sorted(needs))}, which {' / '.join(want)} cannot do here"
+    return None, f"needs {', '.join(sorted(needs))}, which {' / '.join(want)} cannot do " + \
+        ("over servers" if remote else "here")
 
 
 def _prior(folder: Path, dataplane: str | None, quick: bool, repeat: int) -> dict:
@@ -100,11 +102,13 @@ def _supersede(out: Path, name: str, stamp: str) -> None:
 
 
 def reproduce(out: Path | None = None, *, dataplane: str | None = None, quick: bool = False,
-              only: list[str] | None = None, live: bool = False, repeat: int = 1, update: Path | None = None) -> dict:
+              only: list[str] | None = None, live: bool = False, repeat: int = 1, update: Path | None = None,
+              cluster: Cluster | None = None) -> dict:
     """Run the table (see the module docstring); returns the summary (also ``summary.json``).
     ``update``: an earlier report's folder (same data plane, quick and repeat) to re-run ``only``'s
     rows into: each new row replaces the old one, whose runs move to ``superseded/`` and whose row
-    stays in the summary's ``superseded`` list (the report says which rows were re-run)."""
+    stays in the summary's ``superseded`` list (the report says which rows were re-run). ``cluster``:
+    every row's planes on those servers (rows that need what servers lack are skipped, saying so)."""
     names = list(only or ORDER)
     unknown = [n for n in names if not (SCENARIO_DIR / f"{n}.yaml").exists()]
     if unknown:
@@ -119,7 +123,7 @@ def reproduce(out: Path | None = None, *, dataplane: str | None = None, quick: b
     for k, name in enumerate(names, 1):
         base = load_scenario(name)
         dur = (QUICK_SWEEP_S if base.sweep is not None else base.quick_s) if quick else None
-        dp, why = _choose(base, dataplane)
+        dp, why = _choose(base, dataplane, remote=cluster is not None)
         elapsed = time.monotonic() - t_start
         console.print(f"[bold cyan]reproduce {k}/{len(names)}[/bold cyan] {name} "
                       f"({'skipped' if dp is None else dp}; {elapsed:.0f} s so far)")
@@ -131,7 +135,7 @@ def reproduce(out: Path | None = None, *, dataplane: str | None = None, quick: b
             _supersede(out, name, stamp)
             row["rerun"] = stamp
         try:
-            row.update(_run_row(name, base, dur, dp, out, live, repeat))
+            row.update(_run_row(name, base, dur, dp, out, live, repeat, cluster))
         except MrclabError as e:  # a scenario that cannot start or crashes voids its own row, never the report
             row.update({"verdict": "void", "why": e.one_line(), "plots": []})
         rows.append(row)
@@ -181,13 +185,14 @@ def _point_text(p: dict) -> str:
     return f"{p['variant']} @ {p['loss']:g}{size}: busbw {p['busbw_mbps']:.2f} Mb/s"
 
 
-def _run_row(name: str, base: Scenario, dur: float | None, dp: str, out: Path, live: bool, repeat: int = 1) -> dict:
+def _run_row(name: str, base: Scenario, dur: float | None, dp: str, out: Path, live: bool, repeat: int = 1,
+             cluster: Cluster | None = None) -> dict:
     """Run one row (MRC and RoCE, each ``repeat`` times with seeds 1..N, or the sweep once) and
     return its figures (median [min-max] when repeated) and verdict."""
     row: dict = {}
     if base.sweep is not None:
         scn = load_scenario(name, duration_s=dur, dataplane=dp)
-        res = runner.run_sweep(scn, out / name, live=live)
+        res = runner.run_sweep(scn, out / name, live=live, cluster=cluster)
         shutil.copy2(out / name / "sweep.png", out / "plots" / f"{name}.png")
         mrc = [p for p in res["points"] if p["transport"] == "mrc"]
         roce = [p for p in res["points"] if p["transport"] == "roce"]
@@ -203,10 +208,10 @@ def _run_row(name: str, base: Scenario, dur: float | None, dp: str, out: Path, l
             if repeat > 1:
                 runs[tr] = run_repeated(lambda k, tr=tr: load_scenario(name, duration_s=dur, dataplane=dp, transport=tr,
                                                                        seed=k), repeat, out / f"{name}-{tr}",
-                                        f"{name}-{tr}", live=live)
+                                        f"{name}-{tr}", live=live, cluster=cluster)
                 shutil.copy2(out / f"{name}-{tr}" / "seed-1" / "goodput.png", out / "plots" / f"{name}-{tr}.png")
             else:
-                runs[tr] = runner.run(scn, out / f"{name}-{tr}", live=live)
+                runs[tr] = runner.run(scn, out / f"{name}-{tr}", live=live, cluster=cluster)
                 shutil.copy2(out / f"{name}-{tr}" / "goodput.png", out / "plots" / f"{name}-{tr}.png")
         h_mrc = _headline(runs["mrc"]["expectations"])
         h_roce = _headline(runs["roce"]["expectations"], h_mrc["metric"] if h_mrc else None)
@@ -268,6 +273,8 @@ def report_md(s: dict) -> str:
 def main(args) -> int:
     """``mrclab reproduce``: errors propagate to the command line's one error boundary."""
     need_root("mrclab reproduce")
-    s = reproduce(Path(args.out) if args.out else None, dataplane=args.dataplane, quick=args.quick,
-                  only=args.only, live=False, repeat=args.repeat, update=getattr(args, "update", None))
+    with open_cluster(getattr(args, "servers", None), getattr(args, "ssh_config", None)) as cluster:
+        s = reproduce(Path(args.out) if args.out else None, dataplane=args.dataplane, quick=args.quick,
+                      only=args.only, live=False, repeat=args.repeat, update=getattr(args, "update", None),
+                      cluster=cluster)
     return 0 if s["passed"] and not s["void"] else 1 if not s["passed"] else 3

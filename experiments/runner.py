@@ -379,11 +379,11 @@ def main(args) -> int:
     scn = load_scenario(args.scenario, duration_s=args.duration, dataplane=args.dataplane, transport=args.transport,
                         settings=parse_set(args.set))
     need_root("mrclab run")
-    if scn.sweep is not None:
-        return 0 if run_sweep(scn, Path(args.out) if args.out else None, live=sys.stderr.isatty())["passed"] else 1
-    with open_cluster(getattr(args, "servers", None), getattr(args, "ssh_config", None)) as cluster:
-        if cluster is not None and scn.sweep is not None:
-            raise BadInput("--servers runs one scenario, not a sweep, for now")
+    with open_cluster(getattr(args, "servers", None), getattr(args, "ssh_config", None),
+                      files=(scn.source,)) as cluster:
+        if scn.sweep is not None:
+            s = run_sweep(scn, Path(args.out) if args.out else None, live=sys.stderr.isatty(), cluster=cluster)
+            return 0 if s["passed"] else 1
         m = run(scn, Path(args.out) if args.out else None, live=sys.stderr.isatty(), pcap=args.pcap,
                 debug=args.debug, fit=args.fit, cluster=cluster)
     return exit_code(m)
@@ -404,7 +404,7 @@ def exit_code(m: dict) -> int:
     return 0
 
 
-def run_sweep(scn: Scenario, out: Path | None = None, *, live: bool = True) -> dict:
+def run_sweep(scn: Scenario, out: Path | None = None, *, live: bool = True, cluster: Cluster | None = None) -> dict:
     """Every point of ``scn``'s sweep (experiments/sweep.py), each its own run in a subfolder of
     ``out``, then the sweep's table, plot and claims. Returns ``{points, claims, passed}``."""
     sw = scn.sweep
@@ -416,7 +416,7 @@ def run_sweep(scn: Scenario, out: Path | None = None, *, live: bool = True) -> d
     for k, (v, x, b) in enumerate(grid, 1):
         console.print(f"[bold]sweep point {k}/{len(grid)}[/bold]: {S.label(v, x, b)}")
         folder = S.folder_name(v, x, b)
-        m = run(S.point(scn, v, x, b), out / folder, live=live)
+        m = run(S.point(scn, v, x, b), out / folder, live=live, cluster=cluster)
         points.append(S.summarise(v, x, m, folder, b))
     claims = S.judge(sw, points)
     S.write(out, scn, sw, points, claims)

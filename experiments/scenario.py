@@ -61,6 +61,7 @@ TOP = {
     "faults": Rule(kind=(list, type(None))), "expect": Rule(kind=(list, type(None))),
     "expect_roce": Rule(kind=(list, type(None))),
     "queues": Rule(kind=dict),
+    "servers": Rule(kind=dict),
     "demonstrates": Rule(kind=list, allowed=f"a list of mechanisms ({', '.join(TransportSettings.MECHANISMS)})"),
 }
 

@@ -193,12 +193,16 @@ def test_a_fabric_over_two_servers_probes_clean_and_leaves_nothing(two_servers, 
             through = [r for r in down if r.path.plane == 0 and r.path.t1 == 0]
             assert through and not any(r.delivered for r in through)
             assert all(r.delivered for r in down if r not in through)
-            # a NIC link between servers (VXLAN: no carrier) goes down at both ends
+            # a NIC link between servers (VXLAN: no carrier of its own): its host's end goes down,
+            # which the host reads as its carrier, and comes back with the link
+            def host_end_up() -> bool:
+                (ns, intf), = [e for e in fab.emu.link_intfs("h0", "t0-1-0") if e[1].startswith("h0-")]
+                return "UP" in json.loads(kernel.ip(ns, ["-j", "link", "show", intf]))[0]["flags"]
+
             fab.faults.set_link("h0", "t0-1-0", up=False)
-            ends = [json.loads(kernel.ip(ns, ["-j", "link", "show", intf]))[0]["flags"]
-                    for ns, intf in fab.emu.link_intfs("h0", "t0-1-0")]
-            assert all("UP" not in flags for flags in ends), ends
+            assert not host_end_up()
             fab.faults.set_link("h0", "t0-1-0", up=True)
+            assert host_end_up()
             fab.faults.set_switch("t1-0-0", up=True)
             again = probe_paths(fab.plan, fab.netns, timeout_s=2.0)
             assert all(r.delivered for r in again), [r for r in again if not r.delivered][:3]
@@ -206,26 +210,34 @@ def test_a_fabric_over_two_servers_probes_clean_and_leaves_nothing(two_servers, 
 
 
 @needs_sshd
-@pytest.mark.parametrize("dataplane", PLANES)
-def test_the_quickstart_passes_with_its_t1_dying_on_a_remote_plane(two_servers, tmp_path, dataplane):
+@pytest.mark.parametrize("scenario, dataplane, switch", [
+    pytest.param("quickstart", "linux", "t1-0-0", marks=pytest.mark.root),
     # on bmv2 the T1 dies as a crashed switch: killed on its server, restarted and reprogrammed
+    pytest.param("quickstart", "bmv2", "t1-0-0", marks=pytest.mark.bmv2),
+    # its hosts' ports are VXLAN ports, which have no carrier of their own: the fabric sets them
+    # down and up so that the hosts see the T0 go at once, and come back once it forwards
+    # (evs_retired max 0: announced, not discovered)
+    pytest.param("t0-down", "linux", "t0-0-0", marks=pytest.mark.root),
+])
+def test_a_scenario_passes_with_its_switch_dying_on_a_remote_plane(two_servers, tmp_path, scenario, dataplane,
+                                                                   switch):
     srv = two_servers
     out = tmp_path / "qs"
-    r = subprocess.run([sys.executable, "-m", "mrclab.cli", "run", "quickstart", "--dataplane", dataplane,
+    r = subprocess.run([sys.executable, "-m", "mrclab.cli", "run", scenario, "--dataplane", dataplane,
                         "--servers", ",".join(srv.addresses), "--ssh-config", str(srv.ssh_config), "--out", str(out)],
                        capture_output=True, text=True, timeout=300, env=dict(os.environ, COLUMNS="200"))
     m = json.loads((out / "metrics.json").read_text())
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    # the T1 that died is plane 0's, which runs on the first server
+    # the switch that died is plane 0's, which runs on the first server
     downs = [f for f in m["faults"] if f.get("event") == "switch_down"]
-    assert downs and downs[0]["label"] == "switch_down t1-0-0"
+    assert downs and downs[0]["label"] == f"switch_down {switch}"
     # the event carries its time on that server's clock too (these servers share this one)
     first = f"root@{srv.addresses[0]}"
     assert list(downs[0]["server_t"]) == [first] and abs(downs[0]["server_t"][first] - downs[0]["t"]) < 0.01
     placed = json.loads((out / "servers.json").read_text())
     assert [p["planes"] for p in placed] == [[0, 2], [1, 3]] and abs(placed[0]["clock_offset_ms"]) < 10
-    assert S.Placement(tuple(S.Server(a) for a in srv.addresses)).server_of("t1-0-0") == S.Server(srv.addresses[0])
-    assert m["passed"] and not m["void"] and len(m["expectations"]) == 8
+    assert S.Placement(tuple(S.Server(a) for a in srv.addresses)).server_of(switch) == S.Server(srv.addresses[0])
+    assert m["passed"] and not m["void"] and len(m["expectations"]) >= 5
     assert all(e["passed"] for e in m["expectations"]), m["expectations"]
     _nothing_left(srv)
 
@@ -284,3 +296,49 @@ def test_bmv2_has_a_queue_for_every_priority_the_program_sets_with_or_without_th
         cmd = sw.command()
         assert int(cmd[cmd.index("--priority-queues") + 1]) == highest + 1
         assert cmd.index("--priority-queues") > cmd.index("--")  # a target option
+
+
+def test_a_servers_block_places_planes_as_it_says_or_round_robin(tmp_path):
+    a, b = S.Server("10.0.0.2"), S.Server("10.0.0.3", "lab")
+    p, cfg = S.parse_block({"machines": ["10.0.0.2", "lab@10.0.0.3"]}, str(tmp_path / "f.yaml"))
+    assert p.servers == (a, b) and not p.planes and cfg is None
+    assert [p.server_of_plane(i) for i in range(4)] == [a, b, a, b]
+    p, cfg = S.parse_block({"ssh_config": "cfg", "machines": [
+        {"address": "10.0.0.2", "planes": [0, 1, 2]}, {"address": "10.0.0.3", "user": "lab", "planes": [3]}]},
+        str(tmp_path / "f.yaml"))
+    assert [p.server_of_plane(i) for i in range(4)] == [a, a, a, b] and cfg == str(tmp_path / "cfg")
+    p.check(4)
+    with pytest.raises(S.BadInput, match=r"the planes placed are \[0, 1, 2, 3\]; this fabric has planes 0-7"):
+        p.check(8)
+
+
+@pytest.mark.parametrize("block, said", [
+    (["10.0.0.2"], "a mapping with machines"),
+    ({"machines": []}, "machines: a list"),
+    ({"machines": [{"address": "10.0.0.2", "planes": [0]}, "10.0.0.3"]}, "planes for every machine or for none"),
+    ({"machines": [{"address": "a", "planes": [0, 1]}, {"address": "b", "planes": [1]}]}, r"placed on two machines \(\[1\]\)"),
+    ({"machines": ["10.0.0.2", "root@10.0.0.2"]}, "root@10.0.0.2 is given twice"),
+    ({"machines": [{"address": "a", "plane": [0]}]}, r"machines\[0\]: \[user@\]address, or a mapping"),
+])
+def test_a_bad_servers_block_says_what_is_wrong(block, said):
+    with pytest.raises(S.BadInput, match=said):
+        S.parse_block(block, "f.yaml")
+
+
+def test_servers_come_from_the_option_a_file_or_the_fabric_file(tmp_path):
+    fabric = tmp_path / "fabric.yaml"
+    fabric.write_text("planes: 2\nservers:\n  machines: [10.0.0.7]\n")
+    assert load_spec(fabric).planes == 2  # the block is where it runs, not its shape
+    with S.open_cluster(None, None, files=(fabric,)) as c:
+        assert c is not None and c.placement.servers == (S.Server("10.0.0.7"),)
+    with S.open_cluster("10.0.0.8", None, files=(fabric,)) as c:  # the option wins
+        assert c is not None and c.placement.servers == (S.Server("10.0.0.8"),)
+    with S.open_cluster(str(fabric), None) as c:  # --servers FILE
+        assert c is not None and c.placement.servers == (S.Server("10.0.0.7"),)
+    with S.open_cluster(None, None, files=(tmp_path / "none.yaml", None)) as c:
+        assert c is None
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("planes: 2\n")
+    with pytest.raises(S.BadInput, match="has no servers: block"):
+        with S.open_cluster(str(plain), None):
+            pass

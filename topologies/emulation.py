@@ -98,6 +98,8 @@ class Emulation:
                                "drop --debug or --servers")
         if placement is not None and ssh is None:
             raise EmulationError("a placement on servers needs the ssh connections to reach them")
+        if placement is not None:
+            placement.check(spec.planes)
         if dataplane == "bmv2" and (why := toolchain_missing()):
             raise NotAvailable(f"data plane bmv2 needs the P4 toolchain: {why}")
         need_root()
@@ -117,6 +119,8 @@ class Emulation:
         self.remotes: dict[Server, OnServer] = {}
         self.local_ip: dict[Server, str] = {}
         self.server_ip: dict[Server, str] = {}
+        #: (node, peer) -> whether node's end of that link was last set up (:meth:`set_iface`)
+        self.admin_up: dict[tuple[str, str], bool] = {}
         #: server -> its clock minus this machine's (s), read before the build (servers.py preflight)
         self.clock_offset_s: dict[Server, float] = {}
         self.net: Mininet | None = None
@@ -444,11 +448,21 @@ class Emulation:
 
     def set_iface(self, node: str, peer: str, up: bool) -> None:
         """Set ``node``'s interface facing ``peer`` administratively up or down (the far end then
-        sees its carrier go). A link between servers is VXLAN, whose ports have no carrier: the far
-        end is set as well, which its owner reads as the carrier (ETHTOOL_GLINK)."""
+        sees its carrier go). A link between servers is VXLAN, whose ports have no carrier: its
+        host's end is up only while both ends were set up, as a veth's carrier is, and the host's
+        endpoint reads that as its carrier (ETHTOOL_GLINK); the switch's end follows its own
+        setting (its routes go out of it, and what it sends a host that is down is lost there)."""
+        self.admin_up[(node, peer)] = up
         crossing = self.server_of(node) != self.server_of(peer)
         for ns, intf in self.link_intfs(node, peer):
-            if ns == self.netns(node) or crossing:
+            if not crossing:
+                if ns == self.netns(node):
+                    kernel.link_set(ns, intf, up=up)
+            elif is_host(intf):
+                host, switch = (node, peer) if is_host(node) else (peer, node)
+                kernel.link_set(ns, intf, up=self.admin_up.get((host, switch), True)
+                                and self.admin_up.get((switch, host), True))
+            elif ns == self.netns(node):
                 kernel.link_set(ns, intf, up=up)
 
     def restart_switch(self, name: str) -> None:

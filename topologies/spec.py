@@ -194,6 +194,8 @@ def load_spec(path: str | Path | None = None) -> ClosSpec:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise SpecError(f"{p}: not valid YAML ({e})") from None
+    if isinstance(data, dict):  # where it runs, not its shape: topologies/servers.py reads it
+        data = {k: v for k, v in data.items() if k != "servers"}
     return ClosSpec.from_dict(data or {}, source=str(p))
 
 
