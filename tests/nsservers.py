@@ -6,7 +6,8 @@ server that lacks one, or whose ``date`` is off.
 
 Each server's sshd runs in a mount namespace of its own with a private ``/run/netns``, as on a
 machine of its own: a namespace made on a server is named there only, so this machine cannot
-reach it but through that server's ssh. Its underlay carries jumbo frames (:data:`MTU`), as
+reach it but through that server's ssh. Its root's home is empty, as on a fresh server (no rc
+files of this machine's run at each login). Its underlay carries jumbo frames (:data:`MTU`), as
 VXLAN links between servers need.
 
 ``servers(n, tmp)`` is a context manager that yields :class:`NsServers`; everything it made (sshd
@@ -64,9 +65,10 @@ def _start_sshd(s: NsServers, i: int, path: str) -> None:
                     "UsePAM no\nUseDNS no\nStrictModes no\nPermitTunnel yes\nMaxStartups 100:30:200\n"
                     f"SetEnv PATH={path}\n")
     # a private /run/netns: the server's namespaces are its own (the sshd daemonises, and its
-    # mount namespace lives on with it)
+    # mount namespace lives on with it); and an empty home, as a fresh server's root has: this
+    # machine's own rc files (a pyenv init: 90 ms) would otherwise run at every ssh session
     _sh("ip", "netns", "exec", ns, "unshare", "--mount", "--propagation", "private", "sh", "-c",
-        f"mount -t tmpfs mrclabsrv /run/netns && exec /usr/sbin/sshd -f {conf}")
+        f"mount -t tmpfs mrclabsrv /run/netns && mount -t tmpfs mrclabhome /root && exec /usr/sbin/sshd -f {conf}")
     for _ in range(100):  # sshd writes its pid file once it listens
         if pid.exists() and pid.read_text().strip():
             s.pids.append(int(pid.read_text()))

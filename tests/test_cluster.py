@@ -120,8 +120,7 @@ def test_a_fabric_over_servers_has_no_switch_queue_program_and_says_why():
 
 def test_vxlan_ports_carry_their_link_number_and_mac():
     assert vxlan_lines("h0-eth1", "02:00:00:00:00:01", 7, "198.18.0.2", 1234) == [
-        "link add h0-eth1 address 02:00:00:00:00:01 type vxlan id 7 remote 198.18.0.2 dstport 4789",
-        "link set h0-eth1 netns 1234"]
+        "link add h0-eth1 address 02:00:00:00:00:01 netns 1234 type vxlan id 7 remote 198.18.0.2 dstport 4789"]
     assert VXLAN_OVERHEAD == 20 + 8 + 8 + 14
 
 

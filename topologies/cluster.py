@@ -186,10 +186,11 @@ class PreMadeLink(Link):
 
 def vxlan_lines(name: str, mac: str, vni: int, remote_ip: str, pid: int) -> list[str]:
     """``ip -batch`` lines that make VXLAN port ``name`` (MAC ``mac``, VNI ``vni``) towards
-    ``remote_ip`` in the underlay namespace the batch runs in, and move it into process ``pid``'s
-    namespace."""
-    return [f"link add {name} address {mac} type vxlan id {vni} remote {remote_ip} dstport {VXLAN_PORT}",
-            f"link set {name} netns {pid}"]
+    ``remote_ip``, in process ``pid``'s namespace at once, its UDP socket in the underlay
+    namespace the batch runs in (the kernel keeps the requester's namespace as the tunnel's). Made
+    in place, not moved: each move waits for an RCU grace period, and 64 of them were 2.5 s."""
+    return [f"link add {name} address {mac} netns {pid} type vxlan id {vni} remote {remote_ip} "
+            f"dstport {VXLAN_PORT}"]
 
 
 def veth_line(name_a: str, mac_a: str, pid_a: int, name_b: str, mac_b: str, pid_b: int) -> str:
