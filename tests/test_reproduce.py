@@ -206,7 +206,7 @@ def test_a_row_that_cannot_run_is_void_and_the_report_is_still_written(tmp_path,
         {"expectation": "goodput_ratio(window=[1, 2])", "metric": "goodput_ratio", "value": 1.0, "bound": ">= 0.9",
          "passed": True, "void": None}]}
 
-    def fake_run(scn, out, live=False):
+    def fake_run(scn, out, live=False, cluster=None):
         if scn.name == "incast":
             raise EndpointsNotReady("endpoints h0 not ready after 9.0 s: this machine could not start them in time")
         out.mkdir(parents=True)
@@ -214,7 +214,7 @@ def test_a_row_that_cannot_run_is_void_and_the_report_is_still_written(tmp_path,
         return ok
 
     monkeypatch.setattr(R.runner, "run", fake_run)
-    monkeypatch.setattr(R, "_choose", lambda base, dp: ("linux", None))
+    monkeypatch.setattr(R, "_choose", lambda base, dp, remote=False: ("linux", None))
     s = R.reproduce(tmp_path / "rep", dataplane="linux", quick=True, only=["quickstart", "incast"])
     verdicts = {r["scenario"]: (r["verdict"], r.get("why", "")) for r in s["rows"]}
     assert verdicts["quickstart"] == ("pass", "")
@@ -255,7 +255,7 @@ def test_update_reruns_rows_into_a_report_and_keeps_what_it_replaced(tmp_path, m
 
     verdict = {"quickstart": False, "incast": True}
 
-    def fake_run(scn, out, live=False):
+    def fake_run(scn, out, live=False, cluster=None):
         out.mkdir(parents=True)
         (out / "goodput.png").write_bytes(b"png")
         ok = verdict[scn.name]
@@ -264,7 +264,7 @@ def test_update_reruns_rows_into_a_report_and_keeps_what_it_replaced(tmp_path, m
              "bound": ">= 0.9", "passed": ok, "void": None}]}
 
     monkeypatch.setattr(R.runner, "run", fake_run)
-    monkeypatch.setattr(R, "_choose", lambda base, dp: ("linux", None))
+    monkeypatch.setattr(R, "_choose", lambda base, dp, remote=False: ("linux", None))
     rep = tmp_path / "rep"
     first = R.reproduce(rep, dataplane="linux", quick=True, only=["quickstart", "incast"])
     assert [r["verdict"] for r in first["rows"]] == ["FAIL", "pass"]
