@@ -6,7 +6,8 @@ monitors the emulation's own invariants during each run and discards a run that 
 mrclab watches two, each sampled into the results folder (``fidelity.csv``):
 
 * **CPU starvation** (:class:`FidelityMonitor`): every endpoint's and every BMv2 switch's time
-  runnable but not running, from the scheduler's own account (``/proc/PID/task/*/schedstat``:
+  runnable but not running (a switch on another server read there, by its server's agent, one
+  round trip per server and sample), from the scheduler's own account (``/proc/PID/task/*/schedstat``:
   run-queue delay in ns and the number of times it ran, summed over the process's threads; psutil
   does not read them). In each sample interval the *scheduling delay* is run-queue delay per run:
   how long, on average, the process waited for a CPU each time it became runnable. A process
@@ -39,6 +40,7 @@ Thresholds (README.md, "Results that hold", has the measurements that set them):
 from __future__ import annotations
 
 import csv
+import shlex
 import threading
 import time
 from dataclasses import dataclass
@@ -99,25 +101,69 @@ def schedstat(pid: int) -> tuple[int, int]:
     return wait, runs
 
 
+SCHEDSTAT_SCRIPT = ("for f in {files}; do echo \"== $f\"; p=$(cat \"$f\" 2>/dev/null) && "
+                    "cat /proc/$p/task/*/schedstat 2>/dev/null; done; true")
+
+
+def remote_schedstat(remote, pid_files: list[str]) -> dict[str, tuple[int, int]]:
+    """:func:`schedstat` of processes on another server, each named by the file holding its pid
+    there (a restarted switch writes its new pid: it is followed), read in one round trip by
+    ``remote`` (a topologies.kernel.Remote); (0, 0) for one that is gone or unreadable."""
+    out = {f: (0, 0) for f in pid_files}
+    r = remote.run(["sh", "-c", SCHEDSTAT_SCRIPT.format(files=" ".join(shlex.quote(f) for f in pid_files))])
+    current = None
+    for line in r.stdout.splitlines():
+        if line.startswith("== "):
+            current = line[3:]
+            continue
+        f = line.split()
+        if current in out and len(f) >= 3 and f[1].isdigit() and f[2].isdigit():
+            w, n = out[current]
+            out[current] = (w + int(f[1]), n + int(f[2]))
+    return out
+
+
 class FidelityMonitor:
     """Samples the run-queue delay of named processes every :data:`PERIOD_S` in a thread of its
     own, from ``t0`` (monotonic s of t = 0). ``procs``: label -> pid (``endpoint h0``,
-    ``switch t1-0-0``)."""
+    ``switch t1-0-0``); ``remote``: label -> (the Remote of its server, its pid file there), for
+    switches on other servers."""
 
-    def __init__(self, procs: dict[str, int], t0: float, period_s: float = PERIOD_S) -> None:
-        """Start sampling ``procs`` (label -> pid) from ``t0`` (monotonic s of t = 0)."""
+    def __init__(self, procs: dict[str, int], t0: float, period_s: float = PERIOD_S,
+                 remote: dict[str, tuple] | None = None) -> None:
+        """Start sampling ``procs`` (label -> pid) and ``remote`` from ``t0`` (monotonic s of t = 0)."""
         self.procs, self.t0, self.period_s = dict(procs), t0, period_s
+        self.remote = dict(remote or {})
         #: (t_s, label, scheduling delay per run (s), waited share of the interval)
         self.samples: list[tuple[float, str, float, float]] = []
-        self._last = {label: (time.monotonic(), *schedstat(pid)) for label, pid in self.procs.items()}
+        now = time.monotonic()
+        self._last = {label: (now, *stat) for label, stat in self._read().items()}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="mrclab-fidelity", daemon=True)
         self._thread.start()
 
+    def _read(self) -> dict[str, tuple[int, int]]:
+        """label -> (wait ns, runs) of every watched process, here and on the servers."""
+        got = {label: schedstat(pid) for label, pid in self.procs.items()}
+        by_server: dict = {}
+        for label, (remote, pid_file) in self.remote.items():
+            by_server.setdefault(remote, []).append((label, pid_file))
+        for remote, items in by_server.items():
+            try:
+                stats = remote_schedstat(remote, [f for _, f in items])
+            except Exception:  # a server that stopped answering: its switches are not read this turn
+                continue
+            got.update({label: stats[f] for label, f in items})
+        return got
+
     def _loop(self) -> None:
         while not self._stop.wait(self.period_s):
-            for label, pid in self.procs.items():
-                now, wait, runs = time.monotonic(), *schedstat(pid)
+            stats = self._read()
+            for label, (wait, runs) in stats.items():
+                now = time.monotonic()
+                if label not in self._last:
+                    self._last[label] = (now, wait, runs)
+                    continue
                 t_prev, wait_prev, runs_prev = self._last[label]
                 self._last[label] = (now, wait, runs)
                 d_wait, d_runs = wait - wait_prev, runs - runs_prev

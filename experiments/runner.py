@@ -166,10 +166,9 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
             watched = {f"endpoint {hs}": p.pid for hs, p in endpoints.processes(procs).items()}
             watched |= {f"switch {sw.name}": sw.proc.pid for sw in fab.emu.switches()
                         if getattr(sw, "proc", None) is not None}
-            if fab.placement is not None and dp == "bmv2":
-                console.print("[dim]·[/dim] the switches on servers are not watched for CPU starvation (the "
-                              "fidelity monitor reads this machine's processes): only the endpoints are")
-            monitor = fidelity.FidelityMonitor(watched, t0)
+            remote = {f"switch {sw.name}": (sw.on_server, sw.pid_file) for sw in fab.emu.switches()
+                      if hasattr(sw, "pid_file")}  # bmv2 switches on servers, read by their agents
+            monitor = fidelity.FidelityMonitor(watched, t0, remote=remote)
             try:
                 _play(fab, scn, procs, out, t0, fault_log, live)
             finally:
