@@ -55,9 +55,6 @@ PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 #: linux <linux/sockios.h>, <linux/ethtool.h>: an ethtool request, and the one that reads the link
 SIOCETHTOOL = 0x8946
 ETHTOOL_GLINK = 0x0000000A
-#: Read an interface's flags (linux/sockios.h), and the flag of one set administratively up (linux/if.h).
-SIOCGIFFLAGS = 0x8913
-IFF_UP = 0x1
 #: linux <sched.h>: setns(2)'s namespace type
 CLONE_NEWNET = 0x40000000
 #: Where ``ip netns`` keeps a named namespace.
@@ -156,7 +153,6 @@ class Endpoint:
         self.socks: dict[int, socket.socket] = {}
         self._send_fn: dict[int, Callable] = {}
         self._ifreq: dict[int, bytes] = {}  # plane -> struct ifreq naming its port (SIOCETHTOOL)
-        self._ifflags: dict[int, bytes] = {}  # plane -> struct ifreq naming its port (SIOCGIFFLAGS)
         self._glink = array.array("I", [ETHTOOL_GLINK, 0])  # struct ethtool_value {cmd, data} the ioctl fills
         #: the host's network namespace, where this process serves several hosts: it enters it to
         #: open the host's sockets (None: the process's own, as for one host)
@@ -199,29 +195,22 @@ class Endpoint:
                 # struct ifreq: the port's name, then ifr_data pointing at the ethtool_value
                 self._ifreq[p] = struct.pack("16sP", self.plan.host_intf(self.host, p).encode(),
                                              self._glink.buffer_info()[0]).ljust(40, b"\0")
-                self._ifflags[p] = self.plan.host_intf(self.host, p).encode().ljust(40, b"\0")
 
     def port_state(self) -> int:
         """Bit p = the plane-p port has carrier (ETHTOOL_GLINK, the kernel's netif_carrier_ok, as
-        sysfs's ``carrier`` reads it; a veth set administratively down has none) and the port is
-        administratively up (IFF_UP: a VXLAN port, a link between servers, keeps its carrier when
-        set down, so the fabric sets it down to say the link went), read every PORT_POLL_S with
-        ioctls on the port's own socket: the socket's namespace answers, whichever namespace this
-        process is in. Not IFF_RUNNING: the operational state follows the carrier only when the
-        kernel's link watch gets to it, up to a second later."""
+        sysfs's ``carrier`` reads it; a port set administratively down has none), read every
+        PORT_POLL_S with an ioctl on the port's own socket: the socket's namespace answers,
+        whichever namespace this process is in. Not IFF_RUNNING: the operational state follows
+        the carrier only when the kernel's link watch gets to it, up to a second later."""
         state = 0
         link = self._glink
         for p, sock in self.socks.items():
             link[0], link[1] = ETHTOOL_GLINK, 0
-            up = False
             try:
                 fcntl.ioctl(sock.fileno(), SIOCETHTOOL, self._ifreq[p])
-                if link[1]:
-                    flags = fcntl.ioctl(sock.fileno(), SIOCGIFFLAGS, self._ifflags[p])
-                    up = bool(struct.unpack_from("H", flags, 16)[0] & IFF_UP)
             except OSError:  # the interface is gone (its namespace is being torn down)
-                up = False
-            state |= int(up) << p
+                link[1] = 0
+            state |= int(link[1] != 0) << p
         return state
 
     # ---- loop ----------------------------------------------------------------------------------
