@@ -4,22 +4,24 @@ The cut is a plane per server (:class:`~topologies.servers.Placement`): planes n
 only the host-to-T0 links cross servers. What runs where:
 
 * **switches of a remote plane**: Mininet nodes built with the cluster edition's
-  :class:`RemoteMixin` (:class:`RemoteLinuxSrv6Switch`): the node's shell is ``mnexec`` run on
-  its server over ssh, in a namespace of that server, named ``mrclab-<node>`` there. Links between
-  two switches of one server are veth pairs made through that shell, as on one machine. Every
-  kernel call the controller makes on such a namespace (seg6 routes, qdiscs, counters, faults)
-  runs on its server over one multiplexed ssh connection (topologies/kernel.py :func:`place`);
-* **host-to-T0 links**: one VXLAN device at each end (this kernel has no GRE), VNI = the link's
-  number, UDP port :data:`VXLAN_PORT`, made in the server's own (underlay) namespace and moved into
-  the node's: one ``ip -batch`` per server for all of them (:func:`vxlan_lines`). The underlay
-  must carry the fabric's 9000-byte frames plus :data:`VXLAN_OVERHEAD` bytes
-  (:func:`check_underlay_mtu`). A VXLAN port has no carrier of its own: a link set down at one end
-  is set down at both (:meth:`~topologies.emulation.Emulation.set_iface`), as a veth's far end
-  loses carrier;
+  :class:`RemoteMixin` (:class:`OnServerMixin`: :class:`RemoteLinuxSrv6Switch`,
+  :class:`RemoteBmv2Switch`): the node's shell is ``mnexec`` run on its server over ssh, in a
+  namespace of that server, named ``mrclab-<node>`` there. Every kernel call the controller makes
+  on such a namespace (seg6 routes, qdiscs, counters, faults) runs on its server through that
+  server's agent (topologies/kernel.py :func:`place`, topologies/servers.py ``OnServer``). A bmv2
+  switch runs there too, its P4Runtime socket forwarded here over ssh;
+* **links**: inside a server, veth pairs (:func:`veth_line`); between a host and a remote T0, one
+  VXLAN port at each end (this kernel has no GRE), VNI = the link's number, UDP port
+  :data:`VXLAN_PORT` (:func:`vxlan_lines`), made in its node's namespace at once with the tunnel's
+  socket in the server's own (underlay) namespace. All of a server's are made by one
+  ``ip -batch``. The underlay must carry the fabric's 9000-byte frames plus
+  :data:`VXLAN_OVERHEAD` bytes (:func:`check_underlay`). A VXLAN port has no carrier of its own:
+  the host's end is up only while both ends are set up, as a veth's carrier would be
+  (:meth:`~topologies.emulation.Emulation.set_iface`);
 * **hosts, endpoints and the controller**: on this machine, as on one.
 
 The cluster edition's own cleanup runs ``mn -c`` on every server, which would wipe any other
-Mininet there: it is never registered (:class:`RemoteLinuxSrv6Switch` takes it back), and
+Mininet there: it is never registered (:class:`OnServerMixin` takes it back), and
 :func:`~topologies.cleanup.clean` removes only what a run recorded on each server, or, asked to
 look there (``mrclab clean --servers``), namespaces with this project's node names that no live
 run owns.
