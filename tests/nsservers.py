@@ -6,8 +6,8 @@ server that lacks one, or whose ``date`` is off.
 
 Each server's sshd runs in a mount namespace of its own with a private ``/run/netns``, as on a
 machine of its own: a namespace made on a server is named there only, so this machine cannot
-reach it but through that server's ssh. Its root's home is empty, as on a fresh server (no rc
-files of this machine's run at each login). Its underlay carries jumbo frames (:data:`MTU`), as
+reach it but through that server's ssh. Its root's login rc files read empty, as on a fresh
+server (none of this machine's run at each login). Its underlay carries jumbo frames (:data:`MTU`), as
 VXLAN links between servers need.
 
 ``servers(n, tmp)`` is a context manager that yields :class:`NsServers`; everything it made (sshd
@@ -29,6 +29,8 @@ from pathlib import Path
 BRIDGE = "mrclabsrvbr"
 PREFIX = "198.18.0."
 BRIDGE_ADDRESS = PREFIX + "254"
+#: Root's login rc files, hidden on the servers (an empty file over each that exists)
+RC_FILES = ("/root/.bashrc", "/root/.profile", "/root/.bash_profile", "/root/.bash_login")
 #: The underlay's MTU: the fabric's 9000-byte frames plus VXLAN's 50 bytes, with room
 MTU = 9100
 
@@ -65,10 +67,12 @@ def _start_sshd(s: NsServers, i: int, path: str) -> None:
                     "UsePAM no\nUseDNS no\nStrictModes no\nPermitTunnel yes\nMaxStartups 100:30:200\n"
                     f"SetEnv PATH={path}\n")
     # a private /run/netns: the server's namespaces are its own (the sshd daemonises, and its
-    # mount namespace lives on with it); and an empty home, as a fresh server's root has: this
-    # machine's own rc files (a pyenv init: 90 ms) would otherwise run at every ssh session
+    # mount namespace lives on with it); and no rc files in root's home, as on a fresh server:
+    # this machine's own (a pyenv init: 90 ms) would otherwise run at every ssh session. The rest
+    # of the home stays: a checkout under it (CI's /root/mrclab) is where the tests' tools live
+    hide = "; ".join(f"[ -f {f} ] && mount --bind /dev/null {f}" for f in RC_FILES)
     _sh("ip", "netns", "exec", ns, "unshare", "--mount", "--propagation", "private", "sh", "-c",
-        f"mount -t tmpfs mrclabsrv /run/netns && mount -t tmpfs mrclabhome /root && exec /usr/sbin/sshd -f {conf}")
+        f"mount -t tmpfs mrclabsrv /run/netns; {hide}; exec /usr/sbin/sshd -f {conf}")
     for _ in range(100):  # sshd writes its pid file once it listens
         if pid.exists() and pid.read_text().strip():
             s.pids.append(int(pid.read_text()))
