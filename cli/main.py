@@ -40,7 +40,8 @@ from mrclab.experiments.expectations import metric_help
 from mrclab.topologies.addressing import AddressPlan
 from mrclab.topologies.cleanup import clean, live_runs
 from mrclab.topologies.errors import BadInput, MrclabError, NotAvailable
-from mrclab.topologies.servers import open_cluster, parse_servers
+from mrclab.topologies.placement import open_cluster
+from mrclab.topologies.servers import parse_servers
 from mrclab.topologies.nodes import bmv2_device, bmv2_grpc_addr, default_dataplane, need_root, toolchain_missing
 from mrclab.topologies.sizing import size_clos
 from mrclab.topologies.spec import ClosSpec, load_spec

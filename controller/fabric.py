@@ -40,7 +40,8 @@ from mrclab.topologies.addressing import AddressPlan
 from mrclab.topologies.emulation import Emulation
 from mrclab.topologies.errors import RunFailed
 from mrclab.topologies.nodes import default_dataplane
-from mrclab.topologies.servers import Placement, Ssh
+from mrclab.topologies.placement import Placement
+from mrclab.topologies.servers import Ssh
 from mrclab.topologies.spec import ClosSpec, is_host
 
 #: What each data plane can do: faults, and ``congestion`` (switch queues that ECN-mark and trim).

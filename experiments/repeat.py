@@ -17,7 +17,7 @@ from mrclab.experiments import runner
 from mrclab.experiments.expectations import verdict_word
 from mrclab.experiments.results import results_folder
 from mrclab.experiments.scenario import Scenario, load_scenario, parse_set
-from mrclab.topologies.servers import Cluster, open_cluster
+from mrclab.topologies.placement import Cluster, open_cluster
 from rich.console import Console
 from rich.table import Table
 

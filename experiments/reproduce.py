@@ -30,7 +30,7 @@ from mrclab.experiments.expectations import verdict_word
 from mrclab.experiments.regime import describe as describe_regime
 from mrclab.experiments.repeat import figure, run_repeated
 from mrclab.experiments.results import results_folder
-from mrclab.topologies.servers import Cluster, open_cluster
+from mrclab.topologies.placement import Cluster, open_cluster
 from mrclab.experiments.scenario import SCENARIO_DIR, Scenario, load_scenario
 from mrclab.experiments.sweepspec import size_suffix
 from mrclab.topologies.errors import BadInput, MrclabError

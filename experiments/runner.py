@@ -53,7 +53,7 @@ from mrclab.experiments.scenario import Scenario, load_scenario, parse_set
 from mrclab.topologies.addressing import AddressPlan
 from mrclab.topologies.errors import BadInput, NotAvailable
 from mrclab.topologies.nodes import need_root, toolchain_missing
-from mrclab.topologies.servers import Cluster, open_cluster
+from mrclab.topologies.placement import Cluster, open_cluster
 from mrclab.traffic.headers import DATA_OVERHEAD
 from rich.console import Console
 from rich.live import Live

@@ -15,6 +15,7 @@ import time
 import pytest
 from mrclab.controller.fabric import REMOTE_MISSING, Fabric, available, missing_features
 from mrclab.topologies import kernel
+from mrclab.topologies import placement as P
 from mrclab.topologies import servers as S
 from mrclab.topologies.cluster import VXLAN_OVERHEAD, vxlan_lines
 from mrclab.topologies.spec import load_spec
@@ -26,7 +27,7 @@ from nsservers import servers as ns_servers
 
 def test_planes_go_round_robin_over_the_servers_and_hosts_stay_here():
     a, b, c = S.Server("198.18.0.1"), S.Server("198.18.0.2"), S.Server("198.18.0.3")
-    p = S.Placement((a, b, c))
+    p = P.Placement((a, b, c))
     assert [p.server_of(f"t0-{plane}-0") for plane in range(8)] == [a, b, c, a, b, c, a, b]
     assert p.server_of("t1-4-3") == b and p.server_of("h7") is None
     assert p.planes_of(a, 8) == [0, 3, 6] and p.planes_of(c, 8) == [2, 5]
@@ -172,7 +173,7 @@ PLANES = [pytest.param("linux", marks=pytest.mark.root), pytest.param("bmv2", ma
 def test_a_fabric_over_two_servers_probes_clean_and_leaves_nothing(two_servers, dataplane):
     srv = two_servers
     spec = load_spec(None)
-    with S.open_cluster(",".join(srv.addresses), str(srv.ssh_config)) as cluster:
+    with P.open_cluster(",".join(srv.addresses), str(srv.ssh_config)) as cluster:
         assert cluster is not None
         with Fabric(spec, dataplane, placement=cluster.placement, ssh=cluster.ssh) as fab:
             # each plane's switches are namespaces of their server, named there and not here
@@ -235,7 +236,7 @@ def test_a_scenario_passes_with_its_switch_dying_on_a_remote_plane(two_servers, 
     assert list(downs[0]["server_t"]) == [first] and abs(downs[0]["server_t"][first] - downs[0]["t"]) < 0.01
     placed = json.loads((out / "servers.json").read_text())
     assert [p["planes"] for p in placed] == [[0, 2], [1, 3]] and abs(placed[0]["clock_offset_ms"]) < 10
-    assert S.Placement(tuple(S.Server(a) for a in srv.addresses)).server_of(switch) == S.Server(srv.addresses[0])
+    assert P.Placement(tuple(S.Server(a) for a in srv.addresses)).server_of(switch) == S.Server(srv.addresses[0])
     assert m["passed"] and not m["void"] and len(m["expectations"]) >= 5
     assert all(e["passed"] for e in m["expectations"]), m["expectations"]
     _nothing_left(srv)
@@ -299,10 +300,10 @@ def test_bmv2_has_a_queue_for_every_priority_the_program_sets_with_or_without_th
 
 def test_a_servers_block_places_planes_as_it_says_or_round_robin(tmp_path):
     a, b = S.Server("10.0.0.2"), S.Server("10.0.0.3", "lab")
-    p, cfg = S.parse_block({"machines": ["10.0.0.2", "lab@10.0.0.3"]}, str(tmp_path / "f.yaml"))
+    p, cfg = P.parse_block({"machines": ["10.0.0.2", "lab@10.0.0.3"]}, str(tmp_path / "f.yaml"))
     assert p.servers == (a, b) and not p.planes and cfg is None
     assert [p.server_of_plane(i) for i in range(4)] == [a, b, a, b]
-    p, cfg = S.parse_block({"ssh_config": "cfg", "machines": [
+    p, cfg = P.parse_block({"ssh_config": "cfg", "machines": [
         {"address": "10.0.0.2", "planes": [0, 1, 2]}, {"address": "10.0.0.3", "user": "lab", "planes": [3]}]},
         str(tmp_path / "f.yaml"))
     assert [p.server_of_plane(i) for i in range(4)] == [a, a, a, b] and cfg == str(tmp_path / "cfg")
@@ -321,25 +322,25 @@ def test_a_servers_block_places_planes_as_it_says_or_round_robin(tmp_path):
 ])
 def test_a_bad_servers_block_says_what_is_wrong(block, said):
     with pytest.raises(S.BadInput, match=said):
-        S.parse_block(block, "f.yaml")
+        P.parse_block(block, "f.yaml")
 
 
 def test_servers_come_from_the_option_a_file_or_the_fabric_file(tmp_path):
     fabric = tmp_path / "fabric.yaml"
     fabric.write_text("planes: 2\nservers:\n  machines: [10.0.0.7]\n")
     assert load_spec(fabric).planes == 2  # the block is where it runs, not its shape
-    with S.open_cluster(None, None, files=(fabric,)) as c:
+    with P.open_cluster(None, None, files=(fabric,)) as c:
         assert c is not None and c.placement.servers == (S.Server("10.0.0.7"),)
-    with S.open_cluster("10.0.0.8", None, files=(fabric,)) as c:  # the option wins
+    with P.open_cluster("10.0.0.8", None, files=(fabric,)) as c:  # the option wins
         assert c is not None and c.placement.servers == (S.Server("10.0.0.8"),)
-    with S.open_cluster(str(fabric), None) as c:  # --servers FILE
+    with P.open_cluster(str(fabric), None) as c:  # --servers FILE
         assert c is not None and c.placement.servers == (S.Server("10.0.0.7"),)
-    with S.open_cluster(None, None, files=(tmp_path / "none.yaml", None)) as c:
+    with P.open_cluster(None, None, files=(tmp_path / "none.yaml", None)) as c:
         assert c is None
     plain = tmp_path / "plain.yaml"
     plain.write_text("planes: 2\n")
     with pytest.raises(S.BadInput, match="has no servers: block"):
-        with S.open_cluster(str(plain), None):
+        with P.open_cluster(str(plain), None):
             pass
 
 

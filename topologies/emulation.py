@@ -35,7 +35,8 @@ from mrclab.topologies.nodes import (
     need_root,
     toolchain_missing,
 )
-from mrclab.topologies.servers import OnServer, Placement, Server, ServerError, Ssh, preflight, require
+from mrclab.topologies.placement import Placement
+from mrclab.topologies.servers import OnServer, Server, ServerError, Ssh, preflight, require
 from mrclab.topologies.spec import ClosSpec, is_host
 
 DATAPLANES = ("bmv2", "linux")
