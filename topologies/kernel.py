@@ -80,12 +80,16 @@ def where(netns: str) -> Remote | None:
     return _REMOTE.get(netns)
 
 
-def _run(netns: str, argv: list[str], input: str | None = None) -> subprocess.CompletedProcess:
-    """``argv`` to completion on the machine that holds ``netns``; text output captured."""
-    remote = _REMOTE.get(netns)
+def _run_on(remote: Remote | None, argv: list[str], input: str | None = None) -> subprocess.CompletedProcess:
+    """``argv`` to completion on ``remote`` (None: this machine); text output captured."""
     if remote is not None:
         return remote.run(argv, input=input)
     return subprocess.run(argv, input=input, capture_output=True, text=True)
+
+
+def _run(netns: str, argv: list[str], input: str | None = None) -> subprocess.CompletedProcess:
+    """``argv`` to completion on the machine that holds ``netns``; text output captured."""
+    return _run_on(_REMOTE.get(netns), argv, input)
 
 
 def _on(netns: str) -> str:
@@ -214,10 +218,7 @@ def underlay_batch(remote: Remote | None, lines: list[str]) -> None:
     where tunnels between servers are made. Raises :class:`KernelError` with iproute2's first error."""
     if not lines:
         return
-    argv = ["ip", "-batch", "-"]
-    text = "\n".join(lines) + "\n"
-    r = remote.run(argv, input=text) if remote is not None else \
-        subprocess.run(argv, input=text, capture_output=True, text=True)
+    r = _run_on(remote, ["ip", "-batch", "-"], "\n".join(lines) + "\n")
     if r.returncode != 0:
         said = r.stderr.strip().splitlines()
         where = f" on {remote.name}" if remote is not None else ""
@@ -261,14 +262,11 @@ def route_to(address: str, remote: Remote | None = None) -> tuple[str, str, int]
     """(device, source address, device MTU in bytes) of the route from ``remote``'s own namespace
     (None: this process's) to ``address`` (``ip route get``, ``ip link show``). Raises
     :class:`KernelError` when there is no route."""
-    def run(argv: list[str]) -> subprocess.CompletedProcess:
-        return remote.run(argv) if remote is not None else subprocess.run(argv, capture_output=True, text=True)
-
     where = f" on {remote.name}" if remote is not None else ""
-    r = run(["ip", "-j", "route", "get", address])
+    r = _run_on(remote, ["ip", "-j", "route", "get", address])
     try:
         route = json.loads(r.stdout)[0]
-        link = json.loads(run(["ip", "-j", "link", "show", "dev", route["dev"]]).stdout)[0]
+        link = json.loads(_run_on(remote, ["ip", "-j", "link", "show", "dev", route["dev"]]).stdout)[0]
         return route["dev"], route.get("prefsrc", ""), int(link["mtu"])
     except (ValueError, LookupError):
         raise KernelError(f"no route to {address}{where}: {r.stderr.strip() or 'ip route get said nothing'}") from None
