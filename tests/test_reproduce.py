@@ -182,13 +182,19 @@ def test_reproduce_quick_on_linux_runs_the_whole_table_and_writes_its_report(tmp
     assert [r["scenario"] for r in s["rows"]] == list(ORDER)
     failed = {r["scenario"]: r for r in s["rows"] if r["verdict"] == "FAIL"}
     assert not failed, json.dumps(failed, indent=1, default=str)[:4000]
-    # a row void once (the machine paused the emulator: a VM's steal, a neighbour) is run once more;
-    # on a machine that keeps up no row is void twice
+    # a void row (the machine paused the emulator: a VM's steal, a neighbour, this suite's own
+    # leftovers) is run again, up to twice: it must then pass. One void 0.25 s window of one
+    # endpoint voids a sweep's whole row, so a busy CI machine voids one row now and then; a row
+    # that FAILs on any attempt fails the test, and one void three times in a row fails it too
     void = [r["scenario"] for r in s["rows"] if r["verdict"] == "void"]
-    if void:
-        again = reproduce(tmp_path / "again", dataplane="linux", quick=True, only=void)
-        still = {r["scenario"]: r.get("why") for r in again["rows"] if r["verdict"] != "pass"}
-        assert not still, f"void, then not pass when run again: {still}"
+    for attempt in (1, 2):
+        if not void:
+            break
+        again = reproduce(tmp_path / f"again-{attempt}", dataplane="linux", quick=True, only=void)
+        failed = {r["scenario"]: r.get("why") for r in again["rows"] if r["verdict"] == "FAIL"}
+        assert not failed, f"void, then FAIL when run again: {failed}"
+        void = [r["scenario"] for r in again["rows"] if r["verdict"] == "void"]
+    assert not void, f"void three times in a row: {void}"
     md = (tmp_path / "report.md").read_text()
     assert all(f"| {n} |" in md for n in ORDER)
     assert json.loads((tmp_path / "summary.json").read_text())["passed"] is True  # no FAIL
