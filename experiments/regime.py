@@ -27,7 +27,8 @@ PAPER_BDP_PACKETS = PAPER_PORT_GBPS * 1e9 * PAPER_RTT_US * 1e-6 / 8 / PAPER_FRAM
 
 def regime(spec: ClosSpec, settings: TransportSettings, queues: dict[tuple[str, int], PortQueue],
            rtt_us: float | None) -> dict:
-    """The run's regime: ``bdp_packets`` (one NIC port's packets per smoothed RTT), ``ecn_k_bdp`` and
+    """The run's regime: ``bdp_packets`` (one NIC port's packets per smoothed RTT; ``path_delay_ms``,
+    the fabric's propagation delay, is part of that RTT), ``ecn_k_bdp`` and
     ``trim_t_bdp`` (the fabric ports' thresholds in BDPs; None where switches do not mark or
     trim), ``rto_floor_rtts`` (the retransmission timer's floor in RTTs), ``evs_per_qp`` and
     ``in_flight_per_ev`` (the window's packets over the EVs), and ``weakens``: the claims a gap to
@@ -41,7 +42,7 @@ def regime(spec: ClosSpec, settings: TransportSettings, queues: dict[tuple[str, 
     t = max((q.trim_t for q in fabric_ports), default=0)
     evs = spec.planes * settings.evs_per_plane
     out: dict = {
-        "rtt_us": rtt_us, "port_pps": round(port_pps, 1), "bdp_packets": None if bdp is None else round(bdp, 2),
+        "rtt_us": rtt_us, "path_delay_ms": spec.link.path_delay_ms, "port_pps": round(port_pps, 1), "bdp_packets": None if bdp is None else round(bdp, 2),
         "ecn_k_packets": k or None, "trim_t_packets": t or None,
         "ecn_k_bdp": round(k / bdp, 2) if bdp and k else None, "trim_t_bdp": round(t / bdp, 2) if bdp and t else None,
         "rto_floor_rtts": round(settings.min_rto_s / (rtt_us * 1e-6), 2) if rtt_us else None,
@@ -69,6 +70,7 @@ def describe(r: dict) -> str:
     """One line: BDP, thresholds in BDPs, timer floor in RTTs, EVs, against the paper's."""
     def f(x, unit=""):
         return "-" if x is None else f"{x:g}{unit}"
-    return (f"regime: BDP {f(r['bdp_packets'])} packets per path (paper ~{r['paper']['bdp_packets']}), "
+    delay = f", path delay {r['path_delay_ms']:g} ms" if r.get("path_delay_ms") else ""
+    return (f"regime: BDP {f(r['bdp_packets'])} packets per path (paper ~{r['paper']['bdp_packets']}){delay}, "
             f"ECN K {f(r['ecn_k_bdp'])} BDP, trim {f(r['trim_t_bdp'])} BDP, timer floor {f(r['rto_floor_rtts'])} RTTs, "
             f"{r['evs_per_qp']} EVs per QP (paper 128-256), {f(r['in_flight_per_ev'])} packets in flight per EV")

@@ -88,6 +88,7 @@ BROKEN_TOPOLOGIES = {
     "typo": ("plains: 4\n", ["unknown field(s) plains"]),
     "short-block": ("locator_block: 'fcbb:bb00::/48'\n", ["/32"]),
     "link-key": ("link: {delay_ms: 3}\n", ["link.delay_ms"]),
+    "negative-delay": ("link: {path_delay_ms: -1}\n", ["link.path_delay_ms", "0 (none) to 1000"]),
     "not-yaml": ("planes: [4\n", ["not valid YAML"]),
     "overlap": ("locator_block: 'fd6d:7263::/32'\n", ["overlaps"]),
 }

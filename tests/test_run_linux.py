@@ -5,8 +5,9 @@ import csv
 import json
 
 import pytest
+import yaml
 from mrclab.experiments import endpoints, runner
-from mrclab.experiments.scenario import load_scenario
+from mrclab.experiments.scenario import SCENARIO_DIR, load_scenario
 
 pytestmark = pytest.mark.root
 
@@ -58,3 +59,21 @@ def test_hosts_served_by_one_endpoint_process_each_use_their_own_sockets_and_por
     got = json.loads((folder / "h2.telemetry.jsonl").read_text().splitlines()[-1])
     assert sent["type"] == got["type"] == "summary"
     assert sent["tx"] and got["rx"]  # h0 sent, h2 received: each host its own stack and telemetry
+
+
+def test_the_path_delay_adds_twice_itself_to_the_rtt_and_loses_nothing(tmp_path, no_leftovers, decided_run):
+    # the receiving host holds each frame path_delay_ms before its transport sees it: data one way,
+    # SACKs the other, so the smoothed RTT gains twice the delay; without the delay line (or with it
+    # applied once, or to one direction only) the difference is 0 or 20 ms
+    raw = yaml.safe_load((SCENARIO_DIR / "quickstart.yaml").read_text())
+    raw.update(faults=[], fabric_bmv2=None, duration_s=4, expect=[{"metric": "messages_intact"}], expect_roce=None)
+    rtt = {}
+    for delay in (0, 20):
+        raw["fabric"] = {"topo": "lab", "link": {"bandwidth_mbps": 8, "queue_packets": 16, "path_delay_ms": delay}}
+        raw["name"] = f"delay-{delay}"
+        (tmp_path / f"{delay}.yaml").write_text(yaml.safe_dump({k: v for k, v in raw.items() if v is not None}))
+        m, _, _ = decided_run(load_scenario(tmp_path / f"{delay}.yaml", dataplane="linux"), tmp_path / str(delay))
+        assert m["passed"], m["expectations"]
+        assert m["regime"]["path_delay_ms"] == delay
+        rtt[delay] = m["rtt_us"] / 1000
+    assert 36 <= rtt[20] - rtt[0] <= 50, rtt

@@ -52,12 +52,21 @@ class LinkParams:
 
     ``bandwidth_mbps`` 0 means unshaped. ``t0_t1_bandwidth_mbps`` (0: the same) sets the T0-T1
     links apart: the paper's T0 has 256 uplinks, so losing one costs 0.4%; a lab T0 with 2 uplinks
-    per plane needs faster uplinks to keep that headroom. No delay: this kernel has no netem.
+    per plane needs faster uplinks to keep that headroom.
+
+    ``path_delay_ms`` (0: none) is every path's one-way propagation delay, host to host. This
+    kernel has no netem and the switches no delay line, so the receiving host applies it: each
+    frame a host's NIC port receives reaches its transport that long after it arrived (the last
+    link's wire, in effect), data on the way there and SACKs on the way back, so every RTT gains
+    twice it. It is what sets a path's BDP in packets, which faster ports barely raise when the
+    RTT is only serialization and queueing (MRC paper, section 2: 5-6.5 us RTT at 400 Gb/s, about
+    75 packets of 4 KiB per path).
     """
 
     bandwidth_mbps: float = field(default=0.0, metadata=rule(lo=0, hi=100_000, allowed="0 (unshaped) to 100000"))
     queue_packets: int = field(default=100, metadata=rule(lo=2, hi=100_000))
     t0_t1_bandwidth_mbps: float = field(default=0.0, metadata=rule(lo=0, hi=100_000, allowed="0 (unshaped) to 100000"))
+    path_delay_ms: float = field(default=0.0, metadata=rule(lo=0, hi=1000, allowed="0 (none) to 1000"))
 
 
 def _prefix_check(plen: int):

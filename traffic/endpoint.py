@@ -160,6 +160,10 @@ class Endpoint:
         self.stop_requested = False
         self.loop_gap_max_s = 0.0  # since the last sample
         self._statm: int | None = None  # fd of /proc/self/statm
+        #: the path's one-way propagation delay (s; topologies.spec.LinkParams.path_delay_ms), applied
+        #: here: a received frame waits in ``_line`` (arrival order, so due times ascend) until then
+        self.delay_s = spec.link.path_delay_ms / 1000
+        self._line: deque[tuple[float, bytes]] = deque()
 
     def _iteration_done(self, it: Iteration) -> None:
         """A finished iteration, on the wall clock (the runner lines hosts up by it)."""
@@ -258,6 +262,7 @@ class Endpoint:
                 stopped.add(i)
         work = 0
         rxview = _RXVIEW
+        delay, line = self.delay_s, self._line
         for fd in ready:
             rv = self._recv[fd]
             for _ in range(256):
@@ -268,9 +273,17 @@ class Endpoint:
                 except OSError:  # ENETDOWN once when the port goes down: the carrier poll handles it
                     break
                 work += 1
+                if delay:
+                    line.append((now + delay, _RXBUF[:n]))
+                    continue
                 r = stack.on_frame(rxview[:n], now)
                 if r:
                     self._send(r, self.backlog)
+        while line and line[0][0] <= now:  # frames whose propagation delay is over
+            work += 1
+            r = stack.on_frame(line.popleft()[1], now)
+            if r:
+                self._send(r, self.backlog)
         # every QP once all have started; until then only those whose start time has come
         self._active = None if len(started) == len(self.flows) else {id(self.flows[i][0]) for i in started}
         out = stack.poll(now, active=self._active)
@@ -293,9 +306,11 @@ class Endpoint:
 
     def due(self, now: float) -> float:
         """After an idle turn: when this host next has something to do with no frame received
-        (monotonic s): a QP's timer (delayed SACK, RTO, probes, DCQCN), the carrier poll,
+        (monotonic s): a delayed frame's arrival, a QP's timer (delayed SACK, RTO, probes, DCQCN), the carrier poll,
         telemetry, a flow's start or end, the collective's start, the linger's end."""
         due = min(self.stack.next_due(now, self._active), self.next_ports, self.next_tel)
+        if self._line:
+            due = min(due, self._line[0][0])
         mono0 = self.mono0
         for i, (_s, start, dur) in enumerate(self.flows):
             if i not in self.started:
