@@ -163,7 +163,7 @@ class Endpoint:
         #: the path's one-way propagation delay (s; topologies.spec.LinkParams.path_delay_ms), applied
         #: here: a received frame waits in ``_line`` (arrival order, so due times ascend) until then
         self.delay_s = spec.link.path_delay_ms / 1000
-        self._line: deque[tuple[float, bytes]] = deque()
+        self._line: deque[tuple[float, bytearray]] = deque()
 
     def _iteration_done(self, it: Iteration) -> None:
         """A finished iteration, on the wall clock (the runner lines hosts up by it)."""
