@@ -11,6 +11,7 @@ from mrclab.traffic import headers as H
 from mrclab.traffic.cc import DELAY_EWMA, GAMMA, REF_BDP_BYTES, FixedWindow, Nscc
 from mrclab.traffic.dcqcn import F_STAGES, RAI_FRACTION, Dcqcn, G
 from mrclab.traffic.receiver import MrcReceiver
+from mrclab.traffic.sender import make_sender
 from mrclab.traffic.settings import TransportSettings
 from mrclab.traffic.wire import Wire, frame_bytes
 from transport_sim import PLAN, delivered_intact, run
@@ -336,3 +337,29 @@ def test_roce_answers_on_its_own_path_and_dcqcn_slows_it_on_ce():
         now += 0.0005
     assert back_evs == {ecmp_ev(PLAN, "h2", "h0", 1, 4)}  # one reverse path, not MRC's sprayed set
     assert tx.dcqcn.cnps > 0 and tx.rate_bps < 20e6 / 2
+
+
+def test_nscc_s_bdp_and_maxwnd_follow_the_line_rate_and_a_window_over_the_new_maxwnd_is_cut():
+    cc = nscc()
+    cc.cwnd_bytes = cc.p.maxwnd  # a full window at 4 ports
+    full = cc.p.bdp_bytes
+    assert full == pytest.approx(LINE / 8 * BASE)
+    cc.set_line_rate(LINE / 4)  # three of the four NIC ports went down
+    assert cc.p.bdp_bytes == pytest.approx(full / 4) and cc.p.base_rtt_s == BASE
+    assert cc.cwnd_bytes == pytest.approx(1.5 * full / 4)
+    cc.set_line_rate(LINE)  # back: the parameters return, the window grows as NSCC grows it
+    assert cc.p.bdp_bytes == pytest.approx(full) and cc.cwnd_bytes == pytest.approx(1.5 * full / 4)
+
+
+def test_a_sender_s_nscc_line_rate_is_the_ports_up_at_both_ends():
+    s = TransportSettings(payload_bytes=1024, region_bytes=1 << 20, port_mbps=8.0)
+    tx = make_sender(1, PLAN, "h0", "h2", s, random.Random(1), iter(()))
+    assert tx.cc.line_rate_bps == pytest.approx(4 * 8e6)
+    tx.set_local_ports(0b1000)  # only plane 3's port is up here
+    assert tx.cc.line_rate_bps == pytest.approx(8e6)
+    tx.set_local_ports(0b1001)
+    assert tx.cc.line_rate_bps == pytest.approx(2 * 8e6)
+    off = make_sender(1, PLAN, "h0", "h2", TransportSettings(port_mbps=8.0, port_state=False), random.Random(1),
+                      iter(()))
+    off.set_local_ports(0b1000)  # without port state the sender does not know: it keeps the rate
+    assert off.cc.line_rate_bps == pytest.approx(4 * 8e6)

@@ -31,7 +31,7 @@ so time is measured in its own base RTTs: ``b`` takes the base RTT as the refere
 12 us, ``b`` would be ~1000 and the proportional increase 1000x too steep per RTT). Sizes keep
 uet-htsim's scaling: a BDP of a few dozen packets gives ``a`` of a few tenths.
 The target queueing delay is 0.75 x the base RTT (with trimming, as UET's default). The BDP is the
-QP's line rate (every plane's NIC port) x the base RTT; the base RTT is the smallest RTT sampled
+QP's line rate (every plane's NIC port that is up at both ends: :meth:`Nscc.set_line_rate`) x the base RTT; the base RTT is the smallest RTT sampled
 (an emulated fabric's RTT is not known before it runs). Where the line rate is not known (unshaped
 links), the BDP is taken to be the fixed window. The BDP is never less than ``min_bdp_bytes`` (the
 sender passes two full packets per plane, ours): an emulated link serialises a packet in
@@ -132,6 +132,20 @@ class Nscc:
         self.last_achieved = 0  # ... and in the last one
         self.last_decrease = -1.0
         self.p: NsccParams | None = None if base_rtt_s <= 0 else self._params(base_rtt_s)
+
+    def set_line_rate(self, line_rate_bps: float) -> None:
+        """The QP's line rate changed (bit/s): a plane's NIC port went down or came back at either
+        end. The BDP, maxwnd and the other parameters follow at once, and a window over the new
+        maxwnd is cut to it. A NIC whose ports go down loses their rate: a window kept at every
+        port's BDP would sit in the ports left (the emulated NIC queues what its tbf cannot send
+        yet), its RTT samples would read that queue, and once a port is back the samples of the
+        empty one would pull the RTO under the full one's RTT (spurious timeouts retired its EVs)."""
+        if line_rate_bps == self.line_rate_bps or self.line_rate_bps <= 0:
+            return
+        self.line_rate_bps = line_rate_bps
+        if self.p is not None:
+            self.p = self._params(self.p.base_rtt_s)
+            self.cwnd_bytes = max(self.p.mss, min(self.cwnd_bytes, self.p.maxwnd))
 
     def _params(self, base_rtt_s: float) -> NsccParams:
         bdp = self.line_rate_bps / 8 * base_rtt_s if self.line_rate_bps > 0 else self.initial

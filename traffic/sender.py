@@ -87,7 +87,8 @@ class MrcSender:
         self.ports = PortState()
         self.mss = settings.payload_bytes + H.DATA_OVERHEAD  # a full data packet on the wire
         if settings.nscc:
-            planes = len({e.plane for e in evs.evs.values()})  # the planes this QP sprays over
+            self._planes = {e.plane for e in evs.evs.values()}  # the planes this QP sprays over
+            planes = len(self._planes)
             line = settings.port_mbps * 1e6 * planes
             # start at the BDP floor (two packets per plane): a window's first burst meets empty
             # queues and an RTO that has only seen empty-queue RTTs
@@ -458,6 +459,8 @@ class MrcSender:
             if down != (plane in self.evs.planes_down):
                 self.evs.set_plane_down(plane, down)
                 self.events(PlaneChanged(qp=self.qp, plane=plane, up=not down))
+        if isinstance(self.cc, Nscc):  # the line rate is the ports left (at least one port's)
+            self.cc.set_line_rate(self.s.port_mbps * 1e6 * max(1, len(self._planes - self.evs.planes_down)))
 
     # ---- probes -----------------------------------------------------------------------------
     def _probes(self, now: float) -> list[Pkt]:
