@@ -321,7 +321,7 @@ def htb_lines(intf: str, mbps: float, low_packets: int, high_packets: int, lossl
     lever the pause agent pulls (controller/pfc.py: tbf starts afresh when its rate changes, where
     htb would keep the debt of a packet charged at the paused rate)."""
     rate = f"{mbps}mbit"
-    burst = max(3000, int(mbps * 1e6 / 8 / 250))  # 4 ms of line rate, as the emulation's tbf
+    burst = kernel.SHAPER_BURST_BYTES  # as the host ports' tbf
     low_leaf = (f"qdisc replace dev {intf} parent {CLASS_LOW} handle 20: {tbf_leaf(mbps, low_packets)}"
                 if lossless else f"qdisc replace dev {intf} parent {CLASS_LOW} handle 20: pfifo limit {low_packets}")
     return [
@@ -337,8 +337,7 @@ def htb_lines(intf: str, mbps: float, low_packets: int, high_packets: int, lossl
 
 def tbf_leaf(mbps: float | None, packets: int) -> str:
     """The tbf a lossless port's low class drains through: at ``mbps`` (None: paused, 8 bit/s), a
-    burst of 3000 bytes (two full frames of the default payload, as the emulation's own tbf: a
-    larger frame would be dropped), ``packets`` frames of 1,600 bytes of queue. Under htb it is a
-    non-work-conserving leaf (the kernel says so once): htb asks again when tbf's timer fires."""
-    rate = "8bit" if mbps is None else f"{mbps}mbit"
-    return f"tbf rate {rate} burst 3000 limit {packets * 1600}"
+    burst of :data:`~topologies.kernel.SHAPER_BURST_BYTES` (a larger frame would be dropped),
+    ``packets`` frames of 1,600 bytes of queue. Under htb it is a non-work-conserving leaf (the
+    kernel says so once): htb asks again when tbf's timer fires."""
+    return kernel.tbf("8bit" if mbps is None else mbps, packets * 1600)

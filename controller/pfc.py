@@ -208,9 +208,7 @@ class PauseAgent:
         if is_host(node):
             intf = self.fab.plan.host_intf(node, port)
             mbps = link.bandwidth_mbps
-            burst = max(3000, int(mbps * 1e6 / 8 / 250))
-            rate = PAUSED_RATE if paused else f"{mbps}mbit"
-            line = f"qdisc change dev {intf} root tbf rate {rate} burst {burst} limit {link.queue_packets * 1500}"
+            line = f"qdisc change dev {intf} root {kernel.tbf(PAUSED_RATE if paused else mbps, link.queue_packets * 1500)}"
         else:
             line = self.side.lever(node, port, paused)
         try:

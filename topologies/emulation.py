@@ -367,11 +367,10 @@ class Emulation:
             mbps = link.bandwidth_mbps if is_host(a) else (link.t0_t1_bandwidth_mbps or link.bandwidth_mbps)
             if mbps <= 0:
                 continue
-            burst = max(3000, int(mbps * 1e6 / 8 / 250))
             for ns, intf in self.link_intfs(a, b):
                 if switch_queues and not is_host(intf):
                     continue
-                per_ns.setdefault(ns, []).append(f"qdisc replace dev {intf} root tbf rate {mbps}mbit burst {burst} limit {limit}")
+                per_ns.setdefault(ns, []).append(f"qdisc replace dev {intf} root {kernel.tbf(mbps, limit)}")
         where = ("host NIC ports (tbf); switch ports are " +
                  ("BMv2's own queues" if self.dataplane == "bmv2" else "htb fed by the tc eBPF program")) \
             if switch_queues else "tbf"

@@ -64,6 +64,22 @@ class Remote(Protocol):
 
 
 #: namespace name -> the server it lives on (:func:`place`); absent: this machine
+#: Bytes every shaper (tbf, and the switch ports' htb classes) may send back to back at the
+#: interface's own speed: two full frames of the default payload. It was 4 ms of line rate
+#: (rate / HZ, tc-tbf(8)'s rule for timers that tick at HZ; the qdisc watchdog here is an
+#: hrtimer): at 18.8 Mb/s that let 8 frames through at once, twice the trim threshold of the
+#: next hop, and the quickstart trimmed 3,572 packets and moved a third of its goodput; at 3,000
+#: bytes it trimmed none (README, "Propagation delay").
+SHAPER_BURST_BYTES = 3000
+
+
+def tbf(mbps: float | str, limit_bytes: int) -> str:
+    """A tbf qdisc's parameters: ``mbps`` (Mb/s, or a tc rate such as ``"8bit"``), a burst of
+    :data:`SHAPER_BURST_BYTES`, ``limit_bytes`` of queue."""
+    rate = mbps if isinstance(mbps, str) else f"{mbps}mbit"
+    return f"tbf rate {rate} burst {SHAPER_BURST_BYTES} limit {limit_bytes}"
+
+
 _REMOTE: dict[str, Remote] = {}
 
 
