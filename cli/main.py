@@ -36,6 +36,7 @@ from mrclab.bench import fabric as bench_fabric
 from mrclab.bench import scale as bench_scale
 from mrclab.controller.fabric import Fabric
 from mrclab.experiments import doctor, repeat, report, reproduce, runner
+from mrclab.experiments.admission import RATES
 from mrclab.experiments.expectations import metric_help
 from mrclab.topologies.addressing import AddressPlan
 from mrclab.topologies.cleanup import clean, live_runs
@@ -378,6 +379,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--fit", action="store_true",
                    help="scale every link rate down to what this machine sustains (mrclab calibrate) instead of "
                         "refusing a run it cannot carry")
+    s.add_argument("--rates", choices=RATES, default="scenario",
+                   help="the link rates: the scenario's (default), or this machine's: every rate scaled, up or "
+                        "down, so that the traffic fills half of what its calibration says idling leaves "
+                        "(mrclab calibrate first)")
     s.add_argument("--repeat", type=_repeats, default=1, metavar="N",
                    help="run seeds 1..N and report every figure as median [min-max]; a verdict holds when the "
                         "median meets it and no run was void (default 1)")

@@ -75,7 +75,7 @@ def figure(v: dict) -> str:
 
 
 def run_repeated(load, n: int, out: Path | str | None, name: str, *, live: bool = False, fit: bool = False,
-                 cluster: Cluster | None = None) -> dict:
+                 rates: str = "scenario", cluster: Cluster | None = None) -> dict:
     """Run ``load(seed)`` (a :class:`Scenario` per seed) for seeds 1..``n`` into ``out/seed-<k>``;
     returns :func:`aggregate` of them, also written as ``repeat.json`` and ``repeat.md``."""
     folder = results_folder(out, f"{name}-x{n}")
@@ -83,7 +83,7 @@ def run_repeated(load, n: int, out: Path | str | None, name: str, *, live: bool 
     for k in range(1, n + 1):
         scn: Scenario = load(k)
         console.print(f"[bold]repeat {k}/{n}[/bold]: {scn.name} seed {k}")
-        runs.append(runner.run(scn, folder / f"seed-{k}", live=live, fit=fit, cluster=cluster))
+        runs.append(runner.run(scn, folder / f"seed-{k}", live=live, fit=fit, cluster=cluster, rates=rates))
     agg = aggregate(runs)
     (folder / "repeat.json").write_text(json.dumps(agg, indent=1, default=str))
     rows = ["| expectation | median [min-max] | bound | verdict |", "| --- | --- | --- | --- |"]
@@ -108,5 +108,5 @@ def main(args) -> int:
     with open_cluster(getattr(args, "servers", None), getattr(args, "ssh_config", None),
                       files=(first.source,)) as cluster:
         agg = run_repeated(lambda k: load_scenario(args.scenario, seed=k, **from_args), args.repeat, args.out,
-                           first.name, live=False, fit=args.fit, cluster=cluster)
+                           first.name, live=False, fit=args.fit, rates=args.rates, cluster=cluster)
     return runner.exit_code(agg)

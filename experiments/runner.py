@@ -98,21 +98,22 @@ def _events_needing(features: set[str]) -> set[str]:
 
 
 def run(scn: Scenario, out: Path | None = None, *, live: bool = True, pcap: bool = False,
-        debug: bool = False, fit: bool = False, cluster: Cluster | None = None) -> dict:
+        debug: bool = False, fit: bool = False, cluster: Cluster | None = None, rates: str = "scenario") -> dict:
     """Run ``scn`` and write its results folder; returns the metrics dict (also ``metrics.json``).
     ``pcap``: capture every host NIC port; ``debug``: BMv2's per-packet log and its port pcaps;
-    ``fit``: scale the link rates down to what this machine sustains (experiments/admission.py).
-    Raises :class:`~mrclab.experiments.admission.CannotCarry` (exit 3) for a run this machine's
+    ``fit``: scale the link rates down to what this machine sustains (experiments/admission.py);
+    ``rates``: ``"machine"`` scales them, up or down, to this machine's calibration. Raises :class:`~mrclab.experiments.admission.CannotCarry` (exit 3) for a run this machine's
     calibration says it cannot carry. ``cluster``: the planes on other servers (``--servers``,
     topologies/cluster.py; None: this machine alone)."""
-    return run_with_data(scn, out, live=live, pcap=pcap, debug=debug, fit=fit, cluster=cluster)[0]
+    return run_with_data(scn, out, live=live, pcap=pcap, debug=debug, fit=fit, cluster=cluster, rates=rates)[0]
 
 
 def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, pcap: bool = False,
-                  debug: bool = False, fit: bool = False, cluster: Cluster | None = None) -> tuple[dict, RunData]:
+                  debug: bool = False, fit: bool = False, cluster: Cluster | None = None,
+                  rates: str = "scenario") -> tuple[dict, RunData]:
     """:func:`run`, also returning the run's normalised data (for benchmarks and sweeps)."""
     dp = choose_dataplane(scn, remote=cluster is not None)
-    scn = admission.admit(scn, dp, fit=fit, say=lambda m: console.print(f"[dim]·[/dim] {m}"))
+    scn = admission.admit(scn, dp, fit=fit, rates=rates, say=lambda m: console.print(f"[dim]·[/dim] {m}"))
     out = results_folder(out, f"{scn.name}-{scn.transport}-{dp}")
     (out / "endpoints").mkdir(exist_ok=True)
     as_run = dict(scn.raw, dataplane=dp)
@@ -384,7 +385,7 @@ def main(args) -> int:
             s = run_sweep(scn, Path(args.out) if args.out else None, live=sys.stderr.isatty(), cluster=cluster)
             return 0 if s["passed"] else 1
         m = run(scn, Path(args.out) if args.out else None, live=sys.stderr.isatty(), pcap=args.pcap,
-                debug=args.debug, fit=args.fit, cluster=cluster)
+                debug=args.debug, fit=args.fit, cluster=cluster, rates=args.rates)
     return exit_code(m)
 
 

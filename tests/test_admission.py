@@ -80,3 +80,26 @@ def test_scaled_keeps_unshaped_links_unshaped():
     s = admission.scaled(dataclasses.replace(spec, link=dataclasses.replace(spec.link, bandwidth_mbps=8.0,
                                                                             t0_t1_bandwidth_mbps=0.0)), 0.5)
     assert (s.link.bandwidth_mbps, s.link.t0_t1_bandwidth_mbps) == (4.0, 0.0)
+
+
+def test_machine_rates_fill_half_the_room_idling_leaves_up_or_down_and_keep_the_path_delay(cache):
+    scn = load_scenario("quickstart", dataplane="linux")
+    for per_hop, up in ((5.0, True), (400.0, False)):  # a fast machine raises the rates, a slow one lowers them
+        admission.save_calibration(_cal(switch_us_per_hop=per_hop))
+        said = []
+        got = admission.admit(scn, "linux", rates="machine", say=said.append)
+        est = admission.estimate(got, got.spec_for("linux"), admission.load_calibration("linux"))
+        room = est.available_cores - est.fixed_cores
+        assert est.traffic_cores == pytest.approx(admission.MACHINE_SHARE * room, rel=0.01)
+        assert (got.spec.link.bandwidth_mbps > scn.spec.link.bandwidth_mbps) is up
+        assert got.spec.link.t0_t1_bandwidth_mbps == scn.spec.link.t0_t1_bandwidth_mbps == 0  # unshaped: the same
+        assert got.spec.link.path_delay_ms == scn.spec.link.path_delay_ms == 5
+        assert "--rates machine scales every link rate by" in said[0]
+    admission.save_calibration(_cal(endpoint_idle_cores=1.0))
+    with pytest.raises(admission.CannotCarry, match="at any rate"):
+        admission.admit(scn, "linux", rates="machine")
+
+
+def test_machine_rates_without_a_calibration_are_refused_in_one_line(cache):
+    with pytest.raises(admission.NotAvailable, match="needs this machine's calibration of linux: run mrclab calibrate"):
+        admission.admit(load_scenario("quickstart", dataplane="linux"), "linux", rates="machine")
