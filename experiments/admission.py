@@ -142,7 +142,6 @@ class Estimate:
             return 0.0
         return min(1.0, room / self.traffic_cores) if self.traffic_cores > 0 else 1.0
 
-
     def machine_factor(self) -> float:
         """The factor that makes the traffic fill :data:`MACHINE_SHARE` of the room idling leaves
         (above 1: faster than the scenario's rates; 0 when idling alone is more than the machine

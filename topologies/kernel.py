@@ -63,7 +63,6 @@ class Remote(Protocol):
         ...
 
 
-#: namespace name -> the server it lives on (:func:`place`); absent: this machine
 #: Bytes every shaper (tbf, and the switch ports' htb classes) may send back to back at the
 #: interface's own speed: two full frames of the default payload. It was 4 ms of line rate
 #: (rate / HZ, tc-tbf(8)'s rule for timers that tick at HZ; the qdisc watchdog here is an
@@ -80,6 +79,7 @@ def tbf(mbps: float | str, limit_bytes: int) -> str:
     return f"tbf rate {rate} burst {SHAPER_BURST_BYTES} limit {limit_bytes}"
 
 
+#: namespace name -> the server it lives on (:func:`place`); absent: this machine
 _REMOTE: dict[str, Remote] = {}
 
 

@@ -31,8 +31,9 @@ so time is measured in its own base RTTs: ``b`` takes the base RTT as the refere
 12 us, ``b`` would be ~1000 and the proportional increase 1000x too steep per RTT). Sizes keep
 uet-htsim's scaling: a BDP of a few dozen packets gives ``a`` of a few tenths.
 The target queueing delay is 0.75 x the base RTT (with trimming, as UET's default). The BDP is the
-QP's line rate (every plane's NIC port that is up at both ends: :meth:`Nscc.set_line_rate`) x the base RTT; the base RTT is the smallest RTT sampled
-(an emulated fabric's RTT is not known before it runs). Where the line rate is not known (unshaped
+QP's line rate (every plane's NIC port that is up at both ends: :meth:`Nscc.set_line_rate`) x the
+base RTT; the base RTT is the smallest RTT sampled (an emulated fabric's RTT is not known before
+it runs). Where the line rate is not known (unshaped
 links), the BDP is taken to be the fixed window. The BDP is never less than ``min_bdp_bytes`` (the
 sender passes two full packets per plane, ours): an emulated link serialises a packet in
 milliseconds while its switches forward an empty queue's packet at once, so the smallest RTT

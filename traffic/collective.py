@@ -29,7 +29,6 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-
 KINDS = ("all_reduce", "all_gather", "all_to_all")
 #: QP numbers of a collective's writes start here (workload QPs are numbered from 1).
 QP_BASE = 0x100
@@ -132,7 +131,7 @@ class Collective:
         self.step = 0
         import numpy
 
-        self.np = numpy  # imported with the first collective (see expected_result)
+        self._np = numpy  # imported with the first collective (see expected_result)
         self.buf = numpy.zeros(size, dtype=numpy.uint8)
         self.started_at = 0.0
         self.finished = False
@@ -197,7 +196,7 @@ class Collective:
             self.outq[(peer, QP_BASE + j)].append(self.buf[o : o + part].tobytes())
 
     def _begin_iteration(self) -> None:
-        np = self.np
+        np = self._np
         self.buf = np.frombuffer(initial_data(self.seed, self.rank, self.iteration, self.size), dtype=np.uint8).copy()
         self.started_at = self.now()
         self.step = 0
@@ -221,7 +220,7 @@ class Collective:
                 return
             for p in self.frm:
                 got = self.arrived.pop((p, g))
-                data = self.np.frombuffer(b"".join(got[j] for j in range(self.q)), dtype=self.np.uint8)
+                data = self._np.frombuffer(b"".join(got[j] for j in range(self.q)), dtype=self._np.uint8)
                 if self.kind == "all_to_all":
                     off, ln = self.parts[self.ranks.index(p)]
                 else:
