@@ -222,11 +222,18 @@ def test_a_fabric_over_two_servers_probes_clean_and_leaves_nothing(two_servers, 
 def test_a_scenario_passes_with_its_switch_dying_on_a_remote_plane(two_servers, tmp_path, scenario, dataplane,
                                                                    switch):
     srv = two_servers
-    out = tmp_path / "qs"
-    r = subprocess.run([sys.executable, "-m", "mrclab.cli", "run", scenario, "--dataplane", dataplane,
-                        "--servers", ",".join(srv.addresses), "--ssh-config", str(srv.ssh_config), "--out", str(out)],
-                       capture_output=True, text=True, timeout=300, env=dict(os.environ, COLUMNS="200"))
-    m = json.loads((out / "metrics.json").read_text())
+    why = []
+    for n in range(1, 4):  # a void run (exit 3: the emulator fell behind) says nothing: run again
+        out = tmp_path / f"qs{n}"
+        r = subprocess.run([sys.executable, "-m", "mrclab.cli", "run", scenario, "--dataplane", dataplane,
+                            "--servers", ",".join(srv.addresses), "--ssh-config", str(srv.ssh_config), "--out",
+                            str(out)], capture_output=True, text=True, timeout=300, env=dict(os.environ, COLUMNS="200"))
+        m = json.loads((out / "metrics.json").read_text())
+        if not (r.returncode == 3 and m["passed"] and m["void"]):
+            break
+        why.append(f"try {n}: " + ", ".join(f["invariant"] + " at " + f["where"] for f in m["fidelity_faults"][:2]))
+    else:
+        pytest.skip(f"{scenario} on {dataplane} over servers: void 3 times, this machine could not keep up: {why}")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     # the switch that died is plane 0's, which runs on the first server
     downs = [f for f in m["faults"] if f.get("event") == "switch_down"]
