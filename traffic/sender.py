@@ -86,8 +86,8 @@ class MrcSender:
         self.probes: ProbeScheduler[int] = ProbeScheduler(settings.probe_interval_s, settings.probe_timeout_s)
         self.ports = PortState()
         self.mss = settings.payload_bytes + H.DATA_OVERHEAD  # a full data packet on the wire
+        self._planes = {e.plane for e in evs.evs.values()}  # the planes this QP sprays over
         if settings.nscc:
-            self._planes = {e.plane for e in evs.evs.values()}  # the planes this QP sprays over
             planes = len(self._planes)
             line = settings.port_mbps * 1e6 * planes
             # start at the BDP floor (two packets per plane): a window's first burst meets empty
