@@ -125,7 +125,14 @@ class EvSet:
     def next_ev(self, avoid: int | None = None, now: float = 0.0) -> int | None:
         """The next EV to carry a packet at time ``now``: passing over SKIP EVs (at least once, and
         until their hold ends) and ``avoid`` when possible."""
-        n = len(self._rot)
+        rot = self._rot
+        n = len(rot)
+        if n:  # the usual case, a GOOD EV next in turn: one look, no loop (the sender's hot path)
+            i = self._i
+            ev = rot[i]
+            if self.evs[ev].state is GOOD and (ev != avoid or n == 1):
+                self._i = i + 1 if i + 1 < n else 0
+                return ev
         for _ in range(2 * n):
             ev = self._rot[self._i]
             self._i = (self._i + 1) % n

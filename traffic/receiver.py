@@ -114,7 +114,8 @@ class MrcReceiver:
             self.stats.drop(why)
             return []
         out = []
-        if self.pending_ack and max(self.pending_hi, psn) - min(self.pending_lo, psn) >= SACK_BITMAP_BITS:
+        if self.pending_ack and ((psn if psn > self.pending_hi else self.pending_hi)
+                                 - (psn if psn < self.pending_lo else self.pending_lo)) >= SACK_BITMAP_BITS:
             out.append(self._flush())  # this arrival and the pending ones would not fit one bitmap
         st = self.stats
         st.data_packets += 1

@@ -177,27 +177,35 @@ class MrcSender:
         ring, payload = box.ring, box.payload
         op, qp, rkey, imm, ports = self._op, self.qp, self._rkey, self.imm, self.ports.local
         sent = 0
+        psn = self.next_psn  # the loop keeps the PSN and the message in hand in locals, written back after
+        cur = box.cur
+        fresh = cur is not None  # a message to unpack (and place in the region) at its next packet
+        msn = crc = off = msg_len = va0 = 0
+        data = memoryview(b"")
         while len(out) < budget and len(unacked) < window:
             ev = evs.next_ev(None, now)
             if ev is None:
                 break
-            cur = box.cur
             if cur is None:
                 if not box.fetch():
                     break
                 cur = box.cur
-                assert cur is not None  # fetch() took a message
-            msn, data, crc, off = cur
-            msg_len = len(data)
-            if off == 0 and msn not in ring.base:
-                if not ring.fits(msg_len):
-                    break  # the region it goes to still holds a message in flight: wait for its acks
-                ring.place(msn, msg_len)
-                box.started[msn] = now
-            ln = min(payload, msg_len - off)
-            box.cur = (msn, data, crc, off + ln) if off + ln < msg_len else None
-            psn = self.next_psn
-            self.next_psn = psn + 1
+                fresh = True
+            if fresh:
+                assert cur is not None
+                msn, data, crc, off = cur
+                msg_len = len(data)
+                if off == 0 and msn not in ring.base:
+                    if not ring.fits(msg_len):
+                        break  # the region it goes to still holds a message in flight: wait for its acks
+                    ring.place(msn, msg_len)
+                    box.started[msn] = now
+                va0 = ring.base[msn]
+                fresh = False
+            ln = msg_len - off
+            if ln > payload:
+                ln = payload
+            end = off + ln
             recs[psn] = _Rec(msn, off, ln, ev, now)
             sent_at[psn] = now
             unacked.add(psn)
@@ -210,12 +218,19 @@ class MrcSender:
             e.packets += 1
             e.bytes += ln
             sent += 1
-            out.append(Pkt(op, qp, psn, ev, 0, msn, msg_len, crc, off, ring.base[msn] + off,  # DATA_FIELDS: _data_pkt
-                           rkey, ln, data[off : off + ln], (msn & 0xFFFFFFFF) if imm else None, ports, False))
-            if box.cur is None and msg_len > window * payload:
-                # a big next message is fetched *after* these packets are stamped and sent, so the
-                # time it takes is not charged to their round trip (which would fire the timer)
-                break
+            out.append(Pkt(op, qp, psn, ev, 0, msn, msg_len, crc, off, va0 + off,  # DATA_FIELDS: _data_pkt
+                           rkey, ln, data[off:end], (msn & 0xFFFFFFFF) if imm else None, ports, False))
+            psn += 1
+            if end < msg_len:
+                off = end  # cur stays non-None; its tuple is made again on the way out
+            else:
+                cur = None
+                if msg_len > window * payload:
+                    # a big next message is fetched *after* these packets are stamped and sent, so the
+                    # time it takes is not charged to their round trip (which would fire the timer)
+                    break
+        self.next_psn = psn
+        box.cur = cur if cur is None or fresh else (msn, data, crc, off)
         self.stats.data_packets += sent
         if box.cur is None and out:
             box.fetch()

@@ -25,6 +25,7 @@ _crc32 = H.crc32
 _OFF_BODY, _OFF_UDP, _OFF_BTH, _UDP_PORT, _OP_WRITE = H.OFF_BODY, H.OFF_UDP, H.OFF_BTH, H.UDP_PORT, H.OP_WRITE
 _MIN_ULEN = 8 + H.BTH_SIZE + 4  # UDP header + BTH + ICRC
 _DATA_OPS = (H.OP_WRITE, H.OP_WRITE_IMM)
+_OP_WRITE_IMM, _X_LAST = H.OP_WRITE_IMM, H.X_LAST
 _ECT0, _TRIM_DSCP = H.ECT0, H.TRIM_DSCP
 _TRIM_ULEN = H.TRIM_BYTES - _OFF_UDP  # UDP length a switch writes into a trimmed packet
 _BTH = H.BTH
@@ -47,6 +48,12 @@ _DATA_TH = _concat(_BTH, H.MRCX, H.RETH)
 _DATA_TH_IMM = _concat(_DATA_TH, H.IMM)
 _DATA_BODY = _concat(H.MRCX, H.RETH)
 _DATA_BODY_IMM = _concat(H.MRCX, H.RETH, H.IMM)
+# Every frame's fixed part and a Write's transport headers, read in one call when the frame is long
+# enough (the receive path's usual case); _DATA_END: where a Write's payload starts
+_FIXED_DATA = _concat(_FIXED, _DATA_BODY)
+_DATA_END = H.OFF_BODY + _DATA_BODY.size
+if _FIXED.size + 12 != H.OFF_BODY:
+    raise ImportError("traffic.wire: _FIXED must end where the transport body starts (headers.OFF_BODY)")
 
 
 def _mac(text: str) -> bytes:
@@ -111,20 +118,28 @@ class Wire:
 
     def encode(self, p: Pkt, peer: str) -> tuple[int, list[bytes | memoryview]]:
         """(plane to send on, the frame as buffers sent back to back) of packet ``p`` to host ``peer``."""
-        plane = (p.ev >> 12) & 0xF
         op = p.op
         ev = p.ev
-        tail: bytes | memoryview = b""
-        ect = 0
-        if op in _DATA_OPS:  # transport headers, then the payload
-            ect = _ECT0
-            last = H.X_LAST if p.msg_offset + p.dma_len >= p.msg_len else 0
-            fields = (op, 0, 0xFFFF, (p.flags << 24) | (p.qp & 0xFFFFFF), p.psn & 0xFFFFFF, p.msn & 0xFFFFFFFF,
-                      p.msg_len, p.msg_crc, p.msg_offset, last, p.port_state, 0, p.va, p.rkey, p.dma_len)
-            head = _DATA_TH_IMM.pack(*fields, (p.imm or 0) & 0xFFFFFFFF) if op == H.OP_WRITE_IMM else \
-                _DATA_TH.pack(*fields)
+        if op == _OP_WRITE or op == _OP_WRITE_IMM:  # transport headers, then the payload: the hot path
+            off, dma_len, msg_len = p.msg_offset, p.dma_len, p.msg_len
+            if op == _OP_WRITE:
+                head = _DATA_TH.pack(op, 0, 0xFFFF, (p.flags << 24) | (p.qp & 0xFFFFFF), p.psn & 0xFFFFFF,
+                                     p.msn & 0xFFFFFFFF, msg_len, p.msg_crc, off,
+                                     _X_LAST if off + dma_len >= msg_len else 0, p.port_state, 0, p.va, p.rkey,
+                                     dma_len)
+            else:
+                head = _DATA_TH_IMM.pack(op, 0, 0xFFFF, (p.flags << 24) | (p.qp & 0xFFFFFF), p.psn & 0xFFFFFF,
+                                         p.msn & 0xFFFFFFFF, msg_len, p.msg_crc, off,
+                                         _X_LAST if off + dma_len >= msg_len else 0, p.port_state, 0, p.va,
+                                         p.rkey, dma_len, (p.imm or 0) & 0xFFFFFFFF)
             tail = p.payload
-        elif op in (H.OP_SACK, H.OP_NACK, H.OP_ACK):
+            key = (ev << 17) | (_ECT0 << 15) | (len(head) + len(tail) + 4)  # UDP payload: BTH..payload + ICRC
+            by_peer = self._prefixes.get(peer)
+            pfx = by_peer.get(key) if by_peer is not None else None
+            if pfx is None:
+                pfx = self._prefix(peer, ev, key & 0x7FFF, _ECT0)
+            return (ev >> 12) & 0xF, [pfx, head, tail, _U32.pack(_crc32(tail, _crc32(head)))]
+        if op in (H.OP_SACK, H.OP_NACK, H.OP_ACK):
             head = _BTH.pack(op, 0, 0xFFFF, p.qp & 0xFFFFFF, 0) + H.SACK.pack(
                 p.cum_psn, p.base_psn, p.bitmap, p.trim_bitmap, p.echo_ev, p.echo_psn, p.sflags, p.port_state, 0)
         elif op == H.OP_PROBE:
@@ -134,12 +149,12 @@ class Wire:
             head = _BTH.pack(op, 0, 0xFFFF, p.qp & 0xFFFFFF, 0) + H.CNP.pack()
         else:
             raise ValueError(f"cannot encode opcode {op:#x}")
-        n = len(head) + len(tail) + 4  # UDP payload: BTH..payload + ICRC
+        n = len(head) + 4  # UDP payload: BTH..body + ICRC
         by_peer = self._prefixes.get(peer)
-        pfx = by_peer.get((ev << 17) | (ect << 15) | n) if by_peer is not None else None
+        pfx = by_peer.get((ev << 17) | n) if by_peer is not None else None
         if pfx is None:
-            pfx = self._prefix(peer, ev, n, ect)
-        return plane, [pfx, head, tail, _U32.pack(_crc32(tail, _crc32(head)))]
+            pfx = self._prefix(peer, ev, n, 0)
+        return (ev >> 12) & 0xF, [pfx, head, b"", _U32.pack(_crc32(head))]
 
     # ---- decode -------------------------------------------------------------------------------
     def _reject(self, why: str) -> None:
@@ -147,34 +162,58 @@ class Wire:
 
     def decode(self, f: bytes | memoryview) -> tuple[str, Pkt] | None:
         """(sending host, packet) of an MRC frame for this NIC; None (counted) for anything else."""
-        try:
-            return self._decode(f)
+        try:  # one function, not a wrapper around one: a call less per frame (a try costs nothing)
+            n = len(f)
+            if n < _OFF_BODY:
+                self._reject("not IPv6 or too short")
+                return None
+            if n >= _DATA_END:  # long enough for a data packet's headers: read them in the same call
+                (ethertype, first, onh, inh, isrc, idst, sport, dport, ulen, op, fq, psn,
+                 msn, msg_len, crc, moff, _xf, ports, _, va, rkey, dma_len) = _FIXED_DATA.unpack_from(f, 12)
+            else:
+                (ethertype, first, onh, inh, isrc, idst, sport, dport, ulen,
+                 op, fq, psn) = _FIXED.unpack_from(f, 12)
+                msn = -1
+            if ethertype != 0x86DD:
+                self._reject("not IPv6 or too short")
+                return None
+            if first >> 28 != 6 or onh != 41 or inh != 17:
+                self._reject("not IPv6-in-IPv6 / UDP")
+                return None
+            if idst != self.my_nic:
+                self._reject("not for this NIC")
+                return None
+            src = self.nic_to_host.get(isrc)
+            if src is None:
+                self._reject("unknown source NIC")
+                return None
+            if dport != _UDP_PORT:
+                self._reject("not MRC's UDP port")
+                return None
+            if op == _OP_WRITE and msn >= 0 and (first >> 22) & 0x3F != _TRIM_DSCP:  # the hot path: a Write
+                end = _OFF_UDP + ulen - 4  # the last 4 bytes are the ICRC
+                if ulen < _MIN_ULEN or end + 4 > n:
+                    self._reject("bad UDP length")
+                    return None
+                v = f if type(f) is memoryview else memoryview(f)
+                if _crc32(v[_OFF_BTH:end]) != _U32.unpack_from(f, end)[0]:
+                    self._reject("bad ICRC")
+                    return None
+                if end < _DATA_END:
+                    self._reject("truncated data header")
+                    return None
+                return src, Pkt(op, fq & 0xFFFFFF, psn & 0xFFFFFF, ((first & 0xFFFF) << 16) | sport,  # DATA_FIELDS
+                                fq >> 24, msn, msg_len, crc, moff, va, rkey, dma_len, v[_DATA_END:end], None, ports,
+                                ((first >> 20) & 0x3) == 0x3)
+            return self._decode(f, first, isrc, sport, ulen, op, fq, psn, src)
         except (struct.error, IndexError, ValueError):
             self._reject("malformed")
             return None
 
-    def _decode(self, f) -> tuple[str, Pkt] | None:
-        if len(f) < _OFF_BODY:
-            self._reject("not IPv6 or too short")
-            return None
-        (ethertype, first, onh, inh, isrc, idst, sport, dport, ulen,
-         op, fq, psn) = _FIXED.unpack_from(f, 12)
-        if ethertype != 0x86DD:
-            self._reject("not IPv6 or too short")
-            return None
-        if first >> 28 != 6 or onh != 41 or inh != 17:
-            self._reject("not IPv6-in-IPv6 / UDP")
-            return None
-        if idst != self.my_nic:
-            self._reject("not for this NIC")
-            return None
-        src = self.nic_to_host.get(isrc)
-        if src is None:
-            self._reject("unknown source NIC")
-            return None
-        if dport != _UDP_PORT:
-            self._reject("not MRC's UDP port")
-            return None
+    def _decode(self, f, first: int, isrc: bytes, sport: int, ulen: int, op: int, fq: int, psn: int,
+                src: str) -> tuple[str, Pkt] | None:
+        """The rest of :meth:`decode`, past the checks every frame meets: every packet but an
+        untrimmed Write."""
         v = memoryview(f)
         if (first >> 22) & 0x3F == _TRIM_DSCP:  # a switch cut it to its headers: no payload, no ICRC
             return self._trimmed(f, src, first, sport, ulen, op, fq, psn)
