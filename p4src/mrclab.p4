@@ -56,6 +56,14 @@
  * the packet into its queue, so a packet below the thresholds needs no other action) and one in
  * egress (dequeue_low, which also counts it sent); port_fault is looked up only while some port
  * has a fault. `mrclab bench fabric` measures it against a port-to-port program.
+ * Metadata is the other cost: BMv2 zeroes every metadata field of every packet before parsing
+ * (PHV::reset_metadata, field by field through GMP integers), and p4c makes a metadata temporary
+ * of every extern argument that is an expression, e.g. each `(bit<32>) std.egress_port` a
+ * counter or register is indexed with (once per inlined copy of an action). So the egress port is
+ * kept once as a 32-bit index, meta.port, set by forward and read by every later action (p4c
+ * propagates a field into a use only inside the action that set it), and actions keep no locals
+ * of their own: 49 metadata fields became 24 (perf: Header::reset and GMP were the program's
+ * dearest user-space work, after BMv2's thread hand-offs, which both programs pay).
  */
 #include <core.p4>
 #include <v1model.p4>
@@ -105,23 +113,19 @@ header ethernet_t {
     bit<16> ether_type;
 }
 
-/* The inner IPv6 header: its payload length (rewritten by trim) and next header; the rest opaque. */
+/* The inner IPv6 header: its payload length (rewritten by trim) and next header; the rest opaque.
+ * A parser select on a slice costs a metadata temporary, so next header is a field of its own. */
 header inner_ipv6_t {
-    bit<32>  ver_class_flow;
-    bit<16>  payload_len;
+    bit<48>  vcf_len;     /* version, class, flow label 32 | payload length [15:0] */
     bit<8>   next_hdr;
-    bit<8>   hop_limit;
-    bit<256> addrs;
+    bit<264> hl_addrs;    /* hop limit ++ source ++ destination: never read here */
 }
 
 /* The outer header with its destination split where uN needs it: the first 48 bits (block +
  * active uSID, what my_sid and routing match) and the 80 bits of uSIDs behind them. The uN shift is
  * then two assignments, and no table key needs a concatenation. */
 header outer_ipv6_t {
-    bit<4>   version;
-    bit<8>   traffic_class;
-    bit<20>  flow_label;
-    bit<16>  payload_len;
+    bit<48>  vtf_len;  /* version 4 | traffic class 8 (DSCP [43:38], ECN [37:36]) | flow label 20 | payload length 16 */
     bit<8>   next_hdr;
     bit<8>   hop_limit;
     bit<128> src_addr;
@@ -130,15 +134,13 @@ header outer_ipv6_t {
 }
 
 header udp_t {
-    bit<32> ports;         /* source ++ destination port */
-    bit<32> length_csum;   /* length ++ checksum */
+    bit<64> ports_len_csum;  /* source port ++ destination port [47:32] ++ length [31:16] ++ checksum */
 }
 
 /* InfiniBand Base Transport Header (IBTA vol. 1, 9.2); MRC's flags in its reserved byte. Only
  * the opcode and the flags are read or written here: the rest is two opaque fields. */
 header bth_t {
-    bit<8>  opcode;
-    bit<24> se_m_pad_tver_pkey;
+    bit<32> op_pkey;       /* opcode [31:24] ++ SE, M, pad, TVer, P_Key */
     bit<8>  mrc_flags;
     bit<56> dqpn_ackreq_psn;
 }
@@ -162,6 +164,9 @@ struct metadata_t {
     bit<32> trim_t;          /* from forward: trim data at or above (0: never) */
     bit<32> q_limit;         /* from forward: drop at or above (0: never) */
     bit<1>  lossless;        /* from forward: PFC's lossless class; record the feeder */
+    bit<32> port;            /* from forward: the egress port, as the index of counters and registers */
+    bit<32> drop_idx;        /* drop_with: the drops counter's cell */
+    bit<64> feeds;           /* note_feeder: the port's pfc_feeds word */
 }
 
 parser MrcParser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
@@ -190,7 +195,7 @@ parser MrcParser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
     }
     state parse_udp {
         pkt.extract(hdr.udp);
-        transition select(hdr.udp.ports[15:0]) {
+        transition select(hdr.udp.ports_len_csum[47:32]) {
             ROCE_UDP_PORT: parse_bth;
             default: accept;
         }
@@ -214,15 +219,16 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
     action drop_with(bit<32> reason) {
         mark_to_drop(std);
         meta.dropped = 1;
-        drops.count(((bit<32>) std.ingress_port << 3) | reason);
+        meta.drop_idx = ((bit<32>) std.ingress_port << 3) | reason;
+        drops.count(meta.drop_idx);
     }
 
     /* The packet does not join the low-priority queue after all: its place in the count goes
      * (a read-modify-write, atomic in its action: egress decrements the same count meanwhile). */
     action uncount() {
-        bit<32> n;
-        qocc.read(n, (bit<32>) std.egress_spec);
-        qocc.write((bit<32>) std.egress_spec, n - 1);
+        qocc.read(meta.occ, meta.port);  /* occ is not read again once the packet leaves the count */
+        meta.occ = meta.occ - 1;
+        qocc.write(meta.port, meta.occ);
         meta.counted = 0;
     }
 
@@ -259,6 +265,7 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
     action forward(bit<9> port, bit<48> src_mac, bit<48> dst_mac, bit<16> ecn_k, bit<16> trim_t,
                    bit<16> q_limit, bit<1> lossless) {
         std.egress_spec = port;
+        meta.port = (bit<32>) port;
         hdr.ethernet.dst_src_addr = dst_mac ++ src_mac;
         hdr.ipv6.hop_limit = hdr.ipv6.hop_limit - 1;
         meta.ecn_k = (bit<32>) ecn_k;
@@ -267,8 +274,8 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
         meta.lossless = lossless;
         /* counted as joining the low-priority queue here, the common case, so that a data packet
          * below the thresholds meets no further action; undone where it does not join it */
-        qocc.read(meta.occ, (bit<32>) port);
-        qocc.write((bit<32>) port, meta.occ + 1);
+        qocc.read(meta.occ, meta.port);
+        qocc.write(meta.port, meta.occ + 1);
         meta.counted = 1;
     }
 
@@ -286,25 +293,23 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
 
     /* BMv2 has no conditionals inside actions: the action draws, the control decides. */
     action gray_loss(bit<32> threshold, bit<32> salt) {
-        bit<32> state;
-        bit<32> idx = (bit<32>) std.egress_spec;
-        gray_state.read(state, idx);
-        state = state * 1664525 + 1013904223;
-        gray_state.write(idx, state);
-        meta.gray_draw = (state ^ salt) >> 16;
+        gray_state.read(meta.gray_draw, meta.port);
+        meta.gray_draw = meta.gray_draw * 1664525 + 1013904223;
+        gray_state.write(meta.port, meta.gray_draw);
+        meta.gray_draw = (meta.gray_draw ^ salt) >> 16;
         meta.gray_threshold = threshold;
     }
 
     action trim() {
         truncate(TRIM_BYTES);
-        hdr.ipv6.payload_len = TRIM_OUTER_LEN;
-        hdr.inner_ipv6.payload_len = TRIM_INNER_LEN;
-        hdr.udp.length_csum = TRIM_INNER_LEN ++ hdr.udp.length_csum[15:0];
-        hdr.ipv6.traffic_class = TRIM_DSCP ++ hdr.ipv6.traffic_class[1:0];
+        hdr.ipv6.vtf_len[15:0] = TRIM_OUTER_LEN;
+        hdr.inner_ipv6.vcf_len[15:0] = TRIM_INNER_LEN;
+        hdr.udp.ports_len_csum[31:16] = TRIM_INNER_LEN;
+        hdr.ipv6.vtf_len[43:38] = TRIM_DSCP;
         hdr.bth.mrc_flags = hdr.bth.mrc_flags | F_TRIM;
         std.priority = PRIO_HIGH;
         uncount();
-        trimmed.count((bit<32>) std.egress_spec);
+        trimmed.count(meta.port);
     }
 
     /* A packet trimmed upstream stays in the high-priority queue all the way; control packets
@@ -316,7 +321,7 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
 
     action drop_queue_full() {
         uncount();
-        queue_full.count((bit<32>) std.egress_spec);
+        queue_full.count(meta.port);
         drop_with(DROP_QUEUE_FULL);
     }
 
@@ -327,9 +332,9 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
 
     /* PFC: this packet's ingress port fed its egress port's lossless queue. */
     action note_feeder() {
-        bit<64> f;
-        pfc_feeds.read(f, (bit<32>) std.egress_spec);
-        pfc_feeds.write((bit<32>) std.egress_spec, f | ((bit<64>) 1 << (bit<8>) std.ingress_port));
+        pfc_feeds.read(meta.feeds, meta.port);
+        meta.feeds = meta.feeds | ((bit<64>) 1 << (bit<8>) std.ingress_port);
+        pfc_feeds.write(meta.port, meta.feeds);
     }
 
     table port_fault {
@@ -365,10 +370,10 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
                             }
                             if (meta.dropped == 0) {
                                 if (hdr.bth.isValid() && ((hdr.bth.mrc_flags & F_TRIM) != 0 ||
-                                        (hdr.bth.opcode != OP_WRITE && hdr.bth.opcode != OP_WRITE_IMM))) {
+                                        (hdr.bth.op_pkey[31:24] != OP_WRITE && hdr.bth.op_pkey[31:24] != OP_WRITE_IMM))) {
                                     keep_high();
                                 } else if (meta.trim_t != 0 && meta.occ >= meta.trim_t && hdr.bth.isValid() &&
-                                        (hdr.bth.opcode == OP_WRITE || hdr.bth.opcode == OP_WRITE_IMM)) {
+                                        (hdr.bth.op_pkey[31:24] == OP_WRITE || hdr.bth.op_pkey[31:24] == OP_WRITE_IMM)) {
                                     trim();
                                 } else if (meta.q_limit != 0 && meta.occ >= meta.q_limit) {
                                     drop_queue_full();
@@ -391,24 +396,24 @@ control MrcEgress(inout headers_t hdr, inout metadata_t meta, inout standard_met
 
     /* Left the low-priority queue: one packet less in its port's count; counted as sent. */
     action dequeue_low() {
-        qocc.read(meta.occ, (bit<32>) std.egress_port);
+        qocc.read(meta.occ, meta.port);
         meta.occ = meta.occ - 1;
-        qocc.write((bit<32>) std.egress_port, meta.occ);
-        port_tx.count((bit<32>) std.egress_port);
+        qocc.write(meta.port, meta.occ);
+        port_tx.count(meta.port);
     }
 
     /* PFC: the lossless queue is empty; whoever feeds it next starts the record afresh. */
     action clear_feeds() {
-        pfc_feeds.write((bit<32>) std.egress_port, 0);
+        pfc_feeds.write(meta.port, 0);
     }
 
     action count_tx() {
-        port_tx.count((bit<32>) std.egress_port);
+        port_tx.count(meta.port);
     }
 
     action mark_ce() {
-        hdr.ipv6.traffic_class[1:0] = 3;
-        ecn_marked.count((bit<32>) std.egress_port);
+        hdr.ipv6.vtf_len[37:36] = 3;
+        ecn_marked.count(meta.port);
     }
 
     apply {
@@ -421,7 +426,7 @@ control MrcEgress(inout headers_t hdr, inout metadata_t meta, inout standard_met
         } else {
             count_tx();
         }
-        if (meta.ecn_k != 0 && hdr.ipv6.traffic_class[1:0] != 0 && (bit<32>) std.enq_qdepth >= meta.ecn_k) {
+        if (meta.ecn_k != 0 && hdr.ipv6.vtf_len[37:36] != 0 && (bit<32>) std.enq_qdepth >= meta.ecn_k) {
             mark_ce();
         }
     }
