@@ -186,13 +186,6 @@ class HostStack:
         peer, p = got
         out: list = []
         if p.op in _DATA_OPS:
-            rx = self.receivers.get((peer, p.qp))
-            if rx is not None:  # the hot path: a data packet for a receiver this host has
-                self.peer_ports[peer] = p.port_state
-                acks = rx.on_packet(p, now)
-                if acks:  # usually none: SACKs leave at the end of the receive batch
-                    self._out(peer, acks, out)
-                return out
             self.peer_ports[peer] = p.port_state
             rx = self.receivers.get((peer, p.qp))
             if rx is None:

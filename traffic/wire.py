@@ -132,13 +132,22 @@ class Wire:
                                          p.msn & 0xFFFFFFFF, msg_len, p.msg_crc, off,
                                          _X_LAST if off + dma_len >= msg_len else 0, p.port_state, 0, p.va,
                                          p.rkey, dma_len, (p.imm or 0) & 0xFFFFFFFF)
-            tail = p.payload
-            key = (ev << 17) | (_ECT0 << 15) | (len(head) + len(tail) + 4)  # UDP payload: BTH..payload + ICRC
-            by_peer = self._prefixes.get(peer)
-            pfx = by_peer.get(key) if by_peer is not None else None
-            if pfx is None:
-                pfx = self._prefix(peer, ev, key & 0x7FFF, _ECT0)
-            return (ev >> 12) & 0xF, [pfx, head, tail, _U32.pack(_crc32(tail, _crc32(head)))]
+            tail: bytes | memoryview = p.payload
+            ect = _ECT0
+        else:
+            head, tail, ect = self._control_head(p), b"", 0
+        n = len(head) + len(tail) + 4  # UDP payload: BTH..payload + ICRC
+        by_peer = self._prefixes.get(peer)
+        pfx = by_peer.get((ev << 17) | (ect << 15) | n) if by_peer is not None else None
+        if pfx is None:
+            pfx = self._prefix(peer, ev, n, ect)
+        return (ev >> 12) & 0xF, [pfx, head, tail, _U32.pack(_crc32(tail, _crc32(head)))]
+
+    @staticmethod
+    def _control_head(p: Pkt) -> bytes:
+        """BTH and body of a control packet (SACK, NACK, ACK, probe, CNP). Raises ValueError for
+        another opcode."""
+        op = p.op
         if op in (H.OP_SACK, H.OP_NACK, H.OP_ACK):
             head = _BTH.pack(op, 0, 0xFFFF, p.qp & 0xFFFFFF, 0) + H.SACK.pack(
                 p.cum_psn, p.base_psn, p.bitmap, p.trim_bitmap, p.echo_ev, p.echo_psn, p.sflags, p.port_state, 0)
@@ -149,12 +158,7 @@ class Wire:
             head = _BTH.pack(op, 0, 0xFFFF, p.qp & 0xFFFFFF, 0) + H.CNP.pack()
         else:
             raise ValueError(f"cannot encode opcode {op:#x}")
-        n = len(head) + 4  # UDP payload: BTH..body + ICRC
-        by_peer = self._prefixes.get(peer)
-        pfx = by_peer.get((ev << 17) | n) if by_peer is not None else None
-        if pfx is None:
-            pfx = self._prefix(peer, ev, n, 0)
-        return (ev >> 12) & 0xF, [pfx, head, b"", _U32.pack(_crc32(head))]
+        return head
 
     # ---- decode -------------------------------------------------------------------------------
     def _reject(self, why: str) -> None:
