@@ -55,8 +55,9 @@ class RunData:
     timeline: FabricTimeline | None = None  # the faults as played (experiments/fabricstate.py)
     #: (t_s, host, the most its loop began a turn later than due in the telemetry interval before t, s)
     loop_gaps: list[tuple[float, str, float]] = field(default_factory=list)
-    #: (t_s, "endpoint h0" | "switch t1-0-0", scheduling delay per run (s), waited share of the interval before t)
-    run_delays: list[tuple[float, str, float, float]] = field(default_factory=list)
+    #: (t_s, "endpoint h0" | "switch t1-0-0", scheduling delay per run (s), waited share of the interval
+    #: before t, that interval (s))
+    run_delays: list[tuple[float, str, float, float, float]] = field(default_factory=list)
     #: (t_s, host, the endpoint's resident memory in bytes) at each of its telemetry samples
     rss: list[tuple[float, str, int]] = field(default_factory=list)
 

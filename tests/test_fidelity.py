@@ -15,11 +15,21 @@ from mrclab.experiments.runner import exit_code
 
 
 def test_starvation_needs_a_long_wait_per_run_and_real_waiting():
-    cpu = [(1.0, "endpoint h0", 0.005, 0.5),    # starved: 5 ms for a CPU each time, half the interval waiting
-           (2.0, "endpoint h0", 0.005, 0.01),   # waited long once or twice: not held back in any way that shows
-           (3.0, "endpoint h1", 0.0002, 0.4)]   # ten endpoints on two cores: many short waits, no packet notices
+    cpu = [(1.0, "endpoint h0", 0.005, 0.5, 0.25),    # starved: 5 ms for a CPU each time, half the interval waiting
+           (2.0, "endpoint h0", 0.005, 0.01, 0.25),   # waited long once or twice: not held back in any way that shows
+           (3.0, "endpoint h1", 0.0002, 0.4, 0.25)]   # ten endpoints on two cores: many short waits, no packet notices
     found = fidelity.faults(cpu, [])
     assert [(f.invariant, f.where, f.t0, f.t1) for f in found] == [("CPU starvation", "endpoint h0", 0.75, 1.0)]
+
+
+def test_a_late_samples_fault_covers_all_the_interval_it_read():
+    """A sample taken 1.2 s after the one before (the monitor itself waited for a CPU) says the
+    process starved somewhere in those 1.2 s: the fault covers them all, and so voids a verdict
+    whose window ends a second before the sample was taken."""
+    found = fidelity.faults([(9.0, "switch t1-0-0", 0.002, 0.6, 1.2)], [])
+    assert [(f.t0, f.t1) for f in found] == [(pytest.approx(7.8), 9.0)]
+    d = RunData(duration_s=24.0, first_fault_s=8.0, traffic_start_s=0.0)
+    assert fidelity.overlapping(windows(d, "evs_retired", {"after": 6, "within_s": 2.0}), found) == found
 
 
 def test_late_timers_from_the_endpoints_loop_gaps_and_merging():
