@@ -98,3 +98,80 @@ def test_an_endpoint_given_configs_without_their_namespaces_says_so():
                        capture_output=True, text=True)
     assert r.returncode == 2
     assert r.stderr.strip() == "endpoint: 2 configs need 1 --netns (one for every config after the first), got 0"
+
+
+class _FakeHost:
+    """A stand-in for traffic.endpoint.Endpoint in run_group: one socket (a socketpair's end),
+    a deadline every ``every_s`` (inf: none), finished at ``end``; counts its turns."""
+
+    def __init__(self, host: str, every_s: float, end: float) -> None:
+        import socket as _socket
+        from types import SimpleNamespace
+
+        self.host, self.every_s, self.end = host, every_s, end
+        self.peer, mine = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_DGRAM)
+        mine.setblocking(False)
+        self.socks = {0: mine}
+        self.cfg = SimpleNamespace(start_at_wall=time.time(), go_path=None)
+        self.t0_wall = time.time()
+        self.tel = SimpleNamespace(write=lambda _rec: None)
+        self.stack = SimpleNamespace(transport="mrc")
+        self.flows: list = []
+        self.stop_requested = self.finished = False
+        self.loop_gap_max_s = 0.0
+        self.turns = self.frames = 0
+        self.next = 0.0
+
+    def socks_by_fd(self):
+        return {sk.fileno(): sk for sk in self.socks.values()}
+
+    def open(self) -> None:
+        pass
+
+    def begin(self, _t0_wall: float) -> None:
+        self.end += time.monotonic()
+
+    def turn(self, now: float, ready=()) -> int:
+        self.turns += 1
+        moved = 0
+        for _fd in ready:
+            while True:
+                try:
+                    self.socks[0].recv(64)
+                except BlockingIOError:
+                    break
+                moved += 1
+        self.frames += moved
+        if now >= self.next:
+            self.next = now + self.every_s
+        self.finished = now >= self.end
+        return moved
+
+    def due(self, now: float) -> float:
+        return min(self.next, self.end)
+
+    def finish(self, share: int = 1) -> None:
+        self.peer.close()
+        self.socks[0].close()
+
+
+def test_one_process_turns_only_the_hosts_a_wake_up_is_for():
+    """Two hosts in one endpoint process: h0 has a deadline every 5 ms, h1 none (it waits for
+    frames). h1 is turned for its three frames and its own end, not at each of h0's ~80 wake-ups
+    (turning every host at every wake-up doubled a two-host process's Python)."""
+    from mrclab.traffic.endpoint import run_group
+
+    busy, idle = _FakeHost("h0", 0.005, 0.4), _FakeHost("h1", float("inf"), 0.4)
+
+    def send_frames():
+        for _ in range(3):
+            time.sleep(0.1)
+            idle.peer.send(b"frame")
+
+    t = threading.Thread(target=send_frames)
+    t.start()
+    assert run_group([busy, idle]) == 0
+    t.join()
+    assert idle.frames == 3
+    assert busy.turns >= 40  # its deadlines were kept (0.4 s at 5 ms)
+    assert idle.turns <= 3 * 2 + 3, idle.turns  # each frame's turn and the one after, the start, the end
