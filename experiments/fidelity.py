@@ -63,6 +63,27 @@ def loop_gap_limit(min_rto_s: float) -> float:
 PERIOD_S = 0.25
 
 
+#: Places a fault's description names before "and N more" (a 64-switch fabric's starved sample can
+#: name 25 switches: a verdict cell, and the run's last line, stay readable).
+PLACES_SHOWN = 3
+
+
+def places(where: str, shown: int = PLACES_SHOWN) -> str:
+    """``where`` (places joined by ", ") with at most ``shown`` named: ``a, b, c and 22 more``."""
+    parts = where.split(", ")
+    return where if len(parts) <= shown else f"{', '.join(parts[:shown])} and {len(parts) - shown} more"
+
+
+def void_reason(broke: list["FidelityFault"]) -> str | None:
+    """What a void verdict says of the faults that overlapped its window: the longest described,
+    then how many more (fidelity.csv and metrics.json have them all); None for none."""
+    if not broke:
+        return None
+    worst = max(broke, key=lambda f: f.t1 - f.t0)
+    more = len(broke) - 1
+    return worst.describe() + (f"; and {more} more fault{'s' if more > 1 else ''}" if more else "")
+
+
 @dataclass(frozen=True)
 class FidelityFault:
     """An interval [t0, t1] (s from t = 0) where ``invariant`` broke at ``where``; ``worst`` is the
@@ -76,9 +97,10 @@ class FidelityFault:
     limit: float
 
     def describe(self) -> str:
-        """``<invariant>, <where>, <how long>`` as a void verdict says it."""
+        """``<invariant>, <where>, <how long>`` as a void verdict says it (at most
+        :data:`PLACES_SHOWN` places named; metrics.json's ``where`` has them all)."""
         unit = "s"
-        return (f"{self.invariant}, {self.where}, {self.t1 - self.t0:.2f} s at {self.t0:.1f}-{self.t1:.1f} s "
+        return (f"{self.invariant}, {places(self.where)}, {self.t1 - self.t0:.2f} s at {self.t0:.1f}-{self.t1:.1f} s "
                 f"(worst {self.worst:.3g}{unit} against {self.limit:g}{unit})")
 
     def as_dict(self) -> dict:

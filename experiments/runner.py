@@ -309,7 +309,7 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
         broke = fidelity.overlapping(windows(data, x.metric, x.args), found)
         verdicts.append({"expectation": x.describe(), "metric": x.metric, "value": None if math.isinf(v) else v,
                          "bound": bound, "passed": None if broke else ok,
-                         "void": "; ".join(f.describe() for f in broke) or None})
+                         "void": fidelity.void_reason(broke)})
     metrics = {
         "scenario": scn.name, "paper": scn.paper, "transport": scn.transport, "dataplane": dp, "seed": scn.seed,
         "duration_s": scn.duration_s, "baseline_mbps": baseline_mbps(data), "rtt_us": data.rtt_us,
@@ -398,7 +398,7 @@ def exit_code(m: dict) -> int:
         worst = max(m["fidelity_faults"], key=lambda f: f["t1"] - f["t0"])
         console.print(f"[yellow]void:[/yellow] {len(m['void'])} of {len(m['expectations'])} verdicts read a window where "
                       f"the emulator fell behind ({len(m['fidelity_faults'])} fidelity faults; longest: "
-                      f"{worst['invariant']} at {worst['where']}, {worst['t1'] - worst['t0']:.2f} s from "
+                      f"{worst['invariant']} at {fidelity.places(worst['where'])}, {worst['t1'] - worst['t0']:.2f} s from "
                       f"{worst['t0']:.1f} s): this machine could not keep up; no verdict (exit 3)")
         return 3
     return 0

@@ -82,3 +82,16 @@ def test_a_run_starved_on_purpose_is_void_not_failed(tmp_path, no_leftovers):
     if r.returncode == 3:
         assert "this machine could not keep up" in r.stderr.strip().splitlines()[-1]
     assert (tmp_path / "r" / "fidelity.csv").read_text().count("\n") > 10
+
+
+def test_a_void_verdict_names_its_longest_fault_and_counts_the_rest():
+    """A starved sample of a 64-switch fabric can name 25 switches and a verdict's window meet ten
+    faults: the verdict names three places of the longest fault and counts the others (all stay in
+    metrics.json's fidelity_faults)."""
+    many = ", ".join(f"switch t0-{i}-0" for i in range(25))
+    long_f = fidelity.FidelityFault("CPU starvation", many, 3.0, 4.0, 0.002, 0.0005)
+    short_f = fidelity.FidelityFault("late timers", "endpoint h0", 1.0, 1.1, 0.06, 0.05)
+    why = fidelity.void_reason([short_f, long_f, short_f])
+    assert why.startswith("CPU starvation, switch t0-0-0, switch t0-1-0, switch t0-2-0 and 22 more, 1.00 s at 3.0-4.0 s")
+    assert why.endswith("; and 2 more faults")
+    assert fidelity.void_reason([short_f]) == short_f.describe() and fidelity.void_reason([]) is None
