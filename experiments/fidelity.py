@@ -74,7 +74,7 @@ def places(where: str, shown: int = PLACES_SHOWN) -> str:
     return where if len(parts) <= shown else f"{', '.join(parts[:shown])} and {len(parts) - shown} more"
 
 
-def void_reason(broke: list["FidelityFault"]) -> str | None:
+def void_reason(broke: list[FidelityFault]) -> str | None:
     """What a void verdict says of the faults that overlapped its window: the longest described,
     then how many more (fidelity.csv and metrics.json have them all); None for none."""
     if not broke:

@@ -157,8 +157,7 @@ class _FakeHost:
 
 def test_one_process_turns_only_the_hosts_a_wake_up_is_for():
     """Two hosts in one endpoint process: h0 has a deadline every 5 ms, h1 none (it waits for
-    frames). h1 is turned for its three frames and its own end, not at each of h0's ~80 wake-ups
-    (turning every host at every wake-up doubled a two-host process's Python)."""
+    frames). h1 is turned for its three frames and its own end, not at each of h0's ~80 wake-ups."""
     from mrclab.traffic.endpoint import run_group
 
     busy, idle = _FakeHost("h0", 0.005, 0.4), _FakeHost("h1", float("inf"), 0.4)

@@ -439,8 +439,8 @@ def run_group(eps: list[Endpoint]) -> int:
     # serving two hosts of an 8-plane fabric
     ready: dict[Endpoint, list[int]] = {ep: list(ep.socks_by_fd()) for ep in eps}
     # when each host next needs a turn with no frame for it (monotonic s; 0: at once). Turning every
-    # host at every wake-up cost a process serving two hosts of lab64-quickstart (linux, 1 Mb/s)
-    # twice the Python a wake-up needs: most wake-ups are one host's frame or deadline
+    # host at every wake-up turned hosts with nothing to do: most wake-ups are one host's frame or
+    # deadline (lab64-quickstart on linux, two hosts a process: 9% of the endpoints' CPU)
     due_at: dict[Endpoint, float] = {ep: 0.0 for ep in eps}
     while live and not any(ep.stop_requested for ep in eps):
         now = time.monotonic()
