@@ -24,13 +24,22 @@ mrclab watches two, each sampled into the results folder (``fidelity.csv``):
   change what the transport does: a timeout that should not have fired, or one that fired a
   whole timer late.
 
+* **Held packets** (the senders' events): a data packet the retransmission timer gave up on that
+  arrived after all, the SACK of its arrival echoing it on the EV it timed out on (a *spurious
+  timeout*, traffic/sender.py). The runner sets the timer's floor at twice the longest the path's
+  queues may hold a packet, so a packet older than :func:`held_limit` when it arrived waited
+  outside the model: in a switch's threads, a veth or a qdisc, where neither the CPU samples
+  (a thread held by another's lock is not runnable) nor the loop gaps see it. Its fault covers its
+  whole round trip. A hold shorter than the timer goes unseen: it changed no verdict's mechanism.
+
 A sample interval where an invariant broke is a :class:`FidelityFault`; overlapping faults of one
 invariant merge. A verdict whose window overlaps a fault reads ``void (<invariant>, <where>,
 <how long>)``: neither pass nor FAIL (experiments/runner.py), and a run with a void verdict and no
 failed one exits 3, "this machine could not".
 
 Not watched yet (named so nobody reads the silence as a pass): each backlogged port's drain rate
-against its configured rate, and packets lost outside the model (veth, qdisc or BMv2 input drops
+against its configured rate, a hold shorter than the retransmission timer, and packets lost
+outside the model (veth, qdisc or BMv2 input drops
 that neither the P4 nor the eBPF program counts).
 
 Thresholds (README.md, "Results that hold", has the measurements that set them): :data:`SCHED_DELAY_MAX_S` and
@@ -44,8 +53,11 @@ import os
 import shlex
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+
+from mrclab.topologies.addressing import ev_plane, ev_t1
 
 #: A process starved: it waited longer than this for a CPU each time it became runnable (s) ...
 SCHED_DELAY_MAX_S = 0.0005
@@ -59,6 +71,28 @@ def loop_gap_limit(min_rto_s: float) -> float:
     """The loop gap (s) over which an endpoint's timers fired late for a run whose retransmission
     timer floor is ``min_rto_s``: the floor itself, at least :data:`LOOP_GAP_MIN_S`."""
     return max(LOOP_GAP_MIN_S, min_rto_s)
+#: The least age (s) at arrival that makes a timed-out packet a held one, whatever the queues allow
+#: (traffic/settings.py's default timer floor).
+HELD_MIN_S = 0.02
+
+
+def held_limit(queue_bound_s: float) -> float:
+    """The age at arrival (s) past which a packet was held outside the model on a fabric whose
+    paths' queues hold a data packet at most ``queue_bound_s`` (controller/queues.py
+    ``path_queue_bound_s``): twice that, the runner's rule for the timer's floor (the second half
+    covers the hops' serialisation and the reverse path, whose packets are an eighth of a data
+    packet and queue above it), at least :data:`HELD_MIN_S`."""
+    return max(HELD_MIN_S, 2 * queue_bound_s)
+
+
+def held_packets(events: list[dict]) -> list[tuple[float, str, float]]:
+    """``(t, path, age at arrival s)`` of every spurious timeout among a run's ``events`` (the
+    runner's event dicts: ``kind``, ``t``, ``host``, ``peer``, ``ev``, ``age_s``); the path reads
+    ``h0->h2 plane 1 T1 0``."""
+    return [(e["t"], f"{e.get('host', '?')}->{e.get('peer', '?')} plane {ev_plane(e['ev'])} T1 {ev_t1(e['ev'])}",
+             e["age_s"]) for e in events if e.get("kind") == "spurious_timeout"]
+
+
 #: How often the monitor samples the processes (s).
 PERIOD_S = 0.25
 
@@ -217,12 +251,14 @@ class FidelityMonitor:
 
 def faults(cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[float, str, float]], *,
            period_s: float = PERIOD_S, gap_period_s: float = 0.1, sched_delay_max_s: float = SCHED_DELAY_MAX_S,
-           min_wait: float = MIN_WAIT, loop_gap_max_s: float = LOOP_GAP_MIN_S) -> list[FidelityFault]:
+           min_wait: float = MIN_WAIT, loop_gap_max_s: float = LOOP_GAP_MIN_S,
+           held: Sequence[tuple[float, str, float]] = (), held_max_s: float = HELD_MIN_S) -> list[FidelityFault]:
     """The fidelity faults of a run: from the monitor's CPU samples ``(t, label, scheduling delay
     per run (s), waited share of the interval, interval s)``, each covering the interval before
     ``t`` (a starved sample's fault is the whole of it: the monitor cannot say when in it the
-    process waited), and the endpoints' loop gaps ``(t, host, gap s)``,
-    each covering the ``gap_period_s`` before ``t``. Intervals of one invariant that overlap, or
+    process waited), the endpoints' loop gaps ``(t, host, gap s)``,
+    each covering the ``gap_period_s`` before ``t``, and the held packets (:func:`held_packets`:
+    ``(t, path, age s)``), those older than ``held_max_s`` each covering its round trip. Intervals of one invariant that overlap, or
     are less than half a sample period apart (the samples' own jitter), merge (their ``where``
     lists every place)."""
     raw: list[FidelityFault] = []
@@ -233,6 +269,9 @@ def faults(cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[f
         if gap > loop_gap_max_s:
             raw.append(FidelityFault("late timers", f"endpoint {host}", t - max(gap, gap_period_s), t, gap,
                                      loop_gap_max_s))
+    for t, path, age in held:
+        if age > held_max_s:
+            raw.append(FidelityFault("held packets", path, t - age, t, age, held_max_s))
     merged: list[FidelityFault] = []
     for f in sorted(raw, key=lambda f: (f.invariant, f.t0)):
         last = merged[-1] if merged else None
@@ -252,10 +291,11 @@ def overlapping(windows: list[tuple[float, float]], found: list[FidelityFault]) 
 
 
 def write_csv(path: Path, cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[float, str, float]],
-              loop_gap_max_s: float = LOOP_GAP_MIN_S) -> None:
+              loop_gap_max_s: float = LOOP_GAP_MIN_S, held: Sequence[tuple[float, str, float]] = (),
+              held_max_s: float = HELD_MIN_S) -> None:
     """``fidelity.csv``: one row per sample: t_s, invariant, where, value, limit, interval_s (the
     interval before t_s a CPU sample covers; empty for a loop gap, which covers its telemetry
-    interval)."""
+    interval, and for a spurious timeout's age at arrival, which covers its round trip)."""
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["t_s", "invariant", "where", "value", "limit", "interval_s"])
@@ -265,3 +305,5 @@ def write_csv(path: Path, cpu: list[tuple[float, str, float, float, float]], gap
             w.writerow([f"{t:.3f}", "waited share of interval", label, f"{waited:.4f}", MIN_WAIT, f"{span:.3f}"])
         for t, host, gap in gaps:
             w.writerow([f"{t:.3f}", "loop gap (s)", f"endpoint {host}", f"{gap:.4f}", loop_gap_max_s, ""])
+        for t, where, age in held:
+            w.writerow([f"{t:.3f}", "timed-out packet's age at arrival (s)", where, f"{age:.4f}", f"{held_max_s:g}", ""])

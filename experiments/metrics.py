@@ -58,6 +58,9 @@ class RunData:
     #: (t_s, "endpoint h0" | "switch t1-0-0", scheduling delay per run (s), waited share of the interval
     #: before t, that interval (s))
     run_delays: list[tuple[float, str, float, float, float]] = field(default_factory=list)
+    #: the longest a path's switch queues may hold a data packet (s; controller/queues.py
+    #: path_queue_bound_s; 0: unshaped)
+    queue_bound_s: float = 0.0
     #: (t_s, host, the endpoint's resident memory in bytes) at each of its telemetry samples
     rss: list[tuple[float, str, int]] = field(default_factory=list)
 

@@ -132,6 +132,7 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
         if scn.settings.port_mbps == 0 else scn
     sampler = monitor = None
     queues: dict = {}
+    bound = 0.0
     try:
         with Fabric(spec, dp, progress=lambda m: console.print(f"[dim]·[/dim] {m}"), watchdog=dp == "bmv2",
                     loss_salt=scn.seed, queues=scn.queues.for_transport(scn.transport),
@@ -188,6 +189,7 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
     data.traffic_start_s = min((f.start_s for f in scn.flows), default=0.0)
     data.ports = sampler.samples if sampler is not None else []
     data.run_delays = monitor.samples if monitor is not None else []
+    data.queue_bound_s = bound
     data.port_mbps = spec.link.bandwidth_mbps
     data.flows = [(f.src, f.dst) for f in scn.flows]
     if (cc := scn.collective) is not None:
@@ -262,8 +264,9 @@ def _play(fab: Fabric, scn: Scenario, procs, out: Path, t0: float, fault_log: li
 def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: Path,
             queues: dict | None = None) -> dict:
     gap_limit = fidelity.loop_gap_limit(scn.settings.min_rto_s)
-    found = fidelity.faults(data.run_delays, data.loop_gaps, loop_gap_max_s=gap_limit)
-    fidelity.write_csv(out / "fidelity.csv", data.run_delays, data.loop_gaps, gap_limit)
+    held, held_max = fidelity.held_packets(data.events), fidelity.held_limit(data.queue_bound_s)
+    found = fidelity.faults(data.run_delays, data.loop_gaps, loop_gap_max_s=gap_limit, held=held, held_max_s=held_max)
+    fidelity.write_csv(out / "fidelity.csv", data.run_delays, data.loop_gaps, gap_limit, held, held_max)
     faults = [{"t": f["t"], "label": f["label"]} for f in fault_log] + \
         [{"t": f.t0, "t_end": f.t1, "kind": "fidelity", "label": f.describe()} for f in found]
     title = f"{scn.name}: {scn.transport} on {dp}"
@@ -286,7 +289,7 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
         table.writerow(["t_s", "goodput_mbps", *[f"{qp}_mbps" for qp in per_qp]])
         for i, t in enumerate(data.bins()):
             table.writerow([f"{t:.1f}", f"{series[i]:.3f}", *[f"{v[i]:.3f}" for v in per_qp.values()]])
-    keys = ["t", "kind", "host", "qp", "ev", "old", "new", "reason", "psn", "label", "event", "late_ms"]
+    keys = ["t", "kind", "host", "qp", "ev", "old", "new", "reason", "psn", "label", "event", "late_ms", "age_s"]
     with open(out / "events.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=keys, extrasaction="ignore")
         w.writeheader()

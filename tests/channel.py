@@ -9,7 +9,9 @@ of data packets a switch would have trimmed (cut to their headers, flagged, sent
 queue: they overtake the packets of their EV), ``ce`` the share of data packets that arrive ECN CE,
 ``trim_ev`` trims everything on the EVs it names (a congested path). ``stall_rx`` = (start, end)
 s: the receiving host is not scheduled meanwhile, so whatever reaches it waits in its socket until
-``end``, and what it sends meanwhile leaves at ``end``. All randomness comes from the seeded ``rng``.
+``end``, and what it sends meanwhile leaves at ``end``. ``hold_ev`` = (EVs, start, end) s: data
+packets sent on those EVs meanwhile are held on the way (an emulator's switch thread that did not
+run) and arrive after ``end``, in order. All randomness comes from the seeded ``rng``.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class Channel:
     ce_ev: set[int] = field(default_factory=set)
     drop_op: set[int] = field(default_factory=set)  # opcodes lost on the way (NACKs, say)
     stall_rx: tuple[float, float] | None = None
+    hold_ev: tuple[set[int], float, float] | None = None
     trimmed: int = 0
     marked: int = 0
     _q: list = field(default_factory=list)
@@ -77,6 +80,8 @@ class Channel:
             t = now + self.rng.uniform(*self.delay_s)
             if to == "tx" and self.stall_rx and self.stall_rx[0] <= now < self.stall_rx[1]:
                 t += self.stall_rx[1] - now  # a stalled host sends once it runs again
+            if self.hold_ev and pkt.ev in self.hold_ev[0] and self.hold_ev[1] <= now < self.hold_ev[2]:
+                t += self.hold_ev[2] - now  # held on the way until the switch runs again
             key = (to, pkt.ev)
             if self.fifo_per_ev:
                 t = max(t, self._last_on_ev.get(key, 0.0))

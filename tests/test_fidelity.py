@@ -12,6 +12,7 @@ from mrclab.experiments import fidelity
 from mrclab.experiments.expectations import windows
 from mrclab.experiments.metrics import RunData
 from mrclab.experiments.runner import exit_code
+from mrclab.topologies.addressing import ev_plane, ev_t1, make_ev
 
 
 def test_starvation_needs_a_long_wait_per_run_and_real_waiting():
@@ -95,3 +96,28 @@ def test_a_void_verdict_names_its_longest_fault_and_counts_the_rest():
     assert why.startswith("CPU starvation, switch t0-0-0, switch t0-1-0, switch t0-2-0 and 22 more, 1.00 s at 3.0-4.0 s")
     assert why.endswith("; and 2 more faults")
     assert fidelity.void_reason([short_f]) == short_f.describe() and fidelity.void_reason([]) is None
+
+
+def test_a_packet_held_past_the_models_longest_round_trip_voids_the_verdicts_over_its_trip():
+    """A spurious timeout (traffic/sender.py) whose packet was older at arrival than twice the
+    longest the fabric's queues may hold it was held outside the model: a "held packets" fault over
+    its whole round trip, naming the path. One no older than that limit is the model's own
+    queueing (a user's timer floor below the runner's), and is no fault."""
+    ev = make_ev(1, 2, 7)
+    assert (ev_plane(ev), ev_t1(ev)) == (1, 2)
+    events = [{"t": 9.0, "kind": "spurious_timeout", "host": "h0", "peer": "h2", "qp": 1, "psn": 5, "ev": ev,
+               "age_s": 0.3},
+              {"t": 12.0, "kind": "spurious_timeout", "host": "h0", "peer": "h2", "qp": 1, "psn": 9, "ev": ev,
+               "age_s": 0.09},
+              {"t": 9.5, "kind": "timeout", "host": "h0", "peer": "h2", "qp": 1, "psn": 6, "ev": ev}]
+    held = fidelity.held_packets(events)
+    assert held == [(9.0, "h0->h2 plane 1 T1 2", 0.3), (12.0, "h0->h2 plane 1 T1 2", 0.09)]
+    limit = fidelity.held_limit(0.05)
+    assert limit == pytest.approx(0.1) and fidelity.held_limit(0.0) == fidelity.HELD_MIN_S
+    found = fidelity.faults([], [], held=held, held_max_s=limit)
+    assert [(f.invariant, f.where, f.t0, f.t1) for f in found] == [
+        ("held packets", "h0->h2 plane 1 T1 2", pytest.approx(8.7), 9.0)]
+    d = RunData(duration_s=24.0, first_fault_s=8.0, traffic_start_s=0.0)
+    assert fidelity.overlapping(windows(d, "capacity_ratio", {"window": [8.8, 10]}), found) == found
+    assert fidelity.overlapping(windows(d, "capacity_ratio", {"window": [11, 13]}), found) == []
+    assert fidelity.void_reason(found).startswith("held packets, h0->h2 plane 1 T1 2, 0.30 s")

@@ -373,3 +373,61 @@ def test_next_due_is_the_timer_of_the_oldest_packet_in_flight():
     assert rx.next_due(0.0) == float("inf")  # nothing received: no SACK owed
     rx.on_packet(sent[0], 0.002)
     assert rx.next_due(0.002) == pytest.approx(0.002 + s.ack_delay_s)
+
+
+def _spurious(o) -> list[dict]:
+    return [kw for k, kw in o.events if k == "spurious_timeout"]
+
+
+def test_a_packet_held_past_its_timer_and_delivered_is_reported_as_a_spurious_timeout():
+    """Two EVs' data is held on the way for 0.1 s (five timer floors): it times out, is resent on
+    other EVs, and then arrives, after its resend: a duplicate, which the receiver echoes at once
+    on the EV it came by. Each tells the sender the timer gave up on a packet that was only late: a
+    spurious timeout (RFC 3522), on a held EV, at least a timer after it was sent. The fidelity
+    watch voids the verdicts that overlap it (experiments/fidelity.py, "held packets")."""
+    chan = Channel(random.Random(5), delay_s=(0.001, 0.001))
+    held: set[int] = set()
+
+    def hook(now, tx, rx, ch):
+        if not held and now > 0.01:
+            held.update(tx.evs.active()[2:4])
+            ch.hold_ev = (held, now, now + 0.1)
+
+    s = TransportSettings(payload_bytes=1024, window_packets=16, region_bytes=4 << 20, min_rto_s=0.02)
+    o = run([random.Random(3).randbytes(1_000_000)], chan, settings=s, hook=hook)
+    _check(o, 1, False)
+    assert o.sender.stats.timeouts > 0 and o.receiver.stats.duplicates > 0
+    got = _spurious(o)
+    assert len(got) == o.receiver.stats.duplicates, (got, o.receiver.stats.duplicates)
+    assert {e["ev"] for e in got} <= held
+    assert all(0.02 <= e["age_s"] <= 0.11 for e in got), got
+
+
+def test_a_dead_path_times_out_but_never_reports_a_spurious_timeout():
+    """Packets a dead EV swallowed never arrive: their timeouts were right, and none is reported
+    as spurious."""
+    dead: set[int] = set()
+
+    def hook(now, tx, rx, chan):
+        if not dead and now > 0.003:
+            dead.add(tx.evs.active()[5])
+            chan.drop_ev |= dead
+
+    s = TransportSettings(payload_bytes=1024, window_packets=64, region_bytes=4 << 20)
+    o = run([bytes(2_000_000)], Channel(random.Random(5)), settings=s, hook=hook)
+    _check(o, 1, False)
+    assert o.sender.stats.timeouts > 0
+    assert _spurious(o) == []
+
+
+def test_a_resend_on_the_same_ev_makes_an_echo_ambiguous_and_is_not_reported():
+    """A pinned QP's only packet is lost; the timer resends it on the same (only) EV, and the
+    resend's arrival echoes that EV. It is the resend that arrived, not the packet the timer gave
+    up on: no spurious timeout."""
+    ev = PLAN.paths("h0", "h2")[0].ev | (5 << 16)
+    chan = Channel(random.Random(5), delay_s=(0.001, 0.001), drop_once={ev: 1})
+    s = TransportSettings(payload_bytes=1024, window_packets=64, region_bytes=1 << 16, min_rto_s=0.02)
+    o = run([random.Random(3).randbytes(1000)], chan, settings=s, pin_ev=ev, limit_s=5)
+    assert o.sender.done and delivered_intact(o)
+    assert o.sender.stats.timeouts == 1
+    assert _spurious(o) == []

@@ -187,6 +187,22 @@ class TimedOut(Event):
 
 
 @dataclass(frozen=True, kw_only=True)
+class SpuriousTimeout(Event):
+    """A data packet the retransmission timer gave up on arrived after all: a SACK echoed its
+    arrival (``psn`` on ``ev``, the EV of the transmission that timed out) ``age_s`` after it was
+    sent. The runner's timer floor is twice the longest a path's queues may hold a packet
+    (experiments/runner.py), so a packet this late was held outside the model: by the emulator
+    (a switch thread, a veth, a qdisc), not by a queue the scenario configured
+    (experiments/fidelity.py, "held packets"). Spurious timeouts: RFC 3522 (Eifel detection)."""
+
+    kind: ClassVar[str] = "spurious_timeout"
+    qp: int
+    psn: int
+    ev: int
+    age_s: float
+
+
+@dataclass(frozen=True, kw_only=True)
 class Nacked(Event):
     """The receiver NACKed a data packet (``psn`` on ``ev``) that reached it trimmed."""
     kind: ClassVar[str] = "nack"
@@ -252,8 +268,9 @@ class CollectiveIteration(Event):
     crc: int
 
 
-EVENTS: dict[str, type[Event]] = {c.kind: c for c in (EvStateChanged, PacketLost, GapFound, TimedOut, Nacked,
-                                                       Trimmed, MessageCorrupt, PlaneChanged, PortsChanged,
+EVENTS: dict[str, type[Event]] = {c.kind: c for c in (EvStateChanged, PacketLost, GapFound, TimedOut,
+                                                       SpuriousTimeout, Nacked, Trimmed, MessageCorrupt,
+                                                       PlaneChanged, PortsChanged,
                                                        ReverseEvChanged, CollectiveIteration)}
 
 

@@ -37,7 +37,16 @@ from dataclasses import dataclass
 from mrclab.topologies.addressing import AddressPlan
 from mrclab.traffic import headers as H
 from mrclab.traffic.cc import FixedWindow, Nscc
-from mrclab.traffic.contract import Event, EvStateChanged, GapFound, Nacked, PacketLost, PlaneChanged, TimedOut
+from mrclab.traffic.contract import (
+    Event,
+    EvStateChanged,
+    GapFound,
+    Nacked,
+    PacketLost,
+    PlaneChanged,
+    SpuriousTimeout,
+    TimedOut,
+)
 from mrclab.traffic.evs import EvSet, EvState
 from mrclab.traffic.outbox import Outbox
 from mrclab.traffic.packet import SACK_BITMAP_BITS, Pkt, psn_at_or_below, rkey_for
@@ -48,6 +57,9 @@ from mrclab.traffic.settings import TransportSettings
 from mrclab.traffic.stats import SenderStats
 
 EventSink = Callable[[Event], None]
+#: Timed-out transmissions a sender remembers for spurious-timeout detection (the oldest go first):
+#: a held path times out a window at a time, and a window is at most a few hundred packets.
+MAX_TIMED_OUT = 1024
 
 
 def _ignore(_e: Event) -> None:
@@ -109,6 +121,10 @@ class MrcSender:
         self._now = 0.0  # the time of the SACK being read (for the loss events it reveals)
         self.delivered_after: dict[int, float] = {}  # EV -> send time of the latest packet it delivered
         self.heard_at = -1.0  # when the peer last answered (a SACK or NACK, on any EV)
+        #: PSN -> (EV, sent at) of a transmission the timer gave up on, until a SACK echoes its
+        #: arrival on that EV (a spurious timeout: the packet was held, not lost) or a resend on the
+        #: same EV makes an echo ambiguous; the oldest go beyond MAX_TIMED_OUT
+        self.timed_out: dict[int, tuple[int, float]] = {}
 
     # ---- state ------------------------------------------------------------------------------
     @property
@@ -270,6 +286,8 @@ class MrcSender:
             if ev is None:
                 self.retx_q.appendleft(psn)
                 break
+            if ev == self.timed_out.get(psn, (None,))[0]:
+                del self.timed_out[psn]  # an echo on this EV could now be either copy
             rec.ev, rec.t_sent, rec.tx = ev, now, rec.tx + 1
             self._record(psn, ev, now)
             self.sent_at.pop(psn, None)
@@ -292,6 +310,9 @@ class MrcSender:
             self.timer_q.popleft()
             self.stats.timeouts += 1
             self.events(TimedOut(qp=self.qp, psn=psn, ev=rec.ev))
+            self.timed_out[psn] = (rec.ev, t)
+            if len(self.timed_out) > MAX_TIMED_OUT:
+                del self.timed_out[next(iter(self.timed_out))]
             # the path delivered a packet sent on it after this one: its acknowledgement, not the
             # packet, is what went missing (a reverse path failed), so the EV is not to blame; nor
             # when the peer has answered nothing since the packet left, on any EV: a stalled host
@@ -327,6 +348,11 @@ class MrcSender:
         echo = psn_at_or_below(p.echo_psn, top)
         self._peer_ports(p.port_state, echo)
         ev = p.echo_ev
+        if self.timed_out:
+            gone = self.timed_out.get(echo)
+            if gone is not None and gone[0] == ev:  # the copy the timer gave up on has arrived
+                del self.timed_out[echo]
+                self.events(SpuriousTimeout(qp=self.qp, psn=echo, ev=ev, age_s=round(now - gone[1], 6)))
         sent = self.sent_at.get(echo)
         rtt = None
         if sent is not None:
