@@ -61,6 +61,7 @@ class RunData:
     #: the longest a path's switch queues may hold a data packet (s; controller/queues.py
     #: path_queue_bound_s; 0: unshaped)
     queue_bound_s: float = 0.0
+    path_delay_s: float = 0.0  # every path's one-way propagation delay (the spec's path_delay_ms)
     #: (t_s, host, the endpoint's resident memory in bytes) at each of its telemetry samples
     rss: list[tuple[float, str, int]] = field(default_factory=list)
 

@@ -17,6 +17,8 @@ Reliability (docs/protocol.md, "Sender"):
   retires the EV the packet took, unless that EV has since delivered a packet sent after it (then
   the acknowledgement was lost on a reverse path, not the packet on this one) or the peer has
   answered nothing since, on any EV (a stalled host, not a path);
+* a SACK that echoes a PSN on the EV of a transmission the timer gave up on says that packet
+  arrived after all: a spurious timeout (RFC 3522), reported for the run's fidelity watch;
 * a trimmed packet (a NACK, or the trim bitmap of a SACK) is retransmitted at once on another EV
   and its EV is skipped once: trimming is congestion, and never retires an EV;
 * an EV whose packets come back ECN-marked is skipped for ``ecn_skip_rtts`` smoothed RTTs, so
