@@ -5,7 +5,8 @@ sending one MRC QP to a host of another T0 group (a permutation across the T1s, 
 fig. 20) for :data:`DURATION_S`, at host-port rates from :data:`RATES_MBPS`. The T0-T1 links run
 at the rate that keeps each T0 non-blocking (its hosts' rate over its uplinks). A rung is
 **faithful** when the run had no fidelity fault (experiments/fidelity.py: no process starved of
-CPU, no endpoint's timers late): the emulator kept up. What the transport made of it is the
+CPU, no endpoint's timers late, no packet held past the model's longest round trip): the emulator
+kept up. What the transport made of it is the
 goodput column, as a share of the hosts' NIC ports (headers and acknowledgements take at least
 0.14 of them with the default payload; a low share at a faithful rung is the transport's regime,
 e.g. too few packets in flight per path at bmv2's low rates, not the machine). The first
