@@ -3,16 +3,21 @@ keep up in is void, never pass and never FAIL; windows outside keep their verdic
 starved on purpose is seen (root)."""
 
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 
 import pytest
 from mrclab.experiments import fidelity
+from mrclab.experiments.endpoints import GO_LEAD_S
 from mrclab.experiments.expectations import windows
 from mrclab.experiments.metrics import RunData
 from mrclab.experiments.runner import exit_code
 from mrclab.topologies.addressing import ev_plane, ev_t1, make_ev
+from mrclab.topologies.cleanup import netns_name
 
 
 def test_starvation_needs_a_long_wait_per_run_and_real_waiting():
@@ -122,3 +127,42 @@ def test_a_packet_held_past_the_models_longest_round_trip_voids_the_verdicts_ove
     assert fidelity.overlapping(windows(d, "capacity_ratio", {"window": [8.8, 10]}), found) == found
     assert fidelity.overlapping(windows(d, "capacity_ratio", {"window": [11, 13]}), found) == []
     assert fidelity.void_reason(found).startswith("held packets, h0->h2 plane 1 T1 2, 0.30 s")
+
+
+@pytest.mark.root
+@pytest.mark.bmv2
+def test_a_switch_stopped_for_a_while_holds_packets_and_voids_what_they_touch(tmp_path, no_leftovers):
+    """The quickstart on bmv2, and T1 0 of plane 0 stopped (SIGSTOP) for 0.6 s from about t = 3 s:
+    the packets inside it wait, the senders' timers give up on them and retire their EVs, and then
+    they arrive. A stopped process is not runnable, so no CPU sample sees it, and no endpoint's loop
+    was late: only the held-packets watch does. Without it ``false_retirements`` FAILs (the stop
+    retired every EV through that T1, and no fault was played); with it the verdicts whose windows
+    meet the held packets' round trips are void, none FAILs, and the run exits 3."""
+    p = subprocess.Popen([sys.executable, "-m", "mrclab.cli", "run", "--dataplane", "bmv2", "--duration", "8",
+                          "--out", str(tmp_path / "r")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    stopped: list[int] = []
+    try:
+        assert p.stdout is not None
+        for line in p.stdout:
+            if "t = 0 in" in line:
+                break
+        time.sleep(GO_LEAD_S + 3.0)
+        ns = netns_name("t1-0-0")
+        pids = subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
+        assert pids, f"no process in {ns}"
+        for pid in map(int, pids):
+            os.kill(pid, signal.SIGSTOP)
+            stopped.append(pid)
+        time.sleep(0.6)
+    finally:
+        for pid in stopped:
+            os.kill(pid, signal.SIGCONT)
+    out, err = p.communicate(timeout=300)
+    m = json.loads((tmp_path / "r" / "metrics.json").read_text())
+    held = [f for f in m["fidelity_faults"] if f["invariant"] == "held packets"]
+    assert held, (m["fidelity_faults"], out[-2000:])
+    assert any("plane 0 T1 0" in f["where"] and f["t1"] > 3.0 and f["t0"] < 5.0 for f in held), held
+    assert all(v["passed"] is not False for v in m["expectations"]), m["expectations"]
+    false_ret = next(v for v in m["expectations"] if v["metric"] == "false_retirements")
+    assert false_ret["value"] > 0 and false_ret["passed"] is None, false_ret  # the stop retired EVs: void
+    assert p.returncode == 3, err[-2000:]
