@@ -76,14 +76,17 @@ def loop_gap_limit(min_rto_s: float) -> float:
 HELD_MIN_S = 0.02
 
 
-def held_limit(queue_bound_s: float, path_delay_s: float = 0.0) -> float:
-    """The age at arrival (s) past which a packet was held outside the model on a fabric whose
-    paths' queues hold a data packet at most ``queue_bound_s`` (controller/queues.py
-    ``path_queue_bound_s``) and whose paths delay it ``path_delay_s`` one way (the spec's
-    ``path_delay_ms``): twice the queue bound, the runner's rule for the timer's floor (the second
-    half covers the hops' serialisation and the reverse path, whose packets are an eighth of a data
-    packet and queue above it), at least :data:`HELD_MIN_S`, plus the round trip's propagation."""
-    return max(HELD_MIN_S, 2 * queue_bound_s) + 2 * path_delay_s
+def held_limit(queue_bound_s: float, path_delay_s: float = 0.0, nic_queue_s: float = 0.0) -> float:
+    """The age at arrival (s) past which a packet was held outside the model, the longest round
+    trip the model allows: on a fabric whose paths' switch queues hold a data packet at most
+    ``queue_bound_s`` (controller/queues.py ``path_queue_bound_s``), twice that, the runner's rule
+    for the timer's floor (the second half covers the hops' serialisation and the reverse path,
+    whose packets are an eighth of a data packet and queue above it), at least
+    :data:`HELD_MIN_S`; plus the round trip's propagation (``path_delay_s`` one way, the spec's
+    ``path_delay_ms``); plus two host NIC queues (``nic_queue_s`` each, the tbf of a host port,
+    topologies/emulation.py ``nic_queue_s``): the sender's, which its data may wait in, and the
+    receiver's, where its SACK waits behind the receiver's own data (one FIFO, no priorities)."""
+    return max(HELD_MIN_S, 2 * queue_bound_s) + 2 * path_delay_s + 2 * nic_queue_s
 
 
 def held_packets(events: list[dict]) -> list[tuple[float, str, float]]:

@@ -62,6 +62,7 @@ class RunData:
     #: path_queue_bound_s; 0: unshaped)
     queue_bound_s: float = 0.0
     path_delay_s: float = 0.0  # every path's one-way propagation delay (the spec's path_delay_ms)
+    nic_queue_s: float = 0.0  # the longest a packet waits in a host NIC port's tbf (topologies/emulation.py)
     #: (t_s, host, the endpoint's resident memory in bytes) at each of its telemetry samples
     rss: list[tuple[float, str, int]] = field(default_factory=list)
 

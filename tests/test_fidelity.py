@@ -120,6 +120,7 @@ def test_a_packet_held_past_the_models_longest_round_trip_voids_the_verdicts_ove
     limit = fidelity.held_limit(0.05)
     assert limit == pytest.approx(0.1) and fidelity.held_limit(0.0) == fidelity.HELD_MIN_S
     assert fidelity.held_limit(0.05, 0.015) == pytest.approx(0.13)  # the round trip's propagation on top
+    assert fidelity.held_limit(0.05, 0.015, 0.024) == pytest.approx(0.178)  # and two host NIC queues
     found = fidelity.faults([], [], held=held, held_max_s=limit)
     assert [(f.invariant, f.where, f.t0, f.t1) for f in found] == [
         ("held packets", "h0->h2 plane 1 T1 2", pytest.approx(8.7), 9.0)]

@@ -61,6 +61,18 @@ def _node_shells() -> list:
     return out
 
 
+
+def nic_queue_bytes(link) -> int:
+    """Bytes a shaped link's ``tbf`` holds (a host NIC port's queue: :meth:`Emulation._shape`): the
+    link's ``queue_packets`` full-MTU frames."""
+    return link.queue_packets * 1500
+
+
+def nic_queue_s(link) -> float:
+    """The longest a packet can wait in a host NIC port's ``tbf`` (s): :func:`nic_queue_bytes` at
+    the host links' rate; 0 when they are unshaped."""
+    return nic_queue_bytes(link) * 8 / (link.bandwidth_mbps * 1e6) if link.bandwidth_mbps > 0 else 0.0
+
 class Emulation:
     """A running fabric's nodes and links. Use as a context manager; :meth:`stop` always cleans up.
 
@@ -360,7 +372,7 @@ class Emulation:
         controller's htb fed by the tc eBPF program, controller/bpf.py), only the hosts' NIC
         ports are shaped here: a qdisc behind a BMv2 port would hide the queue from the P4 program."""
         link = self.spec.link
-        limit = link.queue_packets * 1500
+        limit = nic_queue_bytes(link)
         per_ns: dict[str, list[str]] = {}
         switch_queues = self.switch_queues
         for a, b in self.spec.links():
