@@ -26,8 +26,8 @@ mrclab watches two, each sampled into the results folder (``fidelity.csv``):
 
 * **Held packets** (the senders' events): a data packet the retransmission timer gave up on that
   arrived after all, the SACK of its arrival echoing it on the EV it timed out on (a *spurious
-  timeout*, traffic/sender.py). The runner sets the timer's floor at twice the longest the path's
-  queues may hold a packet, so a packet older than :func:`held_limit` when it arrived waited
+  timeout*, traffic/sender.py). A packet older when it arrived than :func:`held_limit`, the
+  longest round trip the model allows (switch queues, host NIC queues, propagation), waited
   outside the model: in a switch's threads, a veth or a qdisc, where neither the CPU samples
   (a thread held by another's lock is not runnable) nor the loop gaps see it. Its fault covers its
   whole round trip. A hold shorter than the timer goes unseen: it changed no verdict's mechanism.

@@ -190,10 +190,10 @@ class TimedOut(Event):
 class SpuriousTimeout(Event):
     """A data packet the retransmission timer gave up on arrived after all: a SACK echoed its
     arrival (``psn`` on ``ev``, the EV of the transmission that timed out) ``age_s`` after it was
-    sent. The runner's timer floor is twice the longest a path's queues may hold a packet
-    (experiments/runner.py), so a packet this late was held outside the model: by the emulator
-    (a switch thread, a veth, a qdisc), not by a queue the scenario configured
-    (experiments/fidelity.py, "held packets"). Spurious timeouts: RFC 3522 (Eifel detection)."""
+    sent. One older than the longest round trip the model allows (experiments/fidelity.py
+    ``held_limit``: the switch queues, the host NIC queues, the propagation) was held outside the
+    model, by the emulator (a switch thread, a veth, a qdisc): "held packets". Spurious timeouts:
+    RFC 3522 (Eifel detection)."""
 
     kind: ClassVar[str] = "spurious_timeout"
     qp: int
