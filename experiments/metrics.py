@@ -23,6 +23,7 @@ import math
 from dataclasses import dataclass, field
 
 from mrclab.experiments.fabricstate import FabricTimeline
+from mrclab.experiments.fidelity import HELD_MIN_S
 
 BIN_S = 0.1
 
@@ -58,11 +59,9 @@ class RunData:
     #: (t_s, "endpoint h0" | "switch t1-0-0", scheduling delay per run (s), waited share of the interval
     #: before t, that interval (s))
     run_delays: list[tuple[float, str, float, float, float]] = field(default_factory=list)
-    #: the longest a path's switch queues may hold a data packet (s; controller/queues.py
-    #: path_queue_bound_s; 0: unshaped)
-    queue_bound_s: float = 0.0
-    path_delay_s: float = 0.0  # every path's one-way propagation delay (the spec's path_delay_ms)
-    nic_queue_s: float = 0.0  # the longest a packet waits in a host NIC port's tbf (topologies/emulation.py)
+    #: the longest round trip the model allows (s; experiments/fidelity.py held_limit): a packet
+    #: older when it arrived was held outside the model
+    held_limit_s: float = HELD_MIN_S
     #: (t_s, host, the endpoint's resident memory in bytes) at each of its telemetry samples
     rss: list[tuple[float, str, int]] = field(default_factory=list)
 

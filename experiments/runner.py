@@ -190,7 +190,7 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
     data.traffic_start_s = min((f.start_s for f in scn.flows), default=0.0)
     data.ports = sampler.samples if sampler is not None else []
     data.run_delays = monitor.samples if monitor is not None else []
-    data.queue_bound_s, data.path_delay_s, data.nic_queue_s = bound, spec.link.path_delay_ms / 1e3, nic_queue_s(spec.link)
+    data.held_limit_s = fidelity.held_limit(bound, spec.link.path_delay_ms / 1e3, nic_queue_s(spec.link))
     data.port_mbps = spec.link.bandwidth_mbps
     data.flows = [(f.src, f.dst) for f in scn.flows]
     if (cc := scn.collective) is not None:
@@ -265,8 +265,7 @@ def _play(fab: Fabric, scn: Scenario, procs, out: Path, t0: float, fault_log: li
 def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: Path,
             queues: dict | None = None) -> dict:
     gap_limit = fidelity.loop_gap_limit(scn.settings.min_rto_s)
-    held = fidelity.held_packets(data.events)
-    held_max = fidelity.held_limit(data.queue_bound_s, data.path_delay_s, data.nic_queue_s)
+    held, held_max = fidelity.held_packets(data.events), data.held_limit_s
     found = fidelity.faults(data.run_delays, data.loop_gaps, loop_gap_max_s=gap_limit, held=held, held_max_s=held_max)
     fidelity.write_csv(out / "fidelity.csv", data.run_delays, data.loop_gaps, gap_limit, held, held_max)
     faults = [{"t": f["t"], "label": f["label"]} for f in fault_log] + \
