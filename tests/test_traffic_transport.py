@@ -283,7 +283,7 @@ def test_a_retransmission_far_behind_the_newest_arrival_is_in_its_sacks_bitmap()
     assert len(sack) == 1 and sack[0].cum_psn == 0 and sack[0].echo_psn == 1
     assert (sack[0].bitmap >> (1 - sack[0].base_psn)) & 1
     tx.on_packet(sack[0], 0.003)
-    assert 1 not in tx.unacked and 0 in tx.unacked
+    assert 1 not in tx.recs and 0 in tx.recs
 
 
 @pytest.mark.parametrize("transport", ["mrc", "roce"])

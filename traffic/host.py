@@ -94,6 +94,7 @@ class HostStack:
         if self.transport == "mrc":
             s: Sender = make_sender(qp, self.plan, self.host, peer, self.settings, self.rng, messages,
                                     imm=imm, denylist=self.denylist, events=ev_log, pin_ev=pin_ev)
+            s.make_data = self.wire.framer(peer)  # data packets come out as frames: no Pkt per packet
         else:
             s = RoceSender(qp, ecmp_ev(self.plan, self.host, peer, qp, self.seed), messages, self.settings,
                            imm=imm, events=ev_log)
@@ -173,10 +174,12 @@ class HostStack:
                 self.events(ReverseEvChanged(peer=peer, ev=ev, state=EvState.GOOD))
 
     # ---- frames -------------------------------------------------------------------------------
-    def _out(self, peer: str, pkts: list[Pkt], out: list) -> None:
+    def _out(self, peer: str, pkts: list, out: list) -> None:
+        """``pkts`` as frames onto ``out``: each :class:`Pkt` encoded, each frame an MRC sender's
+        framer already built (a tuple) as it is."""
         if pkts:
             encode = self.wire.encode
-            out += [encode(p, peer) for p in pkts]
+            out += [p if type(p) is tuple else encode(p, peer) for p in pkts]
 
     def on_frame(self, frame, now: float) -> list[tuple[int, list]]:
         """Handle one received frame; returns frames to send as (plane, buffers). Never raises."""

@@ -34,6 +34,7 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Callable, Iterator
+from typing import Any
 from dataclasses import dataclass
 
 from mrclab.topologies.addressing import AddressPlan
@@ -49,7 +50,7 @@ from mrclab.traffic.contract import (
     SpuriousTimeout,
     TimedOut,
 )
-from mrclab.traffic.evs import EvSet, EvState
+from mrclab.traffic.evs import GOOD, EvSet, EvState
 from mrclab.traffic.outbox import Outbox
 from mrclab.traffic.packet import SACK_BITMAP_BITS, Pkt, psn_at_or_below, rkey_for
 from mrclab.traffic.ports import PortState
@@ -71,13 +72,15 @@ def _ignore(_e: Event) -> None:
 @dataclass(slots=True)
 class _Rec:
     """A data packet in flight: its message, offset and length, the EV and time of its last
-    transmission (``t_sent`` -1: lost, not timed until resent) and how often it was sent."""
+    transmission (``t_sent`` -1: lost, not timed until resent), the time of its first
+    (``t_first``, for RTT samples; -1 once resent: Karn's rule) and how often it was sent."""
 
     msn: int
     offset: int
     length: int
     ev: int
     t_sent: float
+    t_first: float
     tx: int = 1
     acked: bool = False
 
@@ -112,14 +115,17 @@ class MrcSender:
         else:
             self.cc = FixedWindow(settings.window_packets, self.mss)
         self._op, self._rkey = (H.OP_WRITE_IMM if imm else H.OP_WRITE), rkey_for(qp)
+        #: what :meth:`poll` returns for a data packet, made from its fields in DATA_FIELDS order: a
+        #: :class:`Pkt`, or the frame itself where the host stack gives its wire's framer
+        #: (:meth:`traffic.wire.Wire.framer`: no Pkt on the hot path)
+        self.make_data: Callable[..., Any] = Pkt
         self.next_psn = 0
         self.acked_below = 0  # every PSN below is acknowledged
-        self.recs: dict[int, _Rec] = {}  # PSN -> packet in flight (or lost, awaiting retransmission)
-        self.unacked: set[int] = set()
+        #: PSN -> packet not yet acknowledged: in flight, or lost and awaiting retransmission
+        self.recs: dict[int, _Rec] = {}
         self.per_ev: dict[int, deque[int]] = {}  # EV -> PSNs sent on it, in send order
         self.timer_q: deque[tuple[float, int]] = deque()  # (sent at, PSN), in send order
         self.retx_q: deque[int] = deque()
-        self.sent_at: dict[int, float] = {}  # first transmissions only (Karn), for RTT samples
         self._now = 0.0  # the time of the SACK being read (for the loss events it reveals)
         self.delivered_after: dict[int, float] = {}  # EV -> send time of the latest packet it delivered
         self.heard_at = -1.0  # when the peer last answered (a SACK or NACK, on any EV)
@@ -133,7 +139,7 @@ class MrcSender:
     def done(self) -> bool:
         """Every message taken has been acknowledged, none is pending retransmission and no more
         will be taken."""
-        return self.out.exhausted and self.out.cur is None and not self.unacked and not self.retx_q
+        return self.out.exhausted and self.out.cur is None and not self.recs and not self.retx_q
 
     def stop(self) -> None:
         """No new messages after the current one (a duration-bound flow at its end)."""
@@ -169,9 +175,10 @@ class MrcSender:
         return self.out.completion_s
 
     # ---- sending ----------------------------------------------------------------------------
-    def _data_pkt(self, psn: int, ev: int, msn: int, msg_len: int, crc: int, off: int, chunk, flags: int) -> Pkt:
-        return Pkt(self._op, self.qp, psn, ev, flags, msn, msg_len, crc, off, self.out.ring.base[msn] + off,  # DATA_FIELDS
-                   self._rkey, len(chunk), chunk, (msn & 0xFFFFFFFF) if self.imm else None, self.ports.local, False)
+    def _data_pkt(self, psn: int, ev: int, msn: int, msg_len: int, crc: int, off: int, chunk, flags: int):
+        return self.make_data(self._op, self.qp, psn, ev, flags, msn, msg_len, crc, off,  # DATA_FIELDS
+                              self.out.ring.base[msn] + off, self._rkey, len(chunk), chunk,
+                              (msn & 0xFFFFFFFF) if self.imm else None, self.ports.local, False)
 
     def _record(self, psn: int, ev: int, now: float) -> None:
         q = self.per_ev.get(ev)
@@ -181,29 +188,42 @@ class MrcSender:
         self.timer_q.append((now, psn))
         self.evs.evs[ev].packets += 1
 
-    def poll(self, now: float, budget: int = 64) -> list[Pkt]:
-        """Packets to send now: retransmissions first, then new data within the window, then probes."""
+    def poll(self, now: float, budget: int = 64) -> list:
+        """Packets to send now: retransmissions first, then new data within the window, then probes.
+        Data packets are what ``make_data`` makes of them (a :class:`Pkt`, or a frame), probes are
+        :class:`Pkt`."""
         out: list[Pkt] = []
         self._check_timeouts(now)
         if self.retx_q:
             self._retransmit(now, budget, out)
         # new data: the hot path, one packet per turn (names bound once)
         window = max(1, int(self.cc.cwnd_bytes // self.mss))
-        unacked, recs, sent_at = self.unacked, self.recs, self.sent_at
+        recs = self.recs
         per_ev, timer_q = self.per_ev, self.timer_q
         box, evs, info = self.out, self.evs, self.evs.evs
+        # EvSet.next_ev's usual case inlined (a GOOD EV next in turn): the rotation and its cursor
+        # in locals, the cursor written back after; anything else goes through next_ev itself
+        rot, ri = evs._rot, evs._i
+        nrot = len(rot)
         ring, payload = box.ring, box.payload
-        op, qp, rkey, imm, ports = self._op, self.qp, self._rkey, self.imm, self.ports.local
+        op, qp, rkey, imm, ports, make = self._op, self.qp, self._rkey, self.imm, self.ports.local, self.make_data
         sent = 0
         psn = self.next_psn  # the loop keeps the PSN and the message in hand in locals, written back after
         cur = box.cur
         fresh = cur is not None  # a message to unpack (and place in the region) at its next packet
         msn = crc = off = msg_len = va0 = 0
         data = memoryview(b"")
-        while len(out) < budget and len(unacked) < window:
-            ev = evs.next_ev(None, now)
-            if ev is None:
-                break
+        while len(out) < budget and len(recs) < window:
+            if nrot and (e := info[ev := rot[ri]]).state is GOOD:
+                ri = ri + 1 if ri + 1 < nrot else 0
+            else:
+                evs._i = ri
+                nxt = evs.next_ev(None, now)  # may change the rotation (an EV back from a skip)
+                rot, ri = evs._rot, evs._i
+                nrot = len(rot)
+                if nxt is None:
+                    break
+                ev, e = nxt, info[nxt]
             if cur is None:
                 if not box.fetch():
                     break
@@ -224,20 +244,17 @@ class MrcSender:
             if ln > payload:
                 ln = payload
             end = off + ln
-            recs[psn] = _Rec(msn, off, ln, ev, now)
-            sent_at[psn] = now
-            unacked.add(psn)
+            recs[psn] = _Rec(msn, off, ln, ev, now, now)
             q = per_ev.get(ev)  # _record, inlined
             if q is None:
                 q = per_ev[ev] = deque()
             q.append(psn)
             timer_q.append((now, psn))
-            e = info[ev]
             e.packets += 1
             e.bytes += ln
             sent += 1
-            out.append(Pkt(op, qp, psn, ev, 0, msn, msg_len, crc, off, va0 + off,  # DATA_FIELDS: _data_pkt
-                           rkey, ln, data[off:end], (msn & 0xFFFFFFFF) if imm else None, ports, False))
+            out.append(make(op, qp, psn, ev, 0, msn, msg_len, crc, off, va0 + off,  # DATA_FIELDS: _data_pkt
+                            rkey, ln, data[off:end], (msn & 0xFFFFFFFF) if imm else None, ports, False))
             psn += 1
             if end < msg_len:
                 off = end  # cur stays non-None; its tuple is made again on the way out
@@ -247,6 +264,7 @@ class MrcSender:
                     # a big next message is fetched *after* these packets are stamped and sent, so the
                     # time it takes is not charged to their round trip (which would fire the timer)
                     break
+        evs._i = ri
         self.next_psn = psn
         box.cur = cur if cur is None or fresh else (msn, data, crc, off)
         self.stats.data_packets += sent
@@ -262,7 +280,7 @@ class MrcSender:
         time), else the retransmission timer of the oldest timed packet and the probes' next
         round or expiry; ``inf`` when only a received packet can give it work. Drops the
         timer queue's stale head entries on the way, as the timer does."""
-        if self.retx_q or (len(self.unacked) < max(1, int(self.cc.cwnd_bytes // self.mss)) and not self.out.idle):
+        if self.retx_q or (len(self.recs) < max(1, int(self.cc.cwnd_bytes // self.mss)) and not self.out.idle):
             return now
         due = float("inf")
         timer_q, recs = self.timer_q, self.recs
@@ -278,7 +296,7 @@ class MrcSender:
             due = min(due, self.probes.next_due())
         return due
 
-    def _retransmit(self, now: float, budget: int, out: list[Pkt]) -> None:
+    def _retransmit(self, now: float, budget: int, out: list) -> None:
         while self.retx_q and len(out) < budget:
             psn = self.retx_q.popleft()
             rec = self.recs.get(psn)
@@ -290,9 +308,8 @@ class MrcSender:
                 break
             if ev == self.timed_out.get(psn, (None,))[0]:
                 del self.timed_out[psn]  # an echo on this EV could now be either copy
-            rec.ev, rec.t_sent, rec.tx = ev, now, rec.tx + 1
+            rec.ev, rec.t_sent, rec.t_first, rec.tx = ev, now, -1.0, rec.tx + 1
             self._record(psn, ev, now)
-            self.sent_at.pop(psn, None)
             self.stats.retransmits += 1
             self.evs.evs[ev].retransmits += 1
             msg, crc = self.out.cache[rec.msn]
@@ -355,10 +372,10 @@ class MrcSender:
             if gone is not None and gone[0] == ev:  # the copy the timer gave up on has arrived
                 del self.timed_out[echo]
                 self.events(SpuriousTimeout(qp=self.qp, psn=echo, ev=ev, age_s=round(now - gone[1], 6)))
-        sent = self.sent_at.get(echo)
+        rec = self.recs.get(echo)
         rtt = None
-        if sent is not None:
-            rtt = now - sent
+        if rec is not None and rec.t_first >= 0:  # a first transmission (Karn)
+            rtt = now - rec.t_first
             self.rtt.sample(rtt, now)
         base = psn_at_or_below(p.base_psn, top)
         ecn = bool(p.sflags & H.S_ECN)
@@ -393,14 +410,12 @@ class MrcSender:
         the echoed arrival, which the caller infers from). Ascending order is enough: a PSN sent on
         an EV before a first transmission is a smaller PSN, so it was acknowledged first if it
         arrived at all."""
-        recs, unacked, sent_at, after, per_ev = self.recs, self.unacked, self.sent_at, self.delivered_after, self.per_ev
+        recs, after, per_ev = self.recs, self.delivered_after, self.per_ev
         per_msn: dict[int, int] = {}
         nbytes = 0
         for psn in got:
             rec = recs.pop(psn)
             rec.acked = True
-            unacked.discard(psn)
-            sent_at.pop(psn, None)
             ev = rec.ev
             if rec.t_sent > after.get(ev, -1.0):
                 after[ev] = rec.t_sent
