@@ -92,9 +92,10 @@ class HostStack:
         if self.transport == "mrc" and pin_ev is None and not self.settings.spray:
             pin_ev = ecmp_ev(self.plan, self.host, peer, qp, self.seed)
         if self.transport == "mrc":
-            s: Sender = make_sender(qp, self.plan, self.host, peer, self.settings, self.rng, messages,
-                                    imm=imm, denylist=self.denylist, events=ev_log, pin_ev=pin_ev)
-            s.make_data = self.wire.framer(peer)  # data packets come out as frames: no Pkt per packet
+            mrc = make_sender(qp, self.plan, self.host, peer, self.settings, self.rng, messages,
+                              imm=imm, denylist=self.denylist, events=ev_log, pin_ev=pin_ev)
+            mrc.make_data = self.wire.framer(peer)  # data packets come out as frames: no Pkt per packet
+            s: Sender = mrc
         else:
             s = RoceSender(qp, ecmp_ev(self.plan, self.host, peer, qp, self.seed), messages, self.settings,
                            imm=imm, events=ev_log)

@@ -34,8 +34,8 @@ from __future__ import annotations
 import random
 from collections import deque
 from collections.abc import Callable, Iterator
-from typing import Any
 from dataclasses import dataclass
+from typing import Any
 
 from mrclab.topologies.addressing import AddressPlan
 from mrclab.traffic import headers as H
