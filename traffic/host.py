@@ -79,6 +79,8 @@ class HostStack:
                                                                           self.settings.probe_timeout_s)
         #: hears (peer, QP, MSN, bytes) of every message that arrives whole (a collective's input)
         self.on_message: Callable[[str, int, int, memoryview], None] | None = None
+        self._now = 0.0  # the time of the frame being handled (on_frame), for _write_in
+        self._write_handler = self._write_in  # bound once: on_frame hands it to every decode
 
     def _events_for(self, peer: str) -> Callable[[Event], None]:
         sink = self.events
@@ -184,32 +186,17 @@ class HostStack:
 
     def on_frame(self, frame, now: float) -> list[tuple[int, list]]:
         """Handle one received frame; returns frames to send as (plane, buffers). Never raises."""
-        got = self.wire.decode(frame)
+        self._now = now
+        got = self.wire.decode(frame, self._write_handler)
         if got is None:
             return []
+        if type(got) is list:  # an untrimmed Write, taken by _write_in
+            return got
         peer, p = got
         out: list = []
         if p.op in _DATA_OPS:
-            self.peer_ports[peer] = p.port_state
-            rx = self.receivers.get((peer, p.qp))
-            if rx is None:
-                if len(self.receivers) >= MAX_RECEIVERS:
-                    self.unknown_qp += 1
-                    return []
-                if self.transport == "mrc":
-                    rx = MrcReceiver(p.qp, self.settings, lambda: self._reverse_ev(peer), events=self._events_for(peer))
-                else:  # the baseline answers on its own single path: the ECMP hash of the reverse direction
-                    back = ecmp_ev(self.plan, self.host, peer, p.qp, self.seed)
-                    rx = RoceReceiver(p.qp, self.settings, lambda: back, events=self._events_for(peer))
-                self.receivers[(peer, p.qp)] = rx
-                rx.local_ports = self.local_ports
-                if self.on_message is not None:
-                    hear, qp = self.on_message, p.qp
-                    rx.region.on_message = lambda msn, data: hear(peer, qp, msn, data)
-            acks = rx.on_packet(p, now)
-            if acks:  # usually none: SACKs leave at the end of the receive batch
-                self._out(peer, acks, out)
-        elif p.op == H.OP_PROBE and not p.is_reply:
+            return self._data_in(peer, p, now)
+        if p.op == H.OP_PROBE and not p.is_reply:
             self.peer_ports[peer] = p.port_state
             mirror = make_ev(ev_plane(p.ev), ev_t1(p.ev), ev_entropy(p.ev))  # same plane and T1, back
             self._out(peer, [probe_reply(p, mirror, self.local_ports)], out)
@@ -221,6 +208,49 @@ class HostStack:
                 self.unknown_qp += 1
                 return []
             s.on_packet(p, now)
+        return out
+
+    def _write_in(self, peer: str, qp: int, psn: int, ev: int, flags: int, msn: int, msg_len: int, msg_crc: int,
+                  off: int, va: int, rkey: int, dma_len: int, payload, port_state: int,
+                  ecn_ce: bool) -> list[tuple[int, list]]:
+        """An untrimmed Write from ``peer``, as :meth:`Wire.decode` hands its fields over: straight
+        to its MRC receiver (the receive path's hot spot: no Pkt); a Write for a QP with no receiver
+        yet, or for the baseline's, goes the general way (:meth:`_data_in`)."""
+        rx = self.receivers.get((peer, qp))
+        if type(rx) is not MrcReceiver:
+            return self._data_in(peer, Pkt(H.OP_WRITE, qp, psn, ev, flags, msn, msg_len, msg_crc, off, va, rkey,
+                                           dma_len, payload, None, port_state, ecn_ce), self._now)
+        self.peer_ports[peer] = port_state
+        acks = rx.on_write(psn, ev, flags, msn, msg_len, msg_crc, off, va, rkey, dma_len, payload, None, port_state,
+                           ecn_ce, self._now)
+        if not acks:  # usually none: SACKs leave at the end of the receive batch
+            return []
+        encode = self.wire.encode
+        return [encode(a, peer) for a in acks]
+
+    def _data_in(self, peer: str, p: Pkt, now: float) -> list[tuple[int, list]]:
+        """A data packet from ``peer`` to its QP's receiver, made on the QP's first packet (at most
+        MAX_RECEIVERS; more are counted as unknown QPs and dropped); returns the frames to send."""
+        self.peer_ports[peer] = p.port_state
+        rx = self.receivers.get((peer, p.qp))
+        if rx is None:
+            if len(self.receivers) >= MAX_RECEIVERS:
+                self.unknown_qp += 1
+                return []
+            if self.transport == "mrc":
+                rx = MrcReceiver(p.qp, self.settings, lambda: self._reverse_ev(peer), events=self._events_for(peer))
+            else:  # the baseline answers on its own single path: the ECMP hash of the reverse direction
+                back = ecmp_ev(self.plan, self.host, peer, p.qp, self.seed)
+                rx = RoceReceiver(p.qp, self.settings, lambda: back, events=self._events_for(peer))
+            self.receivers[(peer, p.qp)] = rx
+            rx.local_ports = self.local_ports
+            if self.on_message is not None:
+                hear, qp = self.on_message, p.qp
+                rx.region.on_message = lambda msn, data: hear(peer, qp, msn, data)
+        out: list = []
+        acks = rx.on_packet(p, now)
+        if acks:  # usually none: SACKs leave at the end of the receive batch
+            self._out(peer, acks, out)
         return out
 
     def poll(self, now: float, budget: int = 64, active: set[int] | None = None) -> list[tuple[int, list]]:

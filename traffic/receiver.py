@@ -84,32 +84,37 @@ class MrcReceiver:
         if p.op not in _DATA_OPS:
             self.stats.drop("unexpected opcode")
             return []
-        self.peer_ports = p.port_state
+        return self.on_write(p.psn, p.ev, p.flags, p.msn, p.msg_len, p.msg_crc, p.msg_offset, p.va, p.rkey, p.dma_len,
+                             p.payload, p.imm if p.op == H.OP_WRITE_IMM else None, p.port_state, p.ecn_ce, now)
+
+    def on_write(self, psn24: int, ev: int, flags: int, msn: int, msg_len: int, msg_crc: int, msg_offset: int,
+                 va: int, rkey: int, dma_len: int, payload, imm: int | None, port_state: int, ecn_ce: bool,
+                 now: float) -> list[Pkt]:
+        """:meth:`on_packet` of a data packet from its fields (a :class:`Pkt`'s, ``imm`` None for a
+        plain Write), as the host stack's receive path hands them over without making a Pkt."""
+        self.peer_ports = port_state
         cum = self.cum
-        d = (p.psn - cum) % PSN_MOD  # psn_near(p.psn, cum), inlined: the receiver's hot path
+        d = (psn24 - cum) % PSN_MOD  # psn_near(psn24, cum), inlined: the receiver's hot path
         psn = cum + d if d < _HALF_PSN else cum + d - PSN_MOD
         if psn >= cum + self._max_window:
             self.stats.drop("out of window")
             return []
-        payload, dma_len = p.payload, p.dma_len
-        if p.flags & _F_TRIM or len(payload) < dma_len:
+        if flags & _F_TRIM or len(payload) < dma_len:
             self.stats.trimmed += 1
-            self.events(Trimmed(qp=self.qp, psn=psn, ev=p.ev))
+            self.events(Trimmed(qp=self.qp, psn=psn, ev=ev))
             if psn < cum or psn in self.above:  # a trimmed copy of what already arrived whole
                 return []
             self.trimmed.add(psn)
             if len(self.trimmed) > SACK_BITMAP_BITS:  # bounded: the oldest ones are in no bitmap anyway
                 self.trimmed.discard(min(self.trimmed))
-            return [self._sack(H.OP_NACK, psn, p.ev, H.S_TRIM, max(self.newest, psn))]
+            return [self._sack(H.OP_NACK, psn, ev, H.S_TRIM, max(self.newest, psn))]
         if psn < cum or psn in self.above:
             self.stats.duplicates += 1
-            return [self._sack(H.OP_SACK, psn, p.ev, 0, psn)]
-        if p.rkey != self._rkey:
+            return [self._sack(H.OP_SACK, psn, ev, 0, psn)]
+        if rkey != self._rkey:
             self.stats.drop("bad rkey")
             return []
-        msn = p.msn
-        why = self.region.receive(msn, p.msg_len, p.msg_crc, p.msg_offset, p.va, payload, dma_len,
-                                  p.imm if p.op == H.OP_WRITE_IMM else None)
+        why = self.region.receive(msn, msg_len, msg_crc, msg_offset, va, payload, dma_len, imm)
         if why:
             self.stats.drop(why)
             return []
@@ -133,7 +138,7 @@ class MrcReceiver:
             self.above.add(psn)
         if psn > self.newest:  # noqa: PLR1730 (the hot path: max() is a call)
             self.newest = psn
-        self.last = (psn, p.ev, p.ecn_ce)
+        self.last = (psn, ev, ecn_ce)
         if self.pending_ack:
             if psn < self.pending_lo:
                 self.pending_lo = psn
@@ -143,7 +148,7 @@ class MrcReceiver:
             self.pending_lo = self.pending_hi = psn
             self.pending_since = now
         self.pending_ack += 1
-        if p.ecn_ce or self.pending_ack >= SACK_COALESCE_MAX:
+        if ecn_ce or self.pending_ack >= SACK_COALESCE_MAX:
             out.append(self._flush())
         return out  # else due at the next poll (the end of the receive batch) once ack_every are pending
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from typing import Any
 
 from mrclab.topologies.addressing import AddressPlan, PathTemplate
 from mrclab.traffic import headers as H
@@ -191,8 +192,12 @@ class Wire:
     def _reject(self, why: str) -> None:
         self.rejected[why] = self.rejected.get(why, 0) + 1
 
-    def decode(self, f: bytes | memoryview) -> tuple[str, Pkt] | None:
-        """(sending host, packet) of an MRC frame for this NIC; None (counted) for anything else."""
+    def decode(self, f: bytes | memoryview, on_write: Callable[..., Any] | None = None) -> Any:
+        """(sending host, packet) of an MRC frame for this NIC; None (counted) for anything else.
+        With ``on_write``, an untrimmed Write (the receive path's hot spot) makes no :class:`Pkt`:
+        its sending host and fields go to ``on_write(src, qp, psn, ev, flags, msn, msg_len,
+        msg_crc, msg_offset, va, rkey, dma_len, payload, port_state, ecn_ce)`` (PSN's low 24 bits,
+        the payload a view of ``f``), and decode returns what that returns."""
         try:  # one function, not a wrapper around one: a call less per frame (a try costs nothing)
             n = len(f)
             if n < _OFF_BODY:
@@ -233,6 +238,10 @@ class Wire:
                 if end < _DATA_END:
                     self._reject("truncated data header")
                     return None
+                if on_write is not None:
+                    return on_write(src, fq & 0xFFFFFF, psn & 0xFFFFFF, ((first & 0xFFFF) << 16) | sport, fq >> 24,
+                                    msn, msg_len, crc, moff, va, rkey, dma_len, v[_DATA_END:end], ports,
+                                    ((first >> 20) & 0x3) == 0x3)
                 return src, Pkt(op, fq & 0xFFFFFF, psn & 0xFFFFFF, ((first & 0xFFFF) << 16) | sport,  # DATA_FIELDS
                                 fq >> 24, msn, msg_len, crc, moff, va, rkey, dma_len, v[_DATA_END:end], None, ports,
                                 ((first >> 20) & 0x3) == 0x3)
