@@ -410,9 +410,9 @@ class MrcSender:
         the echoed arrival, which the caller infers from). Ascending order is enough: a PSN sent on
         an EV before a first transmission is a smaller PSN, so it was acknowledged first if it
         arrived at all."""
-        recs, after, per_ev = self.recs, self.delivered_after, self.per_ev
-        per_msn: dict[int, int] = {}
+        recs, after, per_ev, acked = self.recs, self.delivered_after, self.per_ev, self.out.acked
         nbytes = 0
+        msn, n = -1, 0  # packets acknowledged per message: ascending PSNs come message by message
         for psn in got:
             rec = recs.pop(psn)
             rec.acked = True
@@ -420,7 +420,12 @@ class MrcSender:
             if rec.t_sent > after.get(ev, -1.0):
                 after[ev] = rec.t_sent
             nbytes += rec.length
-            per_msn[rec.msn] = per_msn.get(rec.msn, 0) + 1
+            if rec.msn == msn:
+                n += 1
+            else:
+                if n:
+                    acked(msn, n, now)
+                msn, n = rec.msn, 1
             if rec.tx == 1:
                 q = per_ev.get(ev)
                 if q:
@@ -428,9 +433,9 @@ class MrcSender:
                         q.popleft()
                     else:
                         self._infer(ev, psn, base)
+        if n:
+            acked(msn, n, now)
         self.stats.bytes_acked += nbytes
-        for msn, n in per_msn.items():
-            self.out.acked(msn, n, now)
         return nbytes
 
     def _infer(self, ev: int, arrived: int, known_from: int) -> None:
