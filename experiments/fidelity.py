@@ -26,8 +26,8 @@ mrclab watches two, each sampled into the results folder (``fidelity.csv``):
 
 * **Held packets** (the senders' events): a data packet the retransmission timer gave up on that
   arrived after all, the SACK of its arrival echoing it on the EV it timed out on (a *spurious
-  timeout*, traffic/sender.py). A packet older when it arrived than :func:`held_limit`, the
-  longest round trip the model allows (switch queues, host NIC queues, propagation), waited
+  timeout*, traffic/sender.py). A packet older when it arrived than the longest round trip the
+  model allows it (:class:`HeldLimits`: switch queues, the NIC queue it met, propagation), waited
   outside the model: in a switch's threads, a veth or a qdisc, where neither the CPU samples
   (a thread held by another's lock is not runnable) nor the loop gaps see it. Its fault covers its
   whole round trip. A hold shorter than the timer goes unseen: it changed no verdict's mechanism.
@@ -76,25 +76,47 @@ def loop_gap_limit(min_rto_s: float) -> float:
 HELD_MIN_S = 0.02
 
 
-def held_limit(queue_bound_s: float, path_delay_s: float = 0.0, nic_queue_s: float = 0.0) -> float:
-    """The age at arrival (s) past which a packet was held outside the model, the longest round
-    trip the model allows: on a fabric whose paths' switch queues hold a data packet at most
-    ``queue_bound_s`` (controller/queues.py ``path_queue_bound_s``), twice that, the runner's rule
-    for the timer's floor (the second half covers the hops' serialisation and the reverse path,
-    whose packets are an eighth of a data packet and queue above it), at least
-    :data:`HELD_MIN_S`; plus the round trip's propagation (``path_delay_s`` one way, the spec's
-    ``path_delay_ms``); plus two host NIC queues (``nic_queue_s`` each, the tbf of a host port,
-    topologies/emulation.py ``nic_queue_s``): the sender's, which its data may wait in, and the
-    receiver's, where its SACK waits behind the receiver's own data (one FIFO, no priorities)."""
-    return max(HELD_MIN_S, 2 * queue_bound_s) + 2 * path_delay_s + 2 * nic_queue_s
+@dataclass(frozen=True)
+class HeldLimits:
+    """What the model lets a data packet's round trip take, so that an older one was held outside
+    it. Fields: ``queue_bound_s``, the longest a path's switch queues hold a data packet
+    (controller/queues.py ``path_queue_bound_s``); ``path_delay_s``, the propagation one way (the
+    spec's ``path_delay_ms``); ``nic_queue_s``, a full host NIC queue (topologies/emulation.py
+    ``nic_queue_s``, the tbf of a host port); ``frame_s``, one data frame's time on a host port;
+    ``data_senders``, the hosts that send data (None: any may)."""
+
+    queue_bound_s: float = 0.0
+    path_delay_s: float = 0.0
+    nic_queue_s: float = 0.0
+    frame_s: float = 0.0
+    data_senders: frozenset[str] | None = None
+
+    def limit(self, peer: str | None = None, nic_wait_s: float | None = None) -> float:
+        """The age at arrival (s) past which a packet to host ``peer`` that waited ``nic_wait_s``
+        in its sender's NIC queue (the sender's model of it, traffic/nicqueue.py) was held: the sum of
+
+        * twice the switch queues' bound, the runner's rule for the timer's floor (the second half
+          covers the hops' serialisation and the reverse path, whose packets are an eighth of a
+          data packet and queue above it), at least :data:`HELD_MIN_S`;
+        * the propagation both ways;
+        * the sender's NIC: the wait the packet met there and its own frame time; a full queue
+          where the wait is unknown (the port rate was not);
+        * the receiver's NIC, where its SACK waits: a full queue when the receiver sends data too
+          (one FIFO, no priorities), else one frame (SACKs are an eighth of a data packet and
+          come at most one per two arrivals, so they queue behind little but each other)."""
+        sender = self.nic_queue_s if nic_wait_s is None else nic_wait_s + self.frame_s
+        receiver = self.nic_queue_s if self.data_senders is None or peer in self.data_senders else self.frame_s
+        return max(HELD_MIN_S, 2 * self.queue_bound_s) + 2 * self.path_delay_s + sender + receiver
 
 
-def held_packets(events: list[dict]) -> list[tuple[float, str, float]]:
-    """``(t, path, age at arrival s)`` of every spurious timeout among a run's ``events`` (the
-    runner's event dicts: ``kind``, ``t``, ``host``, ``peer``, ``ev``, ``age_s``); the path reads
-    ``h0->h2 plane 1 T1 0``."""
+def held_packets(events: list[dict], limits: HeldLimits) -> list[tuple[float, str, float, float]]:
+    """``(t, path, age at arrival s, its limit s)`` of every spurious timeout among a run's
+    ``events`` (the runner's event dicts: ``kind``, ``t``, ``host``, ``peer``, ``ev``, ``age_s``,
+    ``nic_wait_s``), each limit :meth:`HeldLimits.limit` of its receiver and NIC wait; the path
+    reads ``h0->h2 plane 1 T1 0``."""
     return [(e["t"], f"{e.get('host', '?')}->{e.get('peer', '?')} plane {ev_plane(e['ev'])} T1 {ev_t1(e['ev'])}",
-             e["age_s"]) for e in events if e.get("kind") == "spurious_timeout"]
+             e["age_s"], limits.limit(e.get("peer"), e.get("nic_wait_s")))
+            for e in events if e.get("kind") == "spurious_timeout"]
 
 
 #: How often the monitor samples the processes (s).
@@ -256,13 +278,13 @@ class FidelityMonitor:
 def faults(cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[float, str, float]], *,
            period_s: float = PERIOD_S, gap_period_s: float = 0.1, sched_delay_max_s: float = SCHED_DELAY_MAX_S,
            min_wait: float = MIN_WAIT, loop_gap_max_s: float = LOOP_GAP_MIN_S,
-           held: Sequence[tuple[float, str, float]] = (), held_max_s: float = HELD_MIN_S) -> list[FidelityFault]:
+           held: Sequence[tuple[float, str, float, float]] = ()) -> list[FidelityFault]:
     """The fidelity faults of a run: from the monitor's CPU samples ``(t, label, scheduling delay
     per run (s), waited share of the interval, interval s)``, each covering the interval before
     ``t`` (a starved sample's fault is the whole of it: the monitor cannot say when in it the
     process waited), the endpoints' loop gaps ``(t, host, gap s)``,
     each covering the ``gap_period_s`` before ``t``, and the held packets (:func:`held_packets`:
-    ``(t, path, age s)``), those older than ``held_max_s`` each covering its round trip. Intervals of one invariant that overlap, or
+    ``(t, path, age s, limit s)``), those older than their limit each covering its round trip. Intervals of one invariant that overlap, or
     are less than half a sample period apart (the samples' own jitter), merge (their ``where``
     lists every place)."""
     raw: list[FidelityFault] = []
@@ -273,9 +295,9 @@ def faults(cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[f
         if gap > loop_gap_max_s:
             raw.append(FidelityFault("late timers", f"endpoint {host}", t - max(gap, gap_period_s), t, gap,
                                      loop_gap_max_s))
-    for t, path, age in held:
-        if age > held_max_s:
-            raw.append(FidelityFault("held packets", path, t - age, t, age, held_max_s))
+    for t, path, age, limit in held:
+        if age > limit:
+            raw.append(FidelityFault("held packets", path, t - age, t, age, limit))
     merged: list[FidelityFault] = []
     for f in sorted(raw, key=lambda f: (f.invariant, f.t0)):
         last = merged[-1] if merged else None
@@ -295,8 +317,7 @@ def overlapping(windows: list[tuple[float, float]], found: list[FidelityFault]) 
 
 
 def write_csv(path: Path, cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[float, str, float]],
-              loop_gap_max_s: float = LOOP_GAP_MIN_S, held: Sequence[tuple[float, str, float]] = (),
-              held_max_s: float = HELD_MIN_S) -> None:
+              loop_gap_max_s: float = LOOP_GAP_MIN_S, held: Sequence[tuple[float, str, float, float]] = ()) -> None:
     """``fidelity.csv``: one row per sample: t_s, invariant, where, value, limit, interval_s (the
     interval before t_s a CPU sample covers; empty for a loop gap, which covers its telemetry
     interval, and for a spurious timeout's age at arrival, which covers its round trip)."""
@@ -309,5 +330,5 @@ def write_csv(path: Path, cpu: list[tuple[float, str, float, float, float]], gap
             w.writerow([f"{t:.3f}", "waited share of interval", label, f"{waited:.4f}", MIN_WAIT, f"{span:.3f}"])
         for t, host, gap in gaps:
             w.writerow([f"{t:.3f}", "loop gap (s)", f"endpoint {host}", f"{gap:.4f}", loop_gap_max_s, ""])
-        for t, where, age in held:
-            w.writerow([f"{t:.3f}", "timed-out packet's age at arrival (s)", where, f"{age:.4f}", f"{held_max_s:g}", ""])
+        for t, where, age, limit in held:
+            w.writerow([f"{t:.3f}", "timed-out packet's age at arrival (s)", where, f"{age:.4f}", f"{limit:.4f}", ""])

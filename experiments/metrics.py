@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass, field
 
 from mrclab.experiments.fabricstate import FabricTimeline
-from mrclab.experiments.fidelity import HELD_MIN_S
+from mrclab.experiments.fidelity import HeldLimits
 
 BIN_S = 0.1
 
@@ -59,9 +59,9 @@ class RunData:
     #: (t_s, "endpoint h0" | "switch t1-0-0", scheduling delay per run (s), waited share of the interval
     #: before t, that interval (s))
     run_delays: list[tuple[float, str, float, float, float]] = field(default_factory=list)
-    #: the longest round trip the model allows (s; experiments/fidelity.py held_limit): a packet
-    #: older when it arrived was held outside the model
-    held_limit_s: float = HELD_MIN_S
+    #: what the model lets a round trip take (experiments/fidelity.py): a packet older when it
+    #: arrived was held outside the model
+    held_limits: HeldLimits = field(default_factory=HeldLimits)
     #: (t_s, host, the endpoint's resident memory in bytes) at each of its telemetry samples
     rss: list[tuple[float, str, int]] = field(default_factory=list)
 

@@ -190,7 +190,11 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
     data.traffic_start_s = min((f.start_s for f in scn.flows), default=0.0)
     data.ports = sampler.samples if sampler is not None else []
     data.run_delays = monitor.samples if monitor is not None else []
-    data.held_limit_s = fidelity.held_limit(bound, spec.link.path_delay_ms / 1e3, nic_queue_s(spec.link))
+    senders = {f.src for f in scn.flows} | set(scn.collective.hosts if scn.collective is not None else ())
+    data.held_limits = fidelity.HeldLimits(
+        bound, spec.link.path_delay_ms / 1e3, nic_queue_s(spec.link),
+        (scn.settings.payload_bytes + DATA_OVERHEAD) * 8 / (spec.link.bandwidth_mbps * 1e6)
+        if spec.link.bandwidth_mbps > 0 else 0.0, frozenset(senders))
     data.port_mbps = spec.link.bandwidth_mbps
     data.flows = [(f.src, f.dst) for f in scn.flows]
     if (cc := scn.collective) is not None:
@@ -265,9 +269,9 @@ def _play(fab: Fabric, scn: Scenario, procs, out: Path, t0: float, fault_log: li
 def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: Path,
             queues: dict | None = None) -> dict:
     gap_limit = fidelity.loop_gap_limit(scn.settings.min_rto_s)
-    held, held_max = fidelity.held_packets(data.events), data.held_limit_s
-    found = fidelity.faults(data.run_delays, data.loop_gaps, loop_gap_max_s=gap_limit, held=held, held_max_s=held_max)
-    fidelity.write_csv(out / "fidelity.csv", data.run_delays, data.loop_gaps, gap_limit, held, held_max)
+    held = fidelity.held_packets(data.events, data.held_limits)
+    found = fidelity.faults(data.run_delays, data.loop_gaps, loop_gap_max_s=gap_limit, held=held)
+    fidelity.write_csv(out / "fidelity.csv", data.run_delays, data.loop_gaps, gap_limit, held)
     faults = [{"t": f["t"], "label": f["label"]} for f in fault_log] + \
         [{"t": f.t0, "t_end": f.t1, "kind": "fidelity", "label": f.describe()} for f in found]
     title = f"{scn.name}: {scn.transport} on {dp}"
@@ -290,7 +294,7 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
         table.writerow(["t_s", "goodput_mbps", *[f"{qp}_mbps" for qp in per_qp]])
         for i, t in enumerate(data.bins()):
             table.writerow([f"{t:.1f}", f"{series[i]:.3f}", *[f"{v[i]:.3f}" for v in per_qp.values()]])
-    keys = ["t", "kind", "host", "qp", "ev", "old", "new", "reason", "psn", "label", "event", "late_ms", "age_s"]
+    keys = ["t", "kind", "host", "qp", "ev", "old", "new", "reason", "psn", "label", "event", "late_ms", "age_s", "nic_wait_s"]
     with open(out / "events.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=keys, extrasaction="ignore")
         w.writeheader()

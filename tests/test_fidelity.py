@@ -18,6 +18,7 @@ from mrclab.experiments.metrics import RunData
 from mrclab.experiments.runner import exit_code
 from mrclab.topologies.addressing import ev_plane, ev_t1, make_ev
 from mrclab.topologies.cleanup import netns_name
+from mrclab.traffic.nicqueue import NicQueues
 
 
 def test_starvation_needs_a_long_wait_per_run_and_real_waiting():
@@ -104,30 +105,61 @@ def test_a_void_verdict_names_its_longest_fault_and_counts_the_rest():
 
 
 def test_a_packet_held_past_the_models_longest_round_trip_voids_the_verdicts_over_its_trip():
-    """A spurious timeout (traffic/sender.py) whose packet was older at arrival than twice the
-    longest the fabric's queues may hold it was held outside the model: a "held packets" fault over
-    its whole round trip, naming the path. One no older than that limit is the model's own
-    queueing (a user's timer floor below the runner's), and is no fault."""
+    """A spurious timeout (traffic/sender.py) whose packet was older at arrival than the longest
+    round trip the model allows it was held outside the model: a "held packets" fault over its
+    whole round trip, naming the path. The limit: twice the switch queues' bound (at least 20 ms),
+    the propagation both ways, the NIC queue wait the sender's model says the packet met plus its
+    frame (a full queue where the sender could not say), and the receiver's NIC: a full queue when
+    it sends data too, else one frame. One no older than its limit is the model's own queueing
+    (a user's timer floor below the runner's), and is no fault."""
+    lim = fidelity.HeldLimits(queue_bound_s=0.05, path_delay_s=0.015, nic_queue_s=0.024, frame_s=0.002,
+                              data_senders=frozenset({"h0", "h1"}))
+    assert fidelity.HeldLimits().limit() == fidelity.HELD_MIN_S
+    assert fidelity.HeldLimits(queue_bound_s=0.05).limit() == pytest.approx(0.1)
+    assert lim.limit("h2", None) == pytest.approx(0.1 + 0.03 + 0.024 + 0.002)  # h2 sends no data: one frame
+    assert lim.limit("h1", None) == pytest.approx(0.1 + 0.03 + 0.024 + 0.024)  # h1 does: its full queue
+    assert lim.limit("h2", 0.005) == pytest.approx(0.1 + 0.03 + 0.005 + 0.002 + 0.002)  # the wait it met
+    assert fidelity.HeldLimits(nic_queue_s=0.024).limit("h2", None) == pytest.approx(0.02 + 0.048)  # any may send
     ev = make_ev(1, 2, 7)
     assert (ev_plane(ev), ev_t1(ev)) == (1, 2)
     events = [{"t": 9.0, "kind": "spurious_timeout", "host": "h0", "peer": "h2", "qp": 1, "psn": 5, "ev": ev,
-               "age_s": 0.3},
+               "age_s": 0.3, "nic_wait_s": None},
               {"t": 12.0, "kind": "spurious_timeout", "host": "h0", "peer": "h2", "qp": 1, "psn": 9, "ev": ev,
-               "age_s": 0.09},
+               "age_s": 0.15, "nic_wait_s": 0.001},
+              {"t": 14.0, "kind": "spurious_timeout", "host": "h0", "peer": "h1", "qp": 2, "psn": 3, "ev": ev,
+               "age_s": 0.15, "nic_wait_s": 0.001},
               {"t": 9.5, "kind": "timeout", "host": "h0", "peer": "h2", "qp": 1, "psn": 6, "ev": ev}]
-    held = fidelity.held_packets(events)
-    assert held == [(9.0, "h0->h2 plane 1 T1 2", 0.3), (12.0, "h0->h2 plane 1 T1 2", 0.09)]
-    limit = fidelity.held_limit(0.05)
-    assert limit == pytest.approx(0.1) and fidelity.held_limit(0.0) == fidelity.HELD_MIN_S
-    assert fidelity.held_limit(0.05, 0.015) == pytest.approx(0.13)  # the round trip's propagation on top
-    assert fidelity.held_limit(0.05, 0.015, 0.024) == pytest.approx(0.178)  # and two host NIC queues
-    found = fidelity.faults([], [], held=held, held_max_s=limit)
+    held = fidelity.held_packets(events, lim)
+    assert held == [(9.0, "h0->h2 plane 1 T1 2", 0.3, pytest.approx(0.156)),
+                    (12.0, "h0->h2 plane 1 T1 2", 0.15, pytest.approx(0.135)),
+                    (14.0, "h0->h1 plane 1 T1 2", 0.15, pytest.approx(0.157))]
+    found = fidelity.faults([], [], held=held)
     assert [(f.invariant, f.where, f.t0, f.t1) for f in found] == [
-        ("held packets", "h0->h2 plane 1 T1 2", pytest.approx(8.7), 9.0)]
+        ("held packets", "h0->h2 plane 1 T1 2", pytest.approx(8.7), 9.0),
+        ("held packets", "h0->h2 plane 1 T1 2", pytest.approx(11.85), 12.0)]  # not h0->h1: its SACK may queue
     d = RunData(duration_s=24.0, first_fault_s=8.0, traffic_start_s=0.0)
-    assert fidelity.overlapping(windows(d, "capacity_ratio", {"window": [8.8, 10]}), found) == found
-    assert fidelity.overlapping(windows(d, "capacity_ratio", {"window": [11, 13]}), found) == []
+    assert fidelity.overlapping(windows(d, "capacity_ratio", {"window": [8.8, 10]}), found) == found[:1]
+    assert fidelity.overlapping(windows(d, "capacity_ratio", {"window": [13, 15]}), found) == []
     assert fidelity.void_reason(found).startswith("held packets, h0->h2 plane 1 T1 2, 0.30 s")
+
+
+def test_a_hosts_nic_queue_model_gives_each_frame_the_wait_behind_what_it_sent_before():
+    """traffic/nicqueue.py: a port drained at its rate; a frame waits for the bytes still queued
+    ahead of it; the history answers per millisecond with the longest wait, per plane, and only
+    for what it still holds."""
+    q = NicQueues(2, 8e6)  # 1 MB/s: a 1000-byte frame takes 1 ms
+    frame = (0, [bytes(600), bytes(400)])
+    q.add([frame] * 3, 10.0)  # three frames at once: waits 0, 1 and 2 ms
+    assert q.wait_at(0, 10.0) == pytest.approx(0.002) and q.wait_at(1, 10.0) is None
+    q.add([frame], 10.0025)  # 0.5 ms of the 3 ms queued is left
+    assert q.wait_at(0, 10.0025) == pytest.approx(0.0005)
+    q.add([(1, [bytes(1000)])], 10.1)  # the other port: its own queue, empty
+    assert q.wait_at(1, 10.1) == 0.0
+    q.add([frame], 20.0)  # long drained
+    assert q.wait_at(0, 20.0) == 0.0 and q.wait_at(0, 15.0) is None
+    assert q.wait_at(0, 10.0) is None  # older than the history
+    with pytest.raises(ValueError, match="allowed: > 0"):
+        NicQueues(1, 0)
 
 
 #: Two cross-T1 flows over the quickstart's bmv2 fabric, no fault played: any EV retired is false.

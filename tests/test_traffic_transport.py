@@ -9,7 +9,9 @@ import pytest
 from channel import Channel
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mrclab.topologies.addressing import ev_plane
 from mrclab.traffic import headers as H
+from mrclab.traffic.host import HostStack
 from mrclab.traffic.receiver import SACK_COALESCE_MAX, MrcReceiver
 from mrclab.traffic.sender import make_sender
 from mrclab.traffic.settings import TransportSettings
@@ -388,10 +390,13 @@ def test_a_packet_held_past_its_timer_and_delivered_is_reported_as_a_spurious_ti
     chan = Channel(random.Random(5), delay_s=(0.001, 0.001))
     held: set[int] = set()
 
+    asked: list[tuple[int, float]] = []
+
     def hook(now, tx, rx, ch):
         if not held and now > 0.01:
             held.update(tx.evs.active()[2:4])
             ch.hold_ev = (held, now, now + 0.1)
+            tx.nic_wait = lambda plane, t: asked.append((plane, t)) or 0.004  # the host's NIC model says
 
     s = TransportSettings(payload_bytes=1024, window_packets=16, region_bytes=4 << 20, min_rto_s=0.02)
     o = run([random.Random(3).randbytes(1_000_000)], chan, settings=s, hook=hook)
@@ -401,6 +406,29 @@ def test_a_packet_held_past_its_timer_and_delivered_is_reported_as_a_spurious_ti
     assert len(got) == o.receiver.stats.duplicates, (got, o.receiver.stats.duplicates)
     assert {e["ev"] for e in got} <= held
     assert all(0.02 <= e["age_s"] <= 0.11 for e in got), got
+    assert all(e["nic_wait_s"] == 0.004 for e in got)  # each reports the wait its NIC gave it ...
+    assert sorted(p for p, _ in asked) == sorted(ev_plane(e["ev"]) for e in got)  # ... asked on its plane
+    assert all(0.01 < t < 0.11 for _, t in asked)  # ... at its send time
+
+
+def test_a_host_stack_on_a_shaped_port_tells_its_senders_the_nic_queue_wait_each_packet_met():
+    """With the port rate known, the host stack models its NIC queues (traffic/nicqueue.py) with
+    every frame it sends, and its MRC senders read the wait a packet sent at a given time met
+    there: the bytes sent before it on its plane, less what the port drained since. Unshaped: no
+    model, and the senders report none."""
+    s = TransportSettings(payload_bytes=1024, window_packets=64, region_bytes=4 << 20, port_mbps=8.0)
+    a = HostStack(PLAN, "h0", s, seed=1)
+    tx = a.add_sender(1, "h2", iter([(0, bytes(64 * 1024))]))
+    out = a.poll(1.0)
+    per_plane: dict[int, list[int]] = {}
+    for plane, bufs in out:
+        per_plane.setdefault(plane, []).append(sum(len(b) for b in bufs))
+    assert len(per_plane) == PLAN.spec.planes
+    for plane, sizes in per_plane.items():  # 8 Mb/s: 1 byte a microsecond; the last frame waits for the rest
+        assert tx.nic_wait(plane, 1.0) == pytest.approx(sum(sizes[:-1]) / 1e6)
+        assert tx.nic_wait(plane, 1.0005) == pytest.approx(sum(sizes[:-1]) / 1e6)  # the same millisecond
+        assert tx.nic_wait(plane, 1.002) is None  # nothing sent then
+    assert HostStack(PLAN, "h0", TransportSettings(), seed=1).add_sender(1, "h2", iter([])).nic_wait is None
 
 
 def test_a_dead_path_times_out_but_never_reports_a_spurious_timeout():

@@ -190,16 +190,18 @@ class TimedOut(Event):
 class SpuriousTimeout(Event):
     """A data packet the retransmission timer gave up on arrived after all: a SACK echoed its
     arrival (``psn`` on ``ev``, the EV of the transmission that timed out) ``age_s`` after it was
-    sent. One older than the longest round trip the model allows (experiments/fidelity.py
-    ``held_limit``: the switch queues, the host NIC queues, the propagation) was held outside the
-    model, by the emulator (a switch thread, a veth, a qdisc): "held packets". Spurious timeouts:
-    RFC 3522 (Eifel detection)."""
+    sent, having waited ``nic_wait_s`` in its own NIC port's queue (the sending host's model of
+    it, traffic/nicqueue.py; None where the port rate is unknown). One older than the longest round
+    trip the model allows it (experiments/fidelity.py ``HeldLimits``: the switch queues, the NIC
+    queues, the propagation) was held outside the model, by the emulator (a switch thread, a veth,
+    a qdisc): "held packets". Spurious timeouts: RFC 3522 (Eifel detection)."""
 
     kind: ClassVar[str] = "spurious_timeout"
     qp: int
     psn: int
     ev: int
     age_s: float
+    nic_wait_s: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

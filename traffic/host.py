@@ -24,6 +24,7 @@ from mrclab.topologies.addressing import AddressPlan, ev_entropy, ev_plane, ev_t
 from mrclab.traffic import headers as H
 from mrclab.traffic.contract import Event, PortsChanged, ReverseEvChanged
 from mrclab.traffic.evs import EvState
+from mrclab.traffic.nicqueue import NicQueues
 from mrclab.traffic.packet import Pkt
 from mrclab.traffic.ports import ALL_UP
 from mrclab.traffic.probes import ProbeScheduler
@@ -81,6 +82,9 @@ class HostStack:
         self.on_message: Callable[[str, int, int, memoryview], None] | None = None
         self._now = 0.0  # the time of the frame being handled (on_frame), for _write_in
         self._write_handler = self._write_in  # bound once: on_frame hands it to every decode
+        #: the model of this host's NIC port queues, where the port rate is known (traffic/nicqueue.py)
+        self.nic = NicQueues(self.plan.spec.planes, self.settings.port_mbps * 1e6) \
+            if self.settings.port_mbps > 0 else None
 
     def _events_for(self, peer: str) -> Callable[[Event], None]:
         sink = self.events
@@ -97,6 +101,8 @@ class HostStack:
             mrc = make_sender(qp, self.plan, self.host, peer, self.settings, self.rng, messages,
                               imm=imm, denylist=self.denylist, events=ev_log, pin_ev=pin_ev)
             mrc.make_data = self.wire.framer(peer)  # data packets come out as frames: no Pkt per packet
+            if self.nic is not None:
+                mrc.nic_wait = self.nic.wait_at
             s: Sender = mrc
         else:
             s = RoceSender(qp, ecmp_ev(self.plan, self.host, peer, qp, self.seed), messages, self.settings,
@@ -190,9 +196,15 @@ class HostStack:
         got = self.wire.decode(frame, self._write_handler)
         if got is None:
             return []
-        if type(got) is list:  # an untrimmed Write, taken by _write_in
-            return got
-        peer, p = got
+        if type(got) is not list:  # else an untrimmed Write, taken by _write_in
+            peer, p = got
+            got = self._packet_in(peer, p, now)
+        if got and self.nic is not None:
+            self.nic.add(got, now)
+        return got
+
+    def _packet_in(self, peer: str, p: Pkt, now: float) -> list[tuple[int, list]]:
+        """:meth:`on_frame` of a decoded packet from ``peer``; returns the frames to send."""
         out: list = []
         if p.op in _DATA_OPS:
             return self._data_in(peer, p, now)
@@ -265,6 +277,8 @@ class HostStack:
             self._out(peer, r.poll(now), out)
         if self.receivers and self.transport == "mrc":
             out += self.probe_reverse(now)
+        if out and self.nic is not None:
+            self.nic.add(out, now)
         return out
 
     def next_due(self, now: float, active: set[int] | None = None) -> float:

@@ -37,7 +37,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from mrclab.topologies.addressing import AddressPlan
+from mrclab.topologies.addressing import AddressPlan, ev_plane
 from mrclab.traffic import headers as H
 from mrclab.traffic.cc import FixedWindow, Nscc
 from mrclab.traffic.contract import (
@@ -119,6 +119,9 @@ class MrcSender:
         #: :class:`Pkt`, or the frame itself where the host stack gives its wire's framer
         #: (:meth:`traffic.wire.Wire.framer`: no Pkt on the hot path)
         self.make_data: Callable[..., Any] = Pkt
+        #: (plane, send time) -> the wait (s) its NIC port queue gave a packet sent then, None when
+        #: unknown: the host's model of its queues (traffic/nicqueue.py), for spurious timeouts' reports
+        self.nic_wait: Callable[[int, float], float | None] | None = None
         self.next_psn = 0
         self.acked_below = 0  # every PSN below is acknowledged
         #: PSN -> packet not yet acknowledged: in flight, or lost and awaiting retransmission
@@ -371,7 +374,9 @@ class MrcSender:
             gone = self.timed_out.get(echo)
             if gone is not None and gone[0] == ev:  # the copy the timer gave up on has arrived
                 del self.timed_out[echo]
-                self.events(SpuriousTimeout(qp=self.qp, psn=echo, ev=ev, age_s=round(now - gone[1], 6)))
+                wait = self.nic_wait(ev_plane(ev), gone[1]) if self.nic_wait is not None else None
+                self.events(SpuriousTimeout(qp=self.qp, psn=echo, ev=ev, age_s=round(now - gone[1], 6),
+                                            nic_wait_s=round(wait, 6) if wait is not None else None))
         rec = self.recs.get(echo)
         rtt = None
         if rec is not None and rec.t_first >= 0:  # a first transmission (Karn)
