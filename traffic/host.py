@@ -105,8 +105,10 @@ class HostStack:
                 mrc.nic_wait = self.nic.wait_at
             s: Sender = mrc
         else:
-            s = RoceSender(qp, ecmp_ev(self.plan, self.host, peer, qp, self.seed), messages, self.settings,
-                           imm=imm, events=ev_log)
+            roce = RoceSender(qp, ecmp_ev(self.plan, self.host, peer, qp, self.seed), messages, self.settings,
+                              imm=imm, events=ev_log)
+            roce.make_data = self.wire.framer(peer)  # as MRC's: the baseline pays what MRC pays per frame
+            s = roce
         s.set_local_ports(self.local_ports)
         self.senders[(peer, qp)] = s
         return s

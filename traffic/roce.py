@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from mrclab.topologies.addressing import AddressPlan
 from mrclab.traffic import headers as H
@@ -63,6 +64,9 @@ class RoceSender:
         self._high = 0  # one past the highest PSN ever sent: below it a send is a retransmission
         self.rtt = RttEstimator(settings)
         self.sent_at: dict[int, float] = {}  # first transmissions, for RTT samples
+        #: what :meth:`poll` returns for a data packet, from its fields in DATA_FIELDS order: a
+        #: :class:`Pkt`, or the frame where the host stack gives its wire's framer (as MrcSender's)
+        self.make_data: Callable[..., Any] = Pkt
         mss = settings.payload_bytes + H.DATA_OVERHEAD
         line = settings.port_mbps * 1e6
         self.dcqcn = Dcqcn(line, mss, settings.dcqcn_timer_s) if settings.roce_cc == "dcqcn" and line > 0 else None
@@ -129,8 +133,8 @@ class RoceSender:
         self.built = len(self.pkts)
         return True
 
-    def poll(self, now: float, budget: int = 64) -> list[Pkt]:
-        """Data packets to send now, at most ``budget``. First the timer: with PSNs outstanding and
+    def poll(self, now: float, budget: int = 64) -> list:
+        """Data packets to send now, at most ``budget`` (what ``make_data`` makes of each). First the timer: with PSNs outstanding and
         none acknowledged for ``5 x min_rto_s`` (doubling per timeout, at most ``max_rto_s``), go
         back N to the oldest unacknowledged PSN; then PSNs from the next to send, within the
         window and, with DCQCN, as the pacer allows."""
@@ -156,10 +160,10 @@ class RoceSender:
             data = memoryview(self.box.cache[msn][0])[off : off + ln]
             va = self.box.ring.base[msn] + off
             retx = self.nxt < self._high
-            out.append(Pkt(op=H.OP_WRITE_IMM if self.imm else H.OP_WRITE, qp=self.qp, psn=self.nxt % PSN_MOD,
-                           ev=self.ev, flags=H.F_RETX if retx else 0, msn=msn, msg_len=msg_len, msg_crc=crc,
-                           msg_offset=off, va=va, rkey=rkey_for(self.qp), dma_len=ln, payload=data,
-                           imm=msn if self.imm else None, port_state=self.local_ports))
+            out.append(self.make_data(H.OP_WRITE_IMM if self.imm else H.OP_WRITE, self.qp,  # DATA_FIELDS order
+                                      self.nxt % PSN_MOD, self.ev, H.F_RETX if retx else 0, msn, msg_len, crc, off,
+                                      va, rkey_for(self.qp), ln, data, msn if self.imm else None, self.local_ports,
+                                      False))
             if retx:
                 self.stats.retransmits += 1
                 self.sent_at.pop(self.nxt, None)  # Karn: no RTT sample from a resent PSN
