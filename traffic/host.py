@@ -186,8 +186,8 @@ class HostStack:
 
     # ---- frames -------------------------------------------------------------------------------
     def _out(self, peer: str, pkts: list, out: list) -> None:
-        """``pkts`` as frames onto ``out``: each :class:`Pkt` encoded, each frame an MRC sender's
-        framer already built (a tuple) as it is."""
+        """``pkts`` as frames onto ``out``: each :class:`Pkt` encoded, each frame a sender's framer
+        already built (a tuple) as it is."""
         if pkts:
             encode = self.wire.encode
             out += [p if type(p) is tuple else encode(p, peer) for p in pkts]
