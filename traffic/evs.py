@@ -63,8 +63,10 @@ class EvSet:
     planes: int
     evs_per_plane: int
     on_change: Callable[[int, EvState, EvState, str], None] = field(default=lambda *a: None)
-    _rot: list[int] = field(default_factory=list)
-    _i: int = 0
+    #: the rotation (active EVs of the planes that are up, planes interleaved) and the index of the
+    #: next in turn; a sender's hot loop may take GOOD EVs from it itself and write the cursor back
+    rotation: list[int] = field(default_factory=list)
+    cursor: int = 0
     planes_down: set[int] = field(default_factory=set)
     _fb: int = -1
 
@@ -119,23 +121,23 @@ class EvSet:
             for x in per_plane:
                 if k < len(x):
                     rot.append(x[k])
-        self._rot = rot
-        self._i = self._i % len(rot) if rot else 0
+        self.rotation = rot
+        self.cursor = self.cursor % len(rot) if rot else 0
 
     def next_ev(self, avoid: int | None = None, now: float = 0.0) -> int | None:
         """The next EV to carry a packet at time ``now``: passing over SKIP EVs (at least once, and
         until their hold ends) and ``avoid`` when possible."""
-        rot = self._rot
+        rot = self.rotation
         n = len(rot)
         if n:  # the usual case, a GOOD EV next in turn: one look, no loop (the sender's hot path)
-            i = self._i
+            i = self.cursor
             ev = rot[i]
             if self.evs[ev].state is GOOD and (ev != avoid or n == 1):
-                self._i = i + 1 if i + 1 < n else 0
+                self.cursor = i + 1 if i + 1 < n else 0
                 return ev
         for _ in range(2 * n):
-            ev = self._rot[self._i]
-            self._i = (self._i + 1) % n
+            ev = self.rotation[self.cursor]
+            self.cursor = (self.cursor + 1) % n
             e = self.evs[ev]
             if e.state is SKIP:
                 if e.skip_pass or now < e.skip_until:
@@ -160,12 +162,12 @@ class EvSet:
 
     def active(self) -> list[int]:
         """The rotation: the active EVs of the planes that are up, planes interleaved."""
-        return list(self._rot)
+        return list(self.rotation)
 
     def plane_shares(self) -> list[int]:
         """Active, usable EVs per plane."""
         out = [0] * self.planes
-        for ev in self._rot:
+        for ev in self.rotation:
             if self.evs[ev].state in (GOOD, SKIP):
                 out[self.evs[ev].plane] += 1
         return out

@@ -206,7 +206,7 @@ class MrcSender:
         box, evs, info = self.out, self.evs, self.evs.evs
         # EvSet.next_ev's usual case inlined (a GOOD EV next in turn): the rotation and its cursor
         # in locals, the cursor written back after; anything else goes through next_ev itself
-        rot, ri = evs._rot, evs._i
+        rot, ri = evs.rotation, evs.cursor
         nrot = len(rot)
         ring, payload = box.ring, box.payload
         op, qp, rkey, imm, ports, make = self._op, self.qp, self._rkey, self.imm, self.ports.local, self.make_data
@@ -220,9 +220,9 @@ class MrcSender:
             if nrot and (e := info[ev := rot[ri]]).state is GOOD:
                 ri = ri + 1 if ri + 1 < nrot else 0
             else:
-                evs._i = ri
+                evs.cursor = ri
                 nxt = evs.next_ev(None, now)  # may change the rotation (an EV back from a skip)
-                rot, ri = evs._rot, evs._i
+                rot, ri = evs.rotation, evs.cursor
                 nrot = len(rot)
                 if nxt is None:
                     break
@@ -267,7 +267,7 @@ class MrcSender:
                     # a big next message is fetched *after* these packets are stamped and sent, so the
                     # time it takes is not charged to their round trip (which would fire the timer)
                     break
-        evs._i = ri
+        evs.cursor = ri
         self.next_psn = psn
         box.cur = cur if cur is None or fresh else (msn, data, crc, off)
         self.stats.data_packets += sent
