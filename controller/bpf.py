@@ -314,15 +314,17 @@ class SwitchBpf:
             self.obj = None
 
 
-def htb_lines(intf: str, mbps: float, low_packets: int, high_packets: int, lossless: bool = False) -> list[str]:
+def htb_lines(intf: str, mbps: float, low_packets: int, high_packets: int, lossless: bool = False,
+              frame_bytes: int = 0) -> list[str]:
     """``tc -batch`` lines giving ``intf`` the two htb classes the program feeds (module
     docstring), each at the link's rate on its own; pfifos ``low_packets`` / ``high_packets`` deep.
     ``lossless`` (PFC): the low class's leaf is a tbf at the link's rate instead of a pfifo, the
     lever the pause agent pulls (controller/pfc.py: tbf starts afresh when its rate changes, where
-    htb would keep the debt of a packet charged at the paused rate)."""
+    htb would keep the debt of a packet charged at the paused rate). ``frame_bytes``: the largest
+    frame the run sends, which sets the burst (:func:`~topologies.kernel.shaper_burst_bytes`)."""
     rate = f"{mbps}mbit"
-    burst = kernel.SHAPER_BURST_BYTES  # as the host ports' tbf
-    low_leaf = (f"qdisc replace dev {intf} parent {CLASS_LOW} handle 20: {tbf_leaf(mbps, low_packets)}"
+    burst = kernel.shaper_burst_bytes(frame_bytes)  # as the host ports' tbf
+    low_leaf = (f"qdisc replace dev {intf} parent {CLASS_LOW} handle 20: {tbf_leaf(mbps, low_packets, frame_bytes)}"
                 if lossless else f"qdisc replace dev {intf} parent {CLASS_LOW} handle 20: pfifo limit {low_packets}")
     return [
         f"qdisc replace dev {intf} root handle 1: htb default 20",
@@ -335,9 +337,10 @@ def htb_lines(intf: str, mbps: float, low_packets: int, high_packets: int, lossl
     ]
 
 
-def tbf_leaf(mbps: float | None, packets: int) -> str:
+def tbf_leaf(mbps: float | None, packets: int, frame_bytes: int = 0) -> str:
     """The tbf a lossless port's low class drains through: at ``mbps`` (None: paused, 8 bit/s), a
-    burst of :data:`~topologies.kernel.SHAPER_BURST_BYTES` (a larger frame would be dropped),
-    ``packets`` frames of 1,600 bytes of queue. Under htb it is a non-work-conserving leaf (the
-    kernel says so once): htb asks again when tbf's timer fires."""
-    return kernel.tbf("8bit" if mbps is None else mbps, packets * 1600)
+    burst of :func:`~topologies.kernel.shaper_burst_bytes` for frames of up to ``frame_bytes`` (a
+    larger frame would be dropped), ``packets`` frames of 1,600 bytes (or ``frame_bytes``) of
+    queue. Under htb it is a non-work-conserving leaf (the kernel says so once): htb asks again
+    when tbf's timer fires."""
+    return kernel.tbf("8bit" if mbps is None else mbps, packets * max(1600, frame_bytes), frame_bytes)

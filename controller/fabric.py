@@ -115,7 +115,7 @@ class Fabric:
             if self.congestion else {}
         self.emu = Emulation(spec, self.dataplane, debug=debug, progress=self.progress, bmv2_build=bmv2_build,
                              thrift_port=THRIFT_PORT if self.congestion else None, switch_queues=self.congestion,
-                             placement=placement, ssh=ssh)
+                             placement=placement, ssh=ssh, frame_bytes=frame_bytes)
         self.thrift: dict = {}  # switch -> SwitchThrift (bmv2 with queues)
         self.bpf: dict = {}  # switch -> SwitchBpf (linux with queues)
         self.pfc: PauseAgent | None = None  # with lossless (PFC) queues
@@ -220,7 +220,8 @@ class Fabric:
         for sw in self.spec.switches():
             ns, ports = self.emu.netns(sw), self.port_queues(sw)
             lines = [x for port, q in sorted(ports.items()) if q.rate_mbps > 0
-                     for x in htb_lines(f"{sw}-eth{port}", q.rate_mbps, q.depth, q.depth_high, q.lossless)]
+                     for x in htb_lines(f"{sw}-eth{port}", q.rate_mbps, q.depth, q.depth_high, q.lossless,
+                                       self.emu.frame_bytes)]
             try:
                 kernel.tc_batch(ns, lines)
             except kernel.KernelError as e:

@@ -73,6 +73,7 @@ from mrclab.controller.bpf import tbf_leaf
 from pyroute2 import IPRoute
 from mrclab.controller.thrift import QOCC_REGISTER, SwitchThrift, ThriftError
 from mrclab.topologies import kernel
+from mrclab.topologies.emulation import nic_queue_bytes
 from mrclab.topologies.spec import is_host
 
 #: How often the agent looks at the lossless queues (s): a packet every 1-10 ms on a lab port.
@@ -204,11 +205,11 @@ class PauseAgent:
         elif not paused and c.since is not None:
             c.paused_s += now - c.since
             c.since = None
-        link = self.fab.spec.link
+        link, frame = self.fab.spec.link, self.fab.emu.frame_bytes
         if is_host(node):
             intf = self.fab.plan.host_intf(node, port)
             mbps = link.bandwidth_mbps
-            line = f"qdisc change dev {intf} root {kernel.tbf(PAUSED_RATE if paused else mbps, link.queue_packets * 1500)}"
+            line = f"qdisc change dev {intf} root {kernel.tbf(PAUSED_RATE if paused else mbps, nic_queue_bytes(link, frame), frame)}"
         else:
             line = self.side.lever(node, port, paused)
         try:
@@ -249,7 +250,8 @@ class LinuxSide:
         intf = f"{sw}-eth{port}"
         q = self.fab.queues[(sw, port)]
         self.fab.bpf[sw].set_paused(intf, paused)  # the virtual queue holds (or drains again) with the real one
-        return f"qdisc change dev {intf} parent 1:20 handle 20: {tbf_leaf(None if paused else q.rate_mbps, q.depth)}"
+        leaf = tbf_leaf(None if paused else q.rate_mbps, q.depth, self.fab.emu.frame_bytes)
+        return f"qdisc change dev {intf} parent 1:20 handle 20: {leaf}"
 
     def resumed(self, node: str, intf: str) -> None:
         """Nothing to do: htb polls its leaf again."""
@@ -265,7 +267,7 @@ def lever_lines(fab) -> list[tuple[str, str]]:
     for (sw, port), q in sorted(fab.queues.items()):
         if q.lossless and not is_host(q.peer):
             out.append((fab.emu.netns(sw), f"qdisc replace dev {sw}-eth{port} root "
-                                           f"{tbf_leaf(OPEN_FACTOR * q.rate_mbps, q.depth)}"))
+                                           f"{tbf_leaf(OPEN_FACTOR * q.rate_mbps, q.depth, fab.emu.frame_bytes)}"))
     return out
 
 
@@ -333,7 +335,7 @@ class Bmv2Side:
         """The tc line that pauses or reopens the tbf on ``sw``'s wire out of ``port``."""
         q = self.fab.queues[(sw, port)]
         rate = None if paused else OPEN_FACTOR * q.rate_mbps
-        return f"qdisc change dev {sw}-eth{port} root {tbf_leaf(rate, q.depth)}"
+        return f"qdisc change dev {sw}-eth{port} root {tbf_leaf(rate, q.depth, self.fab.emu.frame_bytes)}"
 
     def resumed(self, node: str, intf: str) -> None:
         """Wake the lever on ``node``'s ``intf`` with :data:`KICK_FRAME` (module docstring)."""

@@ -5,6 +5,8 @@ behind it gives each class the link's rate on its own."""
 import pytest
 from mrclab.controller import bpf
 from mrclab.controller.bpf import CFG, BpfError, PortConfig, compile_bpf, htb_lines
+from mrclab.topologies import emulation, kernel
+from mrclab.topologies.spec import LinkParams
 
 needs_clang = pytest.mark.skipif(bpf.bpf_missing() is not None, reason=f"needs clang and libbpf: {bpf.bpf_missing()}")
 
@@ -53,6 +55,22 @@ def test_each_htb_class_has_the_links_rate_on_its_own():
     assert len(classes) == 2 and all("parent 1: " in x and "rate 2.0mbit ceil 2.0mbit" in x for x in classes)
     assert any("classid 1:10" in x and "prio 0" in x for x in classes)
     assert any("pfifo limit 40" in x and "parent 1:20" in x for x in lines)
+
+
+def test_every_shaper_lets_the_runs_largest_frame_through():
+    # tbf drops a frame larger than its burst: a fixed 3,000 bytes dropped every 4 KiB-payload frame
+    # (4,250 bytes). The default payload's frames keep the 3,000-byte burst (two of them)
+    import re
+
+    def bursts(lines):
+        return [int(b) for x in lines for b in re.findall(r"\bburst (\d+)", x)]
+
+    assert bursts(htb_lines("t0-0-0-eth3", 2.0, 40, 128, lossless=True)) == [3000] * 3
+    big = htb_lines("t0-0-0-eth3", 2.0, 40, 128, lossless=True, frame_bytes=4250)
+    assert bursts(big) == [8500] * 3 and "limit 170000" in big[-1]  # 40 frames of 4,250 bytes
+    assert kernel.tbf(1.5, 24000) == "tbf rate 1.5mbit burst 3000 limit 24000"
+    assert kernel.tbf(1.5, 24000, 4250) == "tbf rate 1.5mbit burst 8500 limit 24000"
+    assert emulation.nic_queue_bytes(LinkParams(bandwidth_mbps=1.5, queue_packets=16), 4250) == 16 * 4250
 
 
 def test_the_asm_headers_are_found_without_gcc(tmp_path, monkeypatch):

@@ -62,16 +62,21 @@ def _node_shells() -> list:
 
 
 
-def nic_queue_bytes(link) -> int:
+#: The largest frame a fabric carries unless told otherwise (bytes): an Ethernet MTU's, which the
+#: default 1 KiB payload's frames (1,178 bytes) fit.
+FRAME_BYTES = 1500
+
+
+def nic_queue_bytes(link, frame_bytes: int = FRAME_BYTES) -> int:
     """Bytes a shaped link's ``tbf`` holds (a host NIC port's queue: :meth:`Emulation._shape`): the
-    link's ``queue_packets`` full-MTU frames."""
-    return link.queue_packets * 1500
+    link's ``queue_packets`` frames of ``frame_bytes`` (at least :data:`FRAME_BYTES`)."""
+    return link.queue_packets * max(FRAME_BYTES, frame_bytes)
 
 
-def nic_queue_s(link) -> float:
+def nic_queue_s(link, frame_bytes: int = FRAME_BYTES) -> float:
     """The longest a packet can wait in a host NIC port's ``tbf`` (s): :func:`nic_queue_bytes` at
     the host links' rate; 0 when they are unshaped."""
-    return nic_queue_bytes(link) * 8 / (link.bandwidth_mbps * 1e6) if link.bandwidth_mbps > 0 else 0.0
+    return nic_queue_bytes(link, frame_bytes) * 8 / (link.bandwidth_mbps * 1e6) if link.bandwidth_mbps > 0 else 0.0
 
 class Emulation:
     """A running fabric's nodes and links. Use as a context manager; :meth:`stop` always cleans up.
@@ -92,6 +97,7 @@ class Emulation:
         bmv2_build: str | None = None,
         placement: Placement | None = None,
         ssh: Ssh | None = None,
+        frame_bytes: int = FRAME_BYTES,
     ) -> None:
         """Check what the fabric needs; builds nothing until :meth:`start`.
 
@@ -101,7 +107,8 @@ class Emulation:
         host NIC ports get a ``tbf`` (implied by a Thrift port); ``bmv2_build``: "forwarding" or
         "logging" (None: the forwarding build, the logging one with ``debug``); ``placement``: the
         planes on other servers (topologies/cluster.py; None: all on this machine), reached over
-        ``ssh``. Raises EmulationError for an unknown data plane, NotAvailable without root or, for
+        ``ssh``; ``frame_bytes``: the largest frame the run sends (bytes), which the shapers' burst
+        and queues are sized for (:func:`~topologies.kernel.shaper_burst_bytes`). Raises EmulationError for an unknown data plane, NotAvailable without root or, for
         bmv2, without p4c and simple_switch_grpc, or for ``debug`` with a placement (not built yet).
         """
         if dataplane not in DATAPLANES:
@@ -121,6 +128,8 @@ class Emulation:
         self.dataplane = dataplane
         self.debug = debug
         self.bmv2_build = bmv2_build
+        #: the largest frame the run sends (bytes): shapers' bursts and queues hold it
+        self.frame_bytes = max(FRAME_BYTES, frame_bytes)
         self.thrift_port = thrift_port if dataplane == "bmv2" else None
         #: the switches queue themselves (bmv2 with Thrift; linux: the controller's htb and eBPF):
         #: only host NIC ports get a tbf
@@ -367,12 +376,13 @@ class Emulation:
     def _shape(self) -> None:
         """``tbf`` on both ends of every link (Mininet's TCLink needs netem for the queue limit,
         which this kernel lacks): host links at ``bandwidth_mbps``, T0-T1 links at
-        ``t0_t1_bandwidth_mbps`` (or the same). Burst: 4 ms of line rate, at least 3000 bytes.
+        ``t0_t1_bandwidth_mbps`` (or the same). Burst: two of the run's largest frames, at least
+        3,000 bytes (:func:`~topologies.kernel.shaper_burst_bytes`).
         Where the switches queue themselves (BMv2's own egress queues with Thrift; on linux the
         controller's htb fed by the tc eBPF program, controller/bpf.py), only the hosts' NIC
         ports are shaped here: a qdisc behind a BMv2 port would hide the queue from the P4 program."""
         link = self.spec.link
-        limit = nic_queue_bytes(link)
+        limit = nic_queue_bytes(link, self.frame_bytes)
         per_ns: dict[str, list[str]] = {}
         switch_queues = self.switch_queues
         for a, b in self.spec.links():
@@ -382,7 +392,7 @@ class Emulation:
             for ns, intf in self.link_intfs(a, b):
                 if switch_queues and not is_host(intf):
                     continue
-                per_ns.setdefault(ns, []).append(f"qdisc replace dev {intf} root {kernel.tbf(mbps, limit)}")
+                per_ns.setdefault(ns, []).append(f"qdisc replace dev {intf} root {kernel.tbf(mbps, limit, self.frame_bytes)}")
         where = ("host NIC ports (tbf); switch ports are " +
                  ("BMv2's own queues" if self.dataplane == "bmv2" else "htb fed by the tc eBPF program")) \
             if switch_queues else "tbf"

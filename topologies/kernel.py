@@ -72,11 +72,21 @@ class Remote(Protocol):
 SHAPER_BURST_BYTES = 3000
 
 
-def tbf(mbps: float | str, limit_bytes: int) -> str:
+def shaper_burst_bytes(frame_bytes: int = 0) -> int:
+    """The burst (bytes) of a shaper whose link carries frames of up to ``frame_bytes``: two such
+    frames, at least :data:`SHAPER_BURST_BYTES`. tbf drops outright a frame larger than its burst
+    (tc-tbf(8): "burst ... must be at least as large as the MTU"): with a fixed 3,000 bytes, a run
+    of 4 KiB payloads (the paper's frame size) delivered nothing over shaped links."""
+    return max(SHAPER_BURST_BYTES, 2 * frame_bytes)
+
+
+def tbf(mbps: float | str, limit_bytes: int, frame_bytes: int = 0) -> str:
     """A tbf qdisc's parameters: ``mbps`` (Mb/s, or a tc rate such as ``"8bit"``), a burst of
-    :data:`SHAPER_BURST_BYTES`, ``limit_bytes`` of queue."""
+    :func:`shaper_burst_bytes` for frames of up to ``frame_bytes``, ``limit_bytes`` of queue
+    (raised to hold one burst: tbf needs its queue to hold a whole frame)."""
     rate = mbps if isinstance(mbps, str) else f"{mbps}mbit"
-    return f"tbf rate {rate} burst {SHAPER_BURST_BYTES} limit {limit_bytes}"
+    burst = shaper_burst_bytes(frame_bytes)
+    return f"tbf rate {rate} burst {burst} limit {max(limit_bytes, burst)}"
 
 
 #: namespace name -> the server it lives on (:func:`place`); absent: this machine
