@@ -88,7 +88,7 @@ def test_bmv2_levers_sit_on_every_port_that_faces_a_switch_and_open_at_twice_its
 
     plan = AddressPlan(_scenario_spec())
     queues = queue_plan(plan, QueueSettings(pfc=True).for_transport("roce"))
-    fab = SimpleNamespace(queues=queues, emu=SimpleNamespace(netns=lambda n: f"mrclab-{n}"))
+    fab = SimpleNamespace(queues=queues, emu=SimpleNamespace(netns=lambda n: f"mrclab-{n}", frame_bytes=1500))
     lines = lever_lines(fab)
     facing_switches = {(sw, p) for (sw, p), q in queues.items() if not q.peer.startswith("h")}
     assert {(ns.removeprefix("mrclab-"), int(line.split()[3].rsplit("eth", 1)[1])) for ns, line in lines} \
