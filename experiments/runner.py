@@ -56,6 +56,7 @@ from mrclab.topologies.errors import BadInput, NotAvailable
 from mrclab.topologies.nodes import need_root, toolchain_missing
 from mrclab.topologies.placement import Cluster, open_cluster
 from mrclab.traffic.headers import DATA_OVERHEAD
+from mrclab.traffic.settings import TransportSettings
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
@@ -152,6 +153,7 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
                 scn = dataclasses.replace(scn, settings=dataclasses.replace(scn.settings, min_rto_s=round(2 * bound, 4)))
                 console.print(f"[dim]·[/dim] retransmission timer floor {scn.settings.min_rto_s * 1e3:.0f} ms: "
                               f"twice the longest queueing a path allows ({bound * 1e3:.0f} ms)")
+            scn = dataclasses.replace(scn, settings=slow_path_timers(scn.settings, scn.raw.get("transport") or {}))
             cfgs = endpoints.configs(scn, spec_path, out / "endpoints")
             groups = endpoints.process_groups(list(cfgs))
             console.print(f"[dim]·[/dim] starting {len(cfgs)} endpoints ({', '.join(cfgs)})"
@@ -201,6 +203,33 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
         data.collective = CollectiveRun(cc.kind, cc.hosts, cc.message_bytes, scn.seed, cc.qps_per_peer)
     data.timeline = FabricTimeline.from_played(AddressPlan(spec), [(x["t"], f) for x, f in zip(fault_log, scn.faults)])
     return _finish(scn, dp, data, fault_log, out, queues), data
+
+
+def slow_path_timers(s: TransportSettings, given: dict) -> TransportSettings:
+    """``s`` with the timers that must outlast a round trip raised to the retransmission timer's
+    floor where the floor is above them (a slow fabric: 4 KiB frames at 0.25 Mb/s take 136 ms a
+    hop), except those the scenario's ``transport`` block (``given``) sets itself:
+
+    * ``max_rto_s`` to ``min_rto_s``: the ceiling capped the timer below its floor (lab64 on bmv2:
+      floor 3.4 s, every timer 1 s);
+    * ``probe_timeout_s`` to ``min_rto_s``, and ``probe_interval_s`` with it in the defaults' ratio
+      (0.05 to 0.2, traffic/settings.py): a probe answered after its timeout counts as lost, so
+      with a 0.54 s RTT against the 0.2 s timeout every reverse EV was taken out of rotation, and
+      its rounds every 50 ms carried more packets than the data (40 probes a second on one host
+      port against 13 data frames).
+    """
+    floor = s.min_rto_s
+    changes: dict = {}
+    if "max_rto_s" not in given and floor > s.max_rto_s:
+        changes["max_rto_s"] = floor
+    if "probe_timeout_s" not in given and floor > s.probe_timeout_s:
+        changes["probe_timeout_s"] = floor
+        if "probe_interval_s" not in given:
+            changes["probe_interval_s"] = round(s.probe_interval_s * floor / s.probe_timeout_s, 4)
+    if changes:
+        console.print("[dim]·[/dim] timers raised to the retransmission floor: "
+                      + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in changes.items()))
+    return dataclasses.replace(s, **changes) if changes else s
 
 
 class PortSampler:

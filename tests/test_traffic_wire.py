@@ -245,6 +245,46 @@ def test_reverse_evs_through_a_dead_path_leave_the_rotation_and_come_back():
     assert not b.reverse["h0"].bad  # answered again once the path healed
 
 
+def _reverse_evs_over_a_slow_path(settings: TransportSettings, one_way_s: float, until_s: float):
+    """h0 sends to h2 over frames that take ``one_way_s`` each way; h2's reverse EV set towards
+    h0 after ``until_s`` and the probes it sent."""
+    import heapq
+
+    a = HostStack(PLAN, "h0", settings, seed=1)
+    b = HostStack(PLAN, "h2", settings, seed=2)
+    a.add_sender(1, "h2", message_source(50, 4096, None))
+    line: list = []  # (arrival, n, to, frame)
+    n, now = 0, 0.0
+    while now < until_s:
+        for src, dst in ((a, b), (b, a)):
+            for _, bufs in src.poll(now):
+                heapq.heappush(line, (now + one_way_s, n := n + 1, dst, frame_bytes(bufs)))
+        while line and line[0][0] <= now:
+            _, _, dst, f = heapq.heappop(line)
+            for _, rb in dst.on_frame(f, now):
+                heapq.heappush(line, (now + one_way_s, n := n + 1, a if dst is b else b, frame_bytes(rb)))
+        now += 0.005
+    return b.reverse["h0"], b.rev_probes.sent
+
+
+def test_a_round_trip_longer_than_the_probe_timeout_keeps_its_reverse_evs_once_the_runner_raises_it():
+    # a slow fabric (lab64 on bmv2: 0.54 s RTT) answered every reverse probe after its 0.2 s
+    # timeout: each counted as lost, every reverse EV left the rotation, and rounds every 50 ms
+    # sent more probes than data. The runner raises the probe timers to the retransmission floor
+    from mrclab.experiments.runner import slow_path_timers
+
+    slow = dataclasses.replace(S, min_rto_s=1.2)
+    r, sent_default = _reverse_evs_over_a_slow_path(slow, 0.25, 3.0)
+    assert r.bad == set(r.evs)  # all answered late: all out of the rotation
+    raised = slow_path_timers(slow, {})
+    assert (raised.probe_timeout_s, raised.probe_interval_s, raised.max_rto_s) == (1.2, 0.3, 1.2)
+    r, sent_raised = _reverse_evs_over_a_slow_path(raised, 0.25, 3.0)
+    assert not r.bad and sent_raised < sent_default / 2, (r.bad, sent_raised, sent_default)
+    assert slow_path_timers(S, {}) is S  # a floor under the probe timeout and the ceiling: as given
+    given = slow_path_timers(dataclasses.replace(slow, probe_timeout_s=0.3), {"probe_timeout_s": 0.3, "max_rto_s": 1})
+    assert (given.probe_timeout_s, given.probe_interval_s, given.max_rto_s) == (0.3, S.probe_interval_s, 1.0)
+
+
 def test_spray_off_holds_each_mrc_qp_to_the_baselines_hashed_path():
     """``spray: off`` (the permutation test's ablation): an MRC QP keeps to the one EV the RoCE
     baseline's ECMP hash gives the same (src, dst, QP, seed); on, it sprays over every plane."""
