@@ -205,6 +205,14 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
     return _finish(scn, dp, data, fault_log, out, queues), data
 
 
+def fastest_frame_s(spec, frame_bytes: int) -> float:
+    """The time (s) a ``frame_bytes`` frame takes on the fabric's fastest shaped link (host ports,
+    or T0-T1 links where they are faster); 0 when the host ports are unshaped."""
+    link = spec.link
+    mbps = max(link.bandwidth_mbps, link.t0_t1_bandwidth_mbps)
+    return frame_bytes * 8 / (mbps * 1e6) if link.bandwidth_mbps > 0 and mbps > 0 else 0.0
+
+
 def slow_path_timers(s: TransportSettings, given: dict) -> TransportSettings:
     """``s`` with the timers that must outlast a round trip raised to the retransmission timer's
     floor where the floor is above them (a slow fabric: 4 KiB frames at 0.25 Mb/s take 136 ms a
@@ -298,9 +306,11 @@ def _play(fab: Fabric, scn: Scenario, procs, out: Path, t0: float, fault_log: li
 def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: Path,
             queues: dict | None = None) -> dict:
     gap_limit = fidelity.loop_gap_limit(scn.settings.min_rto_s)
+    delay_limit = fidelity.sched_delay_limit(fastest_frame_s(scn.spec_for(dp), scn.settings.payload_bytes + DATA_OVERHEAD))
     held = fidelity.held_packets(data.events, data.held_limits)
-    found = fidelity.faults(data.run_delays, data.loop_gaps, loop_gap_max_s=gap_limit, held=held)
-    fidelity.write_csv(out / "fidelity.csv", data.run_delays, data.loop_gaps, gap_limit, held)
+    found = fidelity.faults(data.run_delays, data.loop_gaps, loop_gap_max_s=gap_limit, held=held,
+                            sched_delay_max_s=delay_limit)
+    fidelity.write_csv(out / "fidelity.csv", data.run_delays, data.loop_gaps, gap_limit, held, delay_limit)
     faults = [{"t": f["t"], "label": f["label"]} for f in fault_log] + \
         [{"t": f.t0, "t_end": f.t1, "kind": "fidelity", "label": f.describe()} for f in found]
     title = f"{scn.name}: {scn.transport} on {dp}"

@@ -29,6 +29,30 @@ def test_starvation_needs_a_long_wait_per_run_and_real_waiting():
     assert [(f.invariant, f.where, f.t0, f.t1) for f in found] == [("CPU starvation", "endpoint h0", 0.75, 1.0)]
 
 
+def test_a_slow_fabric_starves_only_when_its_waits_are_a_share_of_its_frame_time():
+    # lab64 on bmv2 (4 KiB frames at 0.25 Mb/s: 136 ms each) waited 0.5-2 ms per wake-up and read
+    # void under the fixed 0.5 ms; a twentieth of its frame time is 6.8 ms. Every shipped scenario
+    # runs fast enough to keep 0.5 ms
+    from mrclab.experiments.runner import fastest_frame_s
+    from mrclab.experiments.scenario import SCENARIO_DIR, load_scenario
+    from mrclab.traffic.headers import DATA_OVERHEAD
+
+    assert fidelity.sched_delay_limit(0.0) == fidelity.SCHED_DELAY_MAX_S
+    lab64 = load_scenario(SCENARIO_DIR / "large" / "lab64-quickstart.yaml", dataplane="bmv2")
+    frame_s = fastest_frame_s(lab64.spec_for("bmv2"), lab64.settings.payload_bytes + DATA_OVERHEAD)
+    assert frame_s == pytest.approx((4096 + DATA_OVERHEAD) * 8 / 0.25e6)
+    limit = fidelity.sched_delay_limit(frame_s)
+    assert limit == pytest.approx(0.05 * frame_s)
+    cpu = [(1.0, "switch t1-4-0", 0.002, 0.5, 0.25), (2.0, "endpoint h0", 0.009, 0.5, 0.25)]
+    assert len(fidelity.faults(cpu, [])) == 2
+    assert [f.where for f in fidelity.faults(cpu, [], sched_delay_max_s=limit)] == ["endpoint h0"]  # 9 ms: still
+    for f in sorted(SCENARIO_DIR.glob("*.yaml")):
+        for dp in ("linux", "bmv2"):
+            scn = load_scenario(f.stem, dataplane=dp)
+            fs = fastest_frame_s(scn.spec_for(dp), scn.settings.payload_bytes + DATA_OVERHEAD)
+            assert fidelity.sched_delay_limit(fs) == fidelity.SCHED_DELAY_MAX_S, (f.stem, dp, fs)
+
+
 def test_a_late_samples_fault_covers_all_the_interval_it_read():
     """A sample taken 1.2 s after the one before (the monitor itself waited for a CPU) says the
     process starved somewhere in those 1.2 s: the fault covers them all, and so voids a verdict
