@@ -403,8 +403,9 @@ class Fabric:
                 if not self.faults.applied.alive[sw]:
                     continue
                 qocc = th.register("qocc")
-                cnt = self.p4[sw].port_counters()
-                for port, q in self.port_queues(sw).items():
+                ports = self.port_queues(sw)
+                cnt = self.p4[sw].port_counters(sorted(ports))
+                for port, q in ports.items():
                     row = {"switch": sw, "port": port, "peer": q.peer, "queue": qocc[port] if port < len(qocc) else 0,
                            "marked": cnt["marked"].get(port, 0), "trimmed": cnt["trimmed"].get(port, 0),
                            "queue_full": cnt["queue_full"].get(port, 0)}

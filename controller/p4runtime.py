@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import google.protobuf.text_format
+import grpc
 from mrclab.controller.queues import QUEUE_SLACK, PortQueue
 from mrclab.controller.routeplan import SwitchEntries
 from mrclab.topologies.errors import RunFailed
@@ -28,6 +29,9 @@ BATCH = 500  # updates per WriteRequest
 #: Ports a switch may have on bmv2: the size of p4src/mrclab.p4's per-port counters (MAX_PORTS)
 MAX_PORTS = 64
 ELECTION_ID = (0, 1)
+#: The cookie of every pipeline mrclab pushes (P4Runtime spec, ForwardingPipelineConfig.Cookie): the
+#: watchdog asks a switch for it alone to learn whether it still has its pipeline ("mrc" in ASCII).
+PIPELINE_COOKIE = 0x6D7263
 DROP_REASONS = ("not_ipv6", "no_route", "hop_limit", "blackhole", "gray_loss", "queue_full")  # p4src/mrclab.p4 DROP_*
 
 
@@ -212,22 +216,35 @@ class P4Switch:
         return self.client
 
     def push_pipeline(self) -> None:
-        """Push the BMv2 JSON and the P4Info (SetForwardingPipelineConfig): empty tables, no
-        blackhole. Raises P4RuntimeError when the switch refuses it."""
+        """Push the BMv2 JSON and the P4Info (SetForwardingPipelineConfig, VERIFY_AND_COMMIT, as
+        p4runtime-shell's ``set_fwd_pipe_config`` does) with :data:`PIPELINE_COOKIE`: empty tables,
+        no blackhole. Raises P4RuntimeError when the switch refuses it."""
+        c = self._c()
+        req = p4runtime_pb2.SetForwardingPipelineConfigRequest(
+            device_id=c.device_id, action=p4runtime_pb2.SetForwardingPipelineConfigRequest.VERIFY_AND_COMMIT)
+        req.election_id.high, req.election_id.low = ELECTION_ID
+        req.config.p4info.CopyFrom(self.p4info.msg)
+        req.config.p4_device_config = Path(self.bmv2_json).read_bytes()
+        req.config.cookie.cookie = PIPELINE_COOKIE
         try:
-            self._c().set_fwd_pipe_config(str(self.p4info.path), str(self.bmv2_json))
-        except P4RuntimeException as e:
-            raise P4RuntimeError(f"{self.name}: pipeline push refused: {e}") from None
+            c.stub.SetForwardingPipelineConfig(req)
+        except grpc.RpcError as e:
+            raise P4RuntimeError(f"{self.name}: pipeline push refused: {e.code().name}: {e.details()}") from None
         self.blackholed = self.port_faulted = False
 
     def has_pipeline(self) -> bool:
-        """True when the switch answers with a pipeline that has tables (False after a restart, or
-        when it does not answer); which program it is, is not checked."""
+        """True when the switch answers with the cookie :meth:`push_pipeline` gave its pipeline
+        (False after a restart, which loses it, or when it does not answer). It asks for the cookie
+        only (COOKIE_ONLY): the watchdog asks every switch every second, and the whole P4Info took
+        0.7 ms of the runner's CPU to parse each time (protobuf 3.20, pure Python)."""
+        req = p4runtime_pb2.GetForwardingPipelineConfigRequest(
+            device_id=self._c().device_id,
+            response_type=p4runtime_pb2.GetForwardingPipelineConfigRequest.COOKIE_ONLY)
         try:
-            info = self._c().get_p4info()
+            rep = self._c().stub.GetForwardingPipelineConfig(req)
         except Exception:
             return False
-        return len(info.tables) > 0
+        return rep.config.HasField("cookie") and rep.config.cookie.cookie == PIPELINE_COOKIE
 
     # ---- entries -----------------------------------------------------------------------------
     def _table_entry(self, e: DesiredEntry | EntryKey, with_action: bool = True) -> p4runtime_pb2.TableEntry:
@@ -392,12 +409,39 @@ class P4Switch:
             raise P4RuntimeError(f"{self.name}: counter read refused: {e}") from None
         return out
 
+    def read_counter_cells(self, names: list[str], indices: list[int]) -> dict[str, dict[int, int]]:
+        """Counter -> index -> packet count of the non-zero cells ``indices`` of each counter of
+        ``names``, in one Read. A whole counter is :data:`MAX_PORTS` cells and protobuf 3.20 (the
+        version p4runtime-shell pins) parses them in pure Python: sampling the three port counters
+        of 64 switches every second read 12,288 cells where their ports are 384."""
+        req = p4runtime_pb2.ReadRequest(device_id=self._c().device_id)
+        by_id = {self.p4info.counters[n].preamble.id: n for n in names}
+        for cid in by_id:
+            for i in indices:
+                ent = req.entities.add()
+                ent.counter_entry.counter_id = cid
+                ent.counter_entry.index.index = i
+        out: dict[str, dict[int, int]] = {n: {} for n in names}
+        try:
+            for rep in self._c().stub.Read(req):
+                for e in rep.entities:
+                    if e.counter_entry.data.packet_count:
+                        out[by_id[e.counter_entry.counter_id]][e.counter_entry.index.index] = \
+                            e.counter_entry.data.packet_count
+        except grpc.RpcError as e:
+            raise P4RuntimeError(f"{self.name}: counter read refused: {e.code().name}: {e.details()}") from None
+        return out
+
     def forwarded_packets(self) -> int:
         """Packets the switch has sent out of any port (counter ``port_tx``, summed)."""
         return sum(self.read_counter("port_tx").values())
 
-    def port_counters(self) -> dict[str, dict[int, int]]:
-        """Per egress port: packets ECN-marked (``marked``), trimmed and dropped at a full queue."""
+    def port_counters(self, ports: list[int] | None = None) -> dict[str, dict[int, int]]:
+        """Per egress port: packets ECN-marked (``marked``), trimmed and dropped at a full queue; of
+        ``ports`` only (one Read), or of every cell."""
+        if ports is not None:
+            got = self.read_counter_cells(["ecn_marked", "trimmed", "queue_full"], ports)
+            return {"marked": got["ecn_marked"], "trimmed": got["trimmed"], "queue_full": got["queue_full"]}
         return {"marked": self.read_counter("ecn_marked"), "trimmed": self.read_counter("trimmed"),
                 "queue_full": self.read_counter("queue_full")}
 
