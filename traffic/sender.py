@@ -73,7 +73,9 @@ def _ignore(_e: Event) -> None:
 class _Rec:
     """A data packet in flight: its message, offset and length, the EV and time of its last
     transmission (``t_sent`` -1: lost, not timed until resent), the time of its first
-    (``t_first``, for RTT samples; -1 once resent: Karn's rule) and how often it was sent."""
+    (``t_first``, for RTT samples; -1 once resent: Karn's rule), how often it was sent, and the
+    wait its last transmission met in the host's NIC port queue when its timer was moved past it
+    (``nic_wait``, s; 0: not moved; -1: not looked up yet): ``t_sent`` is then when it left."""
 
     msn: int
     offset: int
@@ -83,6 +85,7 @@ class _Rec:
     t_first: float
     tx: int = 1
     acked: bool = False
+    nic_wait: float = -1.0
 
 
 class MrcSender:
@@ -120,7 +123,8 @@ class MrcSender:
         #: (:meth:`traffic.wire.Wire.framer`: no Pkt on the hot path)
         self.make_data: Callable[..., Any] = Pkt
         #: (plane, send time) -> the wait (s) its NIC port queue gave a packet sent then, None when
-        #: unknown: the host's model of its queues (traffic/nicqueue.py), for spurious timeouts' reports
+        #: unknown: the host's model of its queues (traffic/nicqueue.py). A packet's timer runs from
+        #: when it left the queue, and spurious timeouts report the wait
         self.nic_wait: Callable[[int, float], float | None] | None = None
         self.next_psn = 0
         self.acked_below = 0  # every PSN below is acknowledged
@@ -311,7 +315,7 @@ class MrcSender:
                 break
             if ev == self.timed_out.get(psn, (None,))[0]:
                 del self.timed_out[psn]  # an echo on this EV could now be either copy
-            rec.ev, rec.t_sent, rec.t_first, rec.tx = ev, now, -1.0, rec.tx + 1
+            rec.ev, rec.t_sent, rec.t_first, rec.tx, rec.nic_wait = ev, now, -1.0, rec.tx + 1, -1.0
             self._record(psn, ev, now)
             self.stats.retransmits += 1
             self.evs.evs[ev].retransmits += 1
@@ -330,9 +334,11 @@ class MrcSender:
             if now - t < rto * min(8, rec.tx):
                 break
             self.timer_q.popleft()
+            if rec.nic_wait < 0 and self._left_nic_later(psn, rec, t, now, rto):
+                continue
             self.stats.timeouts += 1
             self.events(TimedOut(qp=self.qp, psn=psn, ev=rec.ev))
-            self.timed_out[psn] = (rec.ev, t)
+            self.timed_out[psn] = (rec.ev, t - max(0.0, rec.nic_wait))  # sent then: its NIC wait is looked up there
             if len(self.timed_out) > MAX_TIMED_OUT:
                 del self.timed_out[next(iter(self.timed_out))]
             # the path delivered a packet sent on it after this one: its acknowledgement, not the
@@ -343,6 +349,26 @@ class MrcSender:
             if self.s.ev_health and self.delivered_after.get(rec.ev, -1.0) <= t < self.heard_at:
                 self.evs.retire(rec.ev, "retransmission timeout")
             self._lose(psn, rec, "timeout", now)
+
+    def _left_nic_later(self, psn: int, rec: _Rec, t: float, now: float, rto: float) -> bool:
+        """Whether the packet sent at ``t`` that is due now had in fact waited in the host's NIC port
+        queue (``nic_wait``, the host's model of it): its timer then runs from when it left, as a
+        NIC's does (the paper's NICs time a packet from the wire, behind their own queue), and it
+        is timed again from there (True). The wait is looked up once per transmission. Without it a
+        packet that waited 6 ms behind the frames before it timed out on its 20 ms floor with its
+        round trip (26.7 ms) inside what the path allows: t0t1-links-flap on linux retired 8
+        healthy EVs at once (the suite, 2026-11-26)."""
+        w = self.nic_wait(ev_plane(rec.ev), t) if self.nic_wait is not None else None
+        rec.nic_wait = 0.0
+        if not w or now - (t + w) >= rto * min(8, rec.tx):
+            return False
+        rec.nic_wait, rec.t_sent = w, t + w  # t_sent - nic_wait: when it was sent
+        q = self.timer_q  # in time order: entries behind may have been sent before it left
+        i = len(q)
+        while i and q[i - 1][0] > rec.t_sent:
+            i -= 1
+        q.insert(i, (rec.t_sent, psn))
+        return True
 
     def _lose(self, psn: int, rec: _Rec, why: str, now: float) -> None:
         self.stats.losses += 1
