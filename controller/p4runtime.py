@@ -436,14 +436,11 @@ class P4Switch:
         """Packets the switch has sent out of any port (counter ``port_tx``, summed)."""
         return sum(self.read_counter("port_tx").values())
 
-    def port_counters(self, ports: list[int] | None = None) -> dict[str, dict[int, int]]:
-        """Per egress port: packets ECN-marked (``marked``), trimmed and dropped at a full queue; of
-        ``ports`` only (one Read), or of every cell."""
-        if ports is not None:
-            got = self.read_counter_cells(["ecn_marked", "trimmed", "queue_full"], ports)
-            return {"marked": got["ecn_marked"], "trimmed": got["trimmed"], "queue_full": got["queue_full"]}
-        return {"marked": self.read_counter("ecn_marked"), "trimmed": self.read_counter("trimmed"),
-                "queue_full": self.read_counter("queue_full")}
+    def port_counters(self, ports: list[int]) -> dict[str, dict[int, int]]:
+        """Per egress port of ``ports``: packets ECN-marked (``marked``), trimmed and dropped at a
+        full queue, in one Read."""
+        got = self.read_counter_cells(["ecn_marked", "trimmed", "queue_full"], ports)
+        return {"marked": got["ecn_marked"], "trimmed": got["trimmed"], "queue_full": got["queue_full"]}
 
     def drops(self) -> dict[tuple[int, str], int]:
         """(ingress port, reason) -> packets dropped."""

@@ -193,9 +193,10 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
     data.ports = sampler.samples if sampler is not None else []
     data.run_delays = monitor.samples if monitor is not None else []
     senders = {f.src for f in scn.flows} | set(scn.collective.hosts if scn.collective is not None else ())
+    frame = scn.settings.payload_bytes + DATA_OVERHEAD
     data.held_limits = fidelity.HeldLimits(
-        bound, spec.link.path_delay_ms / 1e3, nic_queue_s(spec.link, scn.settings.payload_bytes + DATA_OVERHEAD),
-        (scn.settings.payload_bytes + DATA_OVERHEAD) * 8 / (spec.link.bandwidth_mbps * 1e6)
+        bound, spec.link.path_delay_ms / 1e3, nic_queue_s(spec.link, frame),
+        frame * 8 / (spec.link.bandwidth_mbps * 1e6)
         if spec.link.bandwidth_mbps > 0 else 0.0, frozenset(senders))
     data.port_mbps = spec.link.bandwidth_mbps
     data.flows = [(f.src, f.dst) for f in scn.flows]
