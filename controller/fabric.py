@@ -10,7 +10,7 @@ times each phase into ``timings`` (seconds): ``compile_s``, ``build_s`` (namespa
 processes), ``pipeline_s``, ``routes_s``, ``verify_s``, ``total_s``.
 
 Faults go through a :class:`~controller.faults.FaultInjector`, so they compose (see there). On
-bmv2 a watchdog thread checks every switch once a second and gives a switch that lost its pipeline
+bmv2 a watchdog thread checks every switch once a second (one at a time) and gives a switch that lost its pipeline
 (restarted behind the controller's back) its pipeline, entries and faults again. Every method that
 touches switches holds the fabric's lock; :meth:`exclusive` lends it to callers that talk to
 switches themselves (the benchmarks).
@@ -21,7 +21,7 @@ from __future__ import annotations
 import contextlib
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 from mrclab.controller import bpf, seg6, thrift
@@ -44,6 +44,9 @@ from mrclab.topologies.placement import Placement
 from mrclab.topologies.servers import Ssh
 from mrclab.topologies.spec import ClosSpec, is_host
 
+#: Every bmv2 switch is checked for its pipeline once in this many seconds (the watchdog), one
+#: switch at a time, spread evenly over the period.
+WATCHDOG_PERIOD_S = 1.0
 #: What each data plane can do: faults, and ``congestion`` (switch queues that ECN-mark and trim).
 #: bmv2's congestion needs its Thrift runtime; linux's gray loss and congestion need the tc eBPF
 #: program (controller/bpf.py: clang and libbpf) (:func:`missing_features`).
@@ -301,12 +304,18 @@ class Fabric:
                 seg6.verify(self.emu.netns(e.switch), e, self.routes.block)
 
     def _watchdog(self) -> None:
-        while not self._stop.wait(1.0):
-            for name, sw in list(self.p4.items()):
-                if self._stop.is_set() or not self.faults.applied.alive[name]:
+        # One switch every WATCHDOG_PERIOD_S / n, not all n at once: a burst of n Reads wakes n
+        # switches' gRPC threads together, and on a busy machine the switches forwarding packets
+        # then wait behind them (a run's fidelity monitor counts that as starvation).
+        while not self._stop.is_set():
+            names = list(self.p4)
+            for name in names:
+                if self._stop.wait(WATCHDOG_PERIOD_S / max(1, len(names))):
+                    return
+                if not self.faults.applied.alive[name]:
                     continue
                 with self._lock:
-                    if not sw.has_pipeline():
+                    if not self.p4[name].has_pipeline():
                         try:
                             self.reprogram(name)
                             self.faults.restarted(name)
@@ -382,15 +391,22 @@ class Fabric:
                 return {s: self.p4[s].forwarded_packets() for s in names}
         return {s: seg6.sid_packets(self.emu.netns(s), self.routes[s], self.routes.block) for s in names}
 
-    def port_samples(self) -> list[dict]:
+    def sampled_switches(self) -> list[str]:
+        """The switches :meth:`port_samples` reads (those with queues to sample), in fabric order."""
+        return list(self.bpf) + list(self.thrift)
+
+    def port_samples(self, switches: Collection[str] | None = None) -> list[dict]:
         """Per switch port now: low-priority packets queued and, since start, packets ECN-marked,
         trimmed and dropped at a full queue, one dict per port (bmv2 with Thrift; linux with the tc
         eBPF program, which adds ``gray``: gray-loss drops); empty where switches do not queue.
-        bmv2 switches that are down are left out."""
+        Of ``switches`` only (None: every switch :meth:`sampled_switches` names); bmv2 switches
+        that are down are left out."""
         out = []
         with self._lock:
             paused = self.pfc.samples() if self.pfc is not None else {}
             for sw, prog in self.bpf.items():
+                if switches is not None and sw not in switches:
+                    continue
                 for port, q in self.port_queues(sw).items():
                     st = prog.state(f"{sw}-eth{port}")
                     row = {"switch": sw, "port": port, "peer": q.peer, "queue": st["queue"],
@@ -400,7 +416,7 @@ class Fabric:
                         row["pauses"], row["pause_s"] = paused.get((sw, port), (0, 0.0))
                     out.append(row)
             for sw, th in self.thrift.items():
-                if not self.faults.applied.alive[sw]:
+                if (switches is not None and sw not in switches) or not self.faults.applied.alive[sw]:
                     continue
                 qocc = th.register("qocc")
                 ports = self.port_queues(sw)

@@ -246,3 +246,39 @@ def test_a_switch_stopped_for_a_while_holds_packets_and_voids_what_they_touch(tm
     false_ret = next(v for v in m["expectations"] if v["metric"] == "false_retirements")
     assert false_ret["value"] > 2 and false_ret["passed"] is None, false_ret  # FAIL but for the watch: void
     assert p.returncode == 3, err[-2000:]
+
+
+def test_the_port_sampler_reads_one_switch_at_a_time_spread_over_its_period():
+    """A round reads each switch once, the reads spread evenly over the period (not all at once:
+    a burst of reads wakes every switch's control threads together), and stamps the round's rows
+    with one time; a round where a read failed is dropped whole."""
+    from mrclab.experiments.runner import PortSampler
+
+    class Fab:
+        def __init__(self) -> None:
+            self.reads: list[tuple[float, str]] = []
+
+        def sampled_switches(self) -> list[str]:
+            return ["a", "b", "c", "d"]
+
+        def port_samples(self, switches):
+            (sw,) = switches
+            self.reads.append((time.monotonic(), sw))
+            if sw == "c" and sum(1 for _, s in self.reads if s == "c") == 2:
+                raise RuntimeError("restarting")
+            return [{"switch": sw, "port": 1, "queue": 0}]
+
+    fab = Fab()
+    sampler = PortSampler(fab, time.monotonic(), period_s=0.4)  # type: ignore[arg-type]
+    deadline = time.monotonic() + 10
+    while len(sampler.samples) < 8 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    sampler.stop()
+    # round 2's read of c failed: the rest of that round is not read
+    assert [s for _, s in fab.reads[:11]] == ["a", "b", "c", "d", "a", "b", "c", "a", "b", "c", "d"]
+    gaps = [b - a for (a, _), (b, _) in zip(fab.reads, fab.reads[1:])]
+    assert min(gaps[:3]) >= 0.09, gaps  # 0.4 s / 4 switches
+    rounds = sorted({r["t"] for r in sampler.samples})
+    by_t = {t: [r["switch"] for r in sampler.samples if r["t"] == t] for t in rounds}
+    assert list(by_t.values())[:2] == [["a", "b", "c", "d"]] * 2  # rounds 1 and 3: round 2 is not kept
+    assert rounds[1] - rounds[0] >= 0.7  # round 3 ended two periods after round 1
