@@ -10,7 +10,7 @@ times each phase into ``timings`` (seconds): ``compile_s``, ``build_s`` (namespa
 processes), ``pipeline_s``, ``routes_s``, ``verify_s``, ``total_s``.
 
 Faults go through a :class:`~controller.faults.FaultInjector`, so they compose (see there). On
-bmv2 a watchdog thread checks every switch once a second (one at a time) and gives a switch that lost its pipeline
+bmv2 a watchdog thread checks every switch once a second (one at a time; 16 a second at most) and gives a switch that lost its pipeline
 (restarted behind the controller's back) its pipeline, entries and faults again. Every method that
 touches switches holds the fabric's lock; :meth:`exclusive` lends it to callers that talk to
 switches themselves (the benchmarks).
@@ -45,8 +45,21 @@ from mrclab.topologies.servers import Ssh
 from mrclab.topologies.spec import ClosSpec, is_host
 
 #: Every bmv2 switch is checked for its pipeline once in this many seconds (the watchdog), one
-#: switch at a time, spread evenly over the period.
+#: switch at a time, spread evenly over the period ...
 WATCHDOG_PERIOD_S = 1.0
+#: ... and no more than this many switches a second: the runner's Reads cost the switches and the
+#: runner CPU that a large fabric's forwarding needs. Idle 64-switch fabric (lab64, 2-core VM, 10 s
+#: windows): the switches took 0.075-0.091 cores alone, +0.02 with the watchdog checking every
+#: switch each second and +0.025 more with the port sampler reading them too; the runner took
+#: 0.05 and 0.095 cores more for them (protobuf 3.20 parses in pure Python here). Up to 16
+#: switches the periods stay 1 s.
+CONTROL_READS_PER_S = 16
+
+
+def control_period_s(switches: int, period_s: float = WATCHDOG_PERIOD_S) -> float:
+    """Seconds between two reads of one switch when ``switches`` switches are read in turn every
+    ``period_s``, at most :data:`CONTROL_READS_PER_S` switches a second."""
+    return max(period_s, switches / CONTROL_READS_PER_S)
 #: What each data plane can do: faults, and ``congestion`` (switch queues that ECN-mark and trim).
 #: bmv2's congestion needs its Thrift runtime; linux's gray loss and congestion need the tc eBPF
 #: program (controller/bpf.py: clang and libbpf) (:func:`missing_features`).
@@ -304,13 +317,13 @@ class Fabric:
                 seg6.verify(self.emu.netns(e.switch), e, self.routes.block)
 
     def _watchdog(self) -> None:
-        # One switch every WATCHDOG_PERIOD_S / n, not all n at once: a burst of n Reads wakes n
-        # switches' gRPC threads together, and on a busy machine the switches forwarding packets
-        # then wait behind them (a run's fidelity monitor counts that as starvation).
+        # One switch at a time, spread over the period, not all n at once: a burst of n Reads
+        # wakes n switches' gRPC threads together, and on a busy machine the switches forwarding
+        # packets then wait behind them (a run's fidelity monitor counts that as starvation).
         while not self._stop.is_set():
             names = list(self.p4)
             for name in names:
-                if self._stop.wait(WATCHDOG_PERIOD_S / max(1, len(names))):
+                if self._stop.wait(control_period_s(len(names)) / max(1, len(names))):
                     return
                 if not self.faults.applied.alive[name]:
                     continue

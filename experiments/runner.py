@@ -34,7 +34,7 @@ import time
 from pathlib import Path
 
 import yaml
-from mrclab.controller.fabric import FEATURES, Fabric, available, missing_features
+from mrclab.controller.fabric import FEATURES, Fabric, available, control_period_s, missing_features
 from mrclab.controller.queues import path_queue_bound_s
 from mrclab.experiments import admission, collectives, endpoints, fidelity
 from mrclab.experiments import sweep as S
@@ -243,7 +243,8 @@ def slow_path_timers(s: TransportSettings, given: dict) -> TransportSettings:
 
 class PortSampler:
     """Samples every switch port's queue and counters once every ``period_s`` in a thread of its
-    own, so the fault timeline keeps its time (a sample of 16 bmv2 switches takes tens of ms).
+    own, so the fault timeline keeps its time (a sample of 16 bmv2 switches takes tens of ms); on
+    bmv2, no more than 16 switches a second (controller/fabric.py ``control_period_s``: 4 s on 64).
 
     A round reads one switch at a time, spread evenly over the period, and stamps every row with
     the round's end (s from t = 0), so a round's rows share one ``t``. Read all at once, 64 bmv2
@@ -264,9 +265,11 @@ class PortSampler:
     def _loop(self) -> None:
         while not self._stop.is_set():
             switches = self.fab.sampled_switches()
+            # bmv2: every read costs the switch and this process a P4Runtime and a Thrift call
+            period = control_period_s(len(switches), self.period_s) if self.fab.dataplane == "bmv2" else self.period_s
             rows: list[dict] | None = []
             for sw in switches:
-                if self._stop.wait(self.period_s / max(1, len(switches))):
+                if self._stop.wait(period / max(1, len(switches))):
                     return
                 try:
                     if rows is not None:

@@ -255,6 +255,8 @@ def test_the_port_sampler_reads_one_switch_at_a_time_spread_over_its_period():
     from mrclab.experiments.runner import PortSampler
 
     class Fab:
+        dataplane = "bmv2"
+
         def __init__(self) -> None:
             self.reads: list[tuple[float, str]] = []
 
@@ -282,3 +284,11 @@ def test_the_port_sampler_reads_one_switch_at_a_time_spread_over_its_period():
     by_t = {t: [r["switch"] for r in sampler.samples if r["t"] == t] for t in rounds}
     assert list(by_t.values())[:2] == [["a", "b", "c", "d"]] * 2  # rounds 1 and 3: round 2 is not kept
     assert rounds[1] - rounds[0] >= 0.7  # round 3 ended two periods after round 1
+
+
+def test_a_large_bmv2_fabric_is_read_by_the_runner_16_switches_a_second_at_most():
+    from mrclab.controller.fabric import control_period_s
+
+    assert control_period_s(3) == control_period_s(16) == 1.0
+    assert control_period_s(64) == 4.0
+    assert control_period_s(32, 2.5) == 2.5
