@@ -284,9 +284,17 @@ class PortSampler:
                 self.samples += [{"t": t, **r} for r in rows]
 
     def stop(self) -> None:
-        """Stop sampling (the samples stay in :attr:`samples`)."""
+        """Stop sampling and read every switch once more, at once, so the run's totals count to its
+        end (the last spread round can be a period old); the samples stay in :attr:`samples`."""
         self._stop.set()
         self._thread.join(timeout=10)
+        try:
+            rows = self.fab.port_samples()
+        except Exception as e:  # a switch restarting: the totals end at the last round
+            console.print(f"[dim]· last port sample skipped ({type(e).__name__})[/dim]")
+            return
+        t = round(time.monotonic() - self.t0, 3)
+        self.samples += [{"t": t, **r} for r in rows]
 
 
 def _play(fab: Fabric, scn: Scenario, procs, out: Path, t0: float, fault_log: list[dict], live: bool) -> None:

@@ -263,7 +263,9 @@ def test_the_port_sampler_reads_one_switch_at_a_time_spread_over_its_period():
         def sampled_switches(self) -> list[str]:
             return ["a", "b", "c", "d"]
 
-        def port_samples(self, switches):
+        def port_samples(self, switches=None):
+            if switches is None:  # the last sample, at stop: every switch at once
+                return [{"switch": sw, "port": 1, "queue": 0, "last": True} for sw in self.sampled_switches()]
             (sw,) = switches
             self.reads.append((time.monotonic(), sw))
             if sw == "c" and sum(1 for _, s in self.reads if s == "c") == 2:
@@ -284,6 +286,8 @@ def test_the_port_sampler_reads_one_switch_at_a_time_spread_over_its_period():
     by_t = {t: [r["switch"] for r in sampler.samples if r["t"] == t] for t in rounds}
     assert list(by_t.values())[:2] == [["a", "b", "c", "d"]] * 2  # rounds 1 and 3: round 2 is not kept
     assert rounds[1] - rounds[0] >= 0.7  # round 3 ended two periods after round 1
+    last = [r for r in sampler.samples if r["t"] == rounds[-1]]  # stop read every switch once more
+    assert [r["switch"] for r in last] == ["a", "b", "c", "d"] and all(r.get("last") for r in last)
 
 
 def test_a_large_bmv2_fabric_is_read_by_the_runner_16_switches_a_second_at_most():
