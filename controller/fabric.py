@@ -10,10 +10,10 @@ times each phase into ``timings`` (seconds): ``compile_s``, ``build_s`` (namespa
 processes), ``pipeline_s``, ``routes_s``, ``verify_s``, ``total_s``.
 
 Faults go through a :class:`~controller.faults.FaultInjector`, so they compose (see there). On
-bmv2 a watchdog thread checks every switch once a second (one at a time; 16 a second at most) and gives a switch that lost its pipeline
-(restarted behind the controller's back) its pipeline, entries and faults again. Every method that
-touches switches holds the fabric's lock; :meth:`exclusive` lends it to callers that talk to
-switches themselves (the benchmarks).
+bmv2 a watchdog thread checks every switch once a second (one at a time; 16 a second at most)
+and gives a switch that lost its pipeline (restarted behind the controller's back) its pipeline,
+entries and faults again. Every method that touches switches holds the fabric's lock;
+:meth:`exclusive` lends it to callers that talk to switches themselves (the benchmarks).
 """
 
 from __future__ import annotations
@@ -60,6 +60,8 @@ def control_period_s(switches: int, period_s: float = WATCHDOG_PERIOD_S) -> floa
     """Seconds between two reads of one switch when ``switches`` switches are read in turn every
     ``period_s``, at most :data:`CONTROL_READS_PER_S` switches a second."""
     return max(period_s, switches / CONTROL_READS_PER_S)
+
+
 #: What each data plane can do: faults, and ``congestion`` (switch queues that ECN-mark and trim).
 #: bmv2's congestion needs its Thrift runtime; linux's gray loss and congestion need the tc eBPF
 #: program (controller/bpf.py: clang and libbpf) (:func:`missing_features`).
