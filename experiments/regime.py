@@ -24,6 +24,14 @@ PAPER_FRAME_BYTES = 4096
 PAPER_EVS_PER_QP = (128, 256)
 PAPER_BDP_PACKETS = PAPER_PORT_GBPS * 1e9 * PAPER_RTT_US * 1e-6 / 8 / PAPER_FRAME_BYTES  # about 73
 
+#: The BDP (packets) a path should hold in every shipped failure scenario, per data plane: the
+#: regime this lab sets itself on a 2-core machine, where the paper's ~73 is out of reach. Under
+#: about 8 a lost packet is a large share of a path's window and the retransmission timer's floor
+#: is several RTTs (``weakens``); bmv2's ports run at 1.5 Mb/s, a fifth of linux's 8, so the same
+#: share would need five times the delay there. The scenarios reach it with ``link.path_delay_ms``
+#: (5 ms on linux, 15 ms on bmv2); tests/test_verdicts.py holds every one of them to it.
+BDP_GOAL_PACKETS = {"linux": 8.0, "bmv2": 4.0}
+
 
 def regime(spec: ClosSpec, settings: TransportSettings, queues: dict[tuple[str, int], PortQueue],
            rtt_us: float | None) -> dict:
