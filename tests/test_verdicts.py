@@ -140,8 +140,8 @@ def _cases():
 
 
 #: failure scenarios that do not reach BDP_GOAL_PACKETS yet, each with why (its YAML says more)
-BELOW_BDP_GOAL = {"t0t1-links-flap": "with the path delay it retires healthy EVs: SACKs lost with half the "
-                                     "reverse EVs at once no longer cover a larger window's PSNs"}
+BELOW_BDP_GOAL = {"t0t1-links-flap": "with the path delay it retires healthy EVs whose SACKs were lost while half "
+                                     "the reverse EVs were dead at once (cause not settled)"}
 
 
 @pytest.mark.parametrize("name,dp,off", _cases())
