@@ -173,11 +173,15 @@ def _write(out: Path, rows: list[dict], dataplane: str | None, quick: bool, t_st
     return summary
 
 
-def _row_verdict(ms: list[dict]) -> tuple[str, str | None]:
-    """A row's verdict from its runs' metrics: FAIL when a verdict decided outside every fidelity
-    fault failed; void (with the first reason) when one was void; else pass."""
+def _row_verdict(runs: dict[str, dict]) -> tuple[str, str | None]:
+    """A row's verdict from its runs' metrics (``{"mrc": metrics, "roce": metrics}``): FAIL, with
+    the expectations that failed, when a verdict decided outside every fidelity fault failed; void
+    (with the first reason) when one was void; else pass."""
+    ms = list(runs.values())
     if not all(m["passed"] for m in ms):
-        return "FAIL", None
+        return "FAIL", "; ".join(f"{tr.upper()} {v['expectation']} = {figure(v)} ({v['bound']})"
+                                 for tr, m in runs.items() for v in m["expectations"]
+                                 if v["passed"] is False and not v.get("void"))
     voids = [v["void"] for m in ms for v in m["expectations"] if v.get("void")]
     return ("void", voids[0]) if voids else ("pass", None)
 
@@ -203,6 +207,9 @@ def _run_row(name: str, base: Scenario, dur: float | None, dp: str, out: Path, l
             "mrc": "; ".join(_point_text(p) for p in mrc), "roce": "; ".join(_point_text(p) for p in roce),
             "verdict": "void" if res["passed"] and res.get("void") else verdict_word(res["passed"]),
             "claims": res["claims"], **({"why": res["void"]} if res["passed"] and res.get("void") else {}),
+            **({} if res["passed"] else {"why": "; ".join(
+                [f"{_point_text(p)}: expectations not met" for p in res["points"] if not p["passed"] and not p.get("void")]
+                + [f"{c['claim']} = {c['value']:.2f} ({c['bound']})" for c in res["claims"] if c["passed"] is False])}),
             "points": res["points"], "plots": [f"plots/{name}.png"]})
     else:
         runs = {}
@@ -218,7 +225,7 @@ def _run_row(name: str, base: Scenario, dur: float | None, dp: str, out: Path, l
                 shutil.copy2(out / f"{name}-{tr}" / "goodput.png", out / "plots" / f"{name}-{tr}.png")
         h_mrc = _headline(runs["mrc"]["expectations"])
         h_roce = _headline(runs["roce"]["expectations"], h_mrc["metric"] if h_mrc else None)
-        verdict, why = _row_verdict(list(runs.values()))
+        verdict, why = _row_verdict(runs)
         row.update({"mrc": _fmt(h_mrc), "roce": _fmt(h_roce), "verdict": verdict,
                     "regime": runs["mrc"].get("regime"),
                     "expectations": {tr: m["expectations"] for tr, m in runs.items()},
