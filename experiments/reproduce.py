@@ -30,11 +30,11 @@ from mrclab.experiments.expectations import verdict_word
 from mrclab.experiments.regime import describe as describe_regime
 from mrclab.experiments.repeat import figure, run_repeated
 from mrclab.experiments.results import results_folder
-from mrclab.topologies.placement import Cluster, open_cluster
 from mrclab.experiments.scenario import SCENARIO_DIR, Scenario, load_scenario
 from mrclab.experiments.sweepspec import size_suffix
 from mrclab.topologies.errors import BadInput, MrclabError
 from mrclab.topologies.nodes import need_root, toolchain_missing
+from mrclab.topologies.placement import Cluster, open_cluster
 from rich.console import Console
 
 console = Console(highlight=False)
