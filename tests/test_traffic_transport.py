@@ -3,6 +3,7 @@ arrives complete and byte-identical, exactly once, completions in message order,
 finishes. The same for the RoCE-style baseline."""
 
 import dataclasses
+import itertools
 import random
 
 import pytest
@@ -282,10 +283,46 @@ def test_a_retransmission_far_behind_the_newest_arrival_is_in_its_sacks_bitmap()
         rx.on_packet(p, 0.001)
     rx.poll(0.001)
     sack = rx.on_packet(pkts[1], 0.002) + rx.poll(0.003)  # the retransmission of PSN 1
-    assert len(sack) == 1 and sack[0].cum_psn == 0 and sack[0].echo_psn == 1
+    # the batch's SACK, and (arrivals span more than a bitmap) one reporting a chunk of the span again
+    assert len(sack) == 2 and sack[0].cum_psn == 0 and sack[0].echo_psn == 1
     assert (sack[0].bitmap >> (1 - sack[0].base_psn)) & 1
     tx.on_packet(sack[0], 0.003)
     assert 1 not in tx.recs and 0 in tx.recs
+
+
+
+def test_while_cum_is_held_back_every_arrival_is_reported_again_through_each_t1():
+    """PSN 0 and every PSN 8k+1 are lost (a dead path's share), the others up to 199 arrive and
+    their SACKs are lost; then only the retransmissions of PSNs 8k+1 arrive (the sender's window is
+    full), one SACK each, while PSN 0 holds cum_psn. Within a few SACKs every
+    received PSN of the span must be reported again, through both T1s of the reverse EV set (one
+    T1 may be dead), however the SACK types and the reverse EVs' rotation line up. Reporting again
+    only the chunk at cum_psn left PSNs 64-199 to the sender's timer, which blamed their healthy
+    EVs (t0t1-links-flap with a path delay)."""
+    from mrclab.topologies.addressing import ev_t1, make_ev
+
+    s = TransportSettings(payload_bytes=1024, window_packets=256, region_bytes=1 << 22)
+    tx = make_sender(1, PLAN, "h0", "h2", s, random.Random(3), iter([(0, bytes(300 * 1024))]))
+    # the receiving host's reverse set: plane-interleaved, the k-th T1 of each plane (traffic/host.py)
+    cyc = itertools.cycle([make_ev(p, t1, 7) for t1 in (0, 1) for p in range(4)])
+    rx = MrcReceiver(1, s, lambda: next(cyc))
+    pkts = []
+    while len(pkts) < 220:
+        pkts += tx.poll(0.0)
+    now = 0.001
+    for p in pkts[1:200]:  # their SACKs: lost
+        if p.psn % 8 != 1:
+            rx.on_packet(p, now)
+    rx.poll(now + s.ack_delay_s)
+    got = {0: set(), 1: set()}  # PSNs reported, per T1 the SACK took
+    for psn in range(1, 8 * 12, 8):  # 12 retransmissions, an arrival near cum_psn each
+        now += 0.002
+        for sack in rx.on_packet(pkts[psn], now) + rx.poll(now + s.ack_delay_s):
+            assert sack.cum_psn == 0
+            got[ev_t1(sack.ev)] |= {sack.base_psn + i for i in range(64) if (sack.bitmap >> i) & 1}
+    arrived = {q for q in range(1, 200) if q % 8 != 1}
+    for t1 in (0, 1):
+        assert got[t1] >= arrived, f"T1 {t1}: not reported again: {sorted(arrived - got[t1])[:8]}"
 
 
 @pytest.mark.parametrize("transport", ["mrc", "roce"])

@@ -13,6 +13,11 @@ counts each PSN once, SACKs, NACKs trimmed packets and completes messages (docs/
 * SACKs are due every ``ack_every`` packets or after ``ack_delay_s``, coalesced over a receive
   batch: a due SACK leaves at the next ``poll`` (the end of the batch), at most
   :data:`SACK_COALESCE_MAX` arrivals late, and at once for an arrival with ECN CE;
+* while the PSNs received above the cumulative PSN span more than a bitmap (64), each SACK of a
+  batch has a second one beside it that reports the next 64-PSN chunk of that span again, in
+  turn, each chunk through another T1 than its last report (ours): the batch's own SACK reports
+  only its own 64 PSNs, and one lost with a dying reverse path left the middle of the span to the
+  sender's timer, which blamed healthy EVs;
 * when arrivals stop, the last SACK is sent again, :data:`SACK_REFRESHES` times, every
   ``ack_delay_s`` x :data:`SACK_REFRESH_DELAYS` (ours): SACKs leave on a rotation of reverse paths, and
   a burst's one SACK lost on a path that just died would otherwise leave every packet of the burst,
@@ -74,7 +79,8 @@ class MrcReceiver:
         self.last = (0, 0, False)  # echo psn, echo ev, ecn
         self.peer_ports = ALL_UP
         self.local_ports = ALL_UP
-        self._oldest_turn = False
+        self._rereport_at = 0  # the next 64-PSN chunk above cum_psn that a flush reports again
+        self._rereport_t1: dict[int, int] = {}  # a chunk (its index from cum_psn) -> T1 of its last report
         self.last_sack_at = 0.0
         self.refreshes_left = 0
         self._last_back = 0  # the reverse EV of the last SACK/NACK
@@ -121,7 +127,7 @@ class MrcReceiver:
         out = []
         if self.pending_ack and ((psn if psn > self.pending_hi else self.pending_hi)
                                  - (psn if psn < self.pending_lo else self.pending_lo)) >= SACK_BITMAP_BITS:
-            out.append(self._flush())  # this arrival and the pending ones would not fit one bitmap
+            out += self._flush()  # this arrival and the pending ones would not fit one bitmap
         st = self.stats
         st.data_packets += 1
         st.delivered_bytes += dma_len
@@ -149,20 +155,16 @@ class MrcReceiver:
             self.pending_since = now
         self.pending_ack += 1
         if ecn_ce or self.pending_ack >= SACK_COALESCE_MAX:
-            out.append(self._flush())
+            out += self._flush()
         return out  # else due at the next poll (the end of the receive batch) once ack_every are pending
 
-    def _sack(self, op: int, echo_psn: int, echo_ev: int, flags: int, top: int, alternate: bool = False,
-              other_path: bool = False) -> Pkt:
-        """A SACK/NACK whose bitmap covers the 64 PSNs up to ``top`` (never below cum_psn). While
-        arrivals span more than a bitmap above cum_psn, every other SACK covers the 64 PSNs from
-        cum_psn instead: the oldest arrivals are reported again, so one whose own SACK was lost
-        (a reverse path failing) is not left for its sender's timer."""
-        base = max(self.cum, top - (SACK_BITMAP_BITS - 1))
-        if alternate and base > self.cum:
-            self._oldest_turn = not self._oldest_turn
-            if self._oldest_turn:
-                base = self.cum
+    def _sack(self, op: int, echo_psn: int, echo_ev: int, flags: int, top: int, other_path: bool = False,
+              base: int | None = None, avoid_t1: int | None = None) -> Pkt:
+        """A SACK/NACK whose bitmap covers the 64 PSNs up to ``top`` (never below cum_psn), or from
+        ``base``; ``other_path``: through another T1 than the SACK before it, ``avoid_t1``: than
+        that T1 (each if the reverse set has one)."""
+        if base is None:
+            base = max(self.cum, top - (SACK_BITMAP_BITS - 1))
         bm = tbm = 0
         for q in self.above:  # PSNs received above cum: few unless the paths reorder a lot
             d = q - base
@@ -173,9 +175,11 @@ class MrcReceiver:
             if 0 <= d < SACK_BITMAP_BITS:
                 tbm |= 1 << d
         back = self.reverse_ev()
-        if other_path:  # a repeat: through another T1 than the SACK before it, if the set has one
+        if other_path:
+            avoid_t1 = ev_t1(self._last_back)
+        if avoid_t1 is not None:
             for _ in range(8):
-                if ev_t1(back) != ev_t1(self._last_back):
+                if ev_t1(back) != avoid_t1:
                     break
                 back = self.reverse_ev()
         self._last_back = back
@@ -183,20 +187,41 @@ class MrcReceiver:
                    bitmap=bm, trim_bitmap=tbm, echo_ev=echo_ev, echo_psn=echo_psn % PSN_MOD, sflags=flags,
                    port_state=self.local_ports)
 
-    def _flush(self) -> Pkt:
+    def _flush(self) -> list[Pkt]:
+        """The SACK of the pending arrivals; and, while arrivals span more than a bitmap above
+        cum_psn, a second one that reports the next 64-PSN chunk of that span again (from cum_psn
+        up, and round again), each chunk through another T1 than its last report. The pending
+        batch's SACK reports only its own 64 PSNs: when it is lost (a reverse path dying), the
+        arrivals it reported would otherwise wait for cum_psn to pass them, which the lost
+        packets holding it back do only after their sender's timer, and that timer then blames
+        their healthy EVs too. (Every other SACK reporting the 64 PSNs from cum_psn instead, as
+        before, left the rest of the span unreported: t0t1-links-flap with a 5 ms path delay
+        retired healthy EVs whose packets had arrived, 2026-11-26 captures.)"""
         psn, ev, ecn = self.last
         self.pending_ack = 0
         self.pending_since = None
         self.refreshes_left = SACK_REFRESHES
         self.last_sack_at = -1.0  # stamped by poll, which knows the time
-        return self._sack(H.OP_SACK, psn, ev, H.S_ECN if ecn else 0, self.pending_hi, alternate=True)
+        flags = H.S_ECN if ecn else 0  # both echo the same arrival: the first to reach the sender samples it
+        out = [self._sack(H.OP_SACK, psn, ev, flags, self.pending_hi)]
+        cum = self.cum
+        if self.newest - cum >= SACK_BITMAP_BITS:
+            at = self._rereport_at
+            if at < cum or at > self.newest:
+                at = cum
+            self._rereport_at = at + SACK_BITMAP_BITS
+            chunk = (at - cum) // SACK_BITMAP_BITS
+            again = self._sack(H.OP_SACK, psn, ev, flags, 0, base=at, avoid_t1=self._rereport_t1.get(chunk))
+            self._rereport_t1[chunk] = ev_t1(again.ev)
+            out.append(again)
+        return out
 
     def poll(self, now: float) -> list[Pkt]:
         """The SACK that is due: ``ack_every`` packets pending, or one pending for ``ack_delay_s``;
         or, arrivals having stopped, a repeat of the last one (see the module docstring)."""
         n = self.pending_ack
         if n and (n >= self.s.ack_every or now - self.pending_since >= self.s.ack_delay_s):  # type: ignore[operator]
-            out = [self._flush()]
+            out = self._flush()
             self.last_sack_at = now
             return out
         if self.refreshes_left and not n:
