@@ -139,9 +139,9 @@ def _cases():
     return out
 
 
-#: failure scenarios that do not reach BDP_GOAL_PACKETS yet, each with why (its YAML says more):
-#: none today (t0t1-links-flap left it once SACKs re-reported the whole out-of-order span)
-BELOW_BDP_GOAL: dict[str, str] = {}
+#: failure scenarios that do not reach BDP_GOAL_PACKETS yet, each with why (its YAML says more)
+BELOW_BDP_GOAL = {"t0t1-links-flap": "MRC holds with the path delay, but RoCE's claim against its baseline does not "
+                                     "carry over yet (DCQCN's ramp and a fall at 4 s on bmv2)"}
 
 
 @pytest.mark.parametrize("name,dp,off", _cases())
