@@ -158,11 +158,10 @@ class MrcReceiver:
             out += self._flush()
         return out  # else due at the next poll (the end of the receive batch) once ack_every are pending
 
-    def _sack(self, op: int, echo_psn: int, echo_ev: int, flags: int, top: int, other_path: bool = False,
-              base: int | None = None, avoid_t1: int | None = None) -> Pkt:
+    def _sack(self, op: int, echo_psn: int, echo_ev: int, flags: int, top: int, base: int | None = None,
+              avoid_t1: int | None = None) -> Pkt:
         """A SACK/NACK whose bitmap covers the 64 PSNs up to ``top`` (never below cum_psn), or from
-        ``base``; ``other_path``: through another T1 than the SACK before it, ``avoid_t1``: than
-        that T1 (each if the reverse set has one)."""
+        ``base``; ``avoid_t1``: through another T1 than that one, if the reverse set has one."""
         if base is None:
             base = max(self.cum, top - (SACK_BITMAP_BITS - 1))
         bm = tbm = 0
@@ -175,8 +174,6 @@ class MrcReceiver:
             if 0 <= d < SACK_BITMAP_BITS:
                 tbm |= 1 << d
         back = self.reverse_ev()
-        if other_path:
-            avoid_t1 = ev_t1(self._last_back)
         if avoid_t1 is not None:
             for _ in range(8):
                 if ev_t1(back) != avoid_t1:
@@ -231,7 +228,8 @@ class MrcReceiver:
                 self.refreshes_left -= 1
                 self.last_sack_at = now
                 psn, ev, _ = self.last
-                return [self._sack(H.OP_SACK, psn, ev, 0, max(self.newest, 0), other_path=True)]
+                # a repeat: through another T1 than the SACK before it
+                return [self._sack(H.OP_SACK, psn, ev, 0, max(self.newest, 0), avoid_t1=ev_t1(self._last_back))]
         return []
 
 
