@@ -21,7 +21,7 @@ class Outbox:
     __slots__ = ("cache", "completion_s", "cur", "exhausted", "left", "messages", "payload", "ring", "started",
                  "stats", "waiting")
 
-    def __init__(self, messages: Iterator[tuple[int, bytes] | None], settings: TransportSettings,
+    def __init__(self, messages: Iterator[tuple[int, bytes | memoryview] | None], settings: TransportSettings,
                  stats: SenderStats) -> None:
         """Nothing fetched yet: packets of ``settings.payload_bytes``, a region of
         ``settings.region_bytes``; ``stats`` counts messages sent and acknowledged."""
