@@ -108,18 +108,16 @@ def run_collective(kind: str, size: int, iterations: int, q: int, transport: str
 
     while now < limit_s and not all(c.finished for c in colls.values()):
         for h, stack in stacks.items():
-            for _plane, bufs in stack.poll(now):
-                frame = b"".join(bufs)
+            for _plane, frame in stack.poll(now):
                 if rng.random() >= drop:
                     n += 1
                     heapq.heappush(heap, (now + rng.uniform(0.0005, 0.002), n, to_host(frame), frame))
         while heap and heap[0][0] <= now:
             _, _, h, frame = heapq.heappop(heap)
-            for _plane, bufs in stacks[h].on_frame(frame, now):
-                frame2 = b"".join(bufs)
+            for _plane, back in stacks[h].on_frame(frame, now):
                 if rng.random() >= drop:
                     n += 1
-                    heapq.heappush(heap, (now + rng.uniform(0.0005, 0.002), n, to_host(frame2), frame2))
+                    heapq.heappush(heap, (now + rng.uniform(0.0005, 0.002), n, to_host(back), back))
         now += dt
     return colls
 

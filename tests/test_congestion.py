@@ -13,7 +13,7 @@ from mrclab.traffic.dcqcn import F_STAGES, RAI_FRACTION, Dcqcn, G
 from mrclab.traffic.receiver import MrcReceiver
 from mrclab.traffic.sender import make_sender
 from mrclab.traffic.settings import TransportSettings
-from mrclab.traffic.wire import Wire, frame_bytes
+from mrclab.traffic.wire import Wire
 from transport_sim import PLAN, delivered_intact, run
 
 MSS = 1024 + H.DATA_OVERHEAD
@@ -287,7 +287,7 @@ def test_a_trimmed_frame_decodes_and_becomes_a_nack_naming_its_psn_and_ev(op):
     s = TransportSettings(payload_bytes=1024, region_bytes=1 << 20)
     ev = PLAN.paths("h0", "h2")[3].ev | (77 << 16)
     p = Pkt(op, 1, 1234, ev, 0, 0, 4096, 99, 1024, 1024, 0x4D520001, 1024, bytes(1024), 5 if op == H.OP_WRITE_IMM else None)
-    frame = frame_bytes(Wire(PLAN, "h0").encode(p, "h2")[1])
+    frame = Wire(PLAN, "h0").encode(p, "h2")[1]
     assert (int.from_bytes(frame[H.OFF_OUTER : H.OFF_OUTER + 4], "big") >> 20) & 0x3 == H.ECT0  # data is ECT(0)
     cut = _switch_trim(frame)
     rx_wire = Wire(PLAN, "h2")
@@ -307,7 +307,7 @@ def test_control_packets_are_not_ecn_capable():
     from mrclab.traffic.packet import Pkt
 
     ev = PLAN.paths("h2", "h0")[0].ev
-    sack = frame_bytes(Wire(PLAN, "h2").encode(Pkt(op=H.OP_SACK, qp=1, ev=ev), "h0")[1])
+    sack = Wire(PLAN, "h2").encode(Pkt(op=H.OP_SACK, qp=1, ev=ev), "h0")[1]
     assert (int.from_bytes(sack[H.OFF_OUTER : H.OFF_OUTER + 4], "big") >> 20) & 0xFF == 0
 
 
@@ -324,16 +324,16 @@ def test_roce_answers_on_its_own_path_and_dcqcn_slows_it_on_ce():
     back_evs = set()
     now = 0.0
     while now < 0.5 and not tx.done:
-        for _, bufs in a.poll(now):
-            f = bytearray(frame_bytes(bufs))
+        for _, frame in a.poll(now):
+            f = bytearray(frame)
             if now > 0.05:  # a congested fabric: every data packet marked CE from 50 ms
                 f[H.OFF_OUTER + 1] |= H.ECN_CE << 4
             for _, rb in b.on_frame(bytes(f), now):
-                back_evs.add(Wire(PLAN, "h0").decode(frame_bytes(rb))[1].ev)
-                a.on_frame(frame_bytes(rb), now)
+                back_evs.add(Wire(PLAN, "h0").decode(rb)[1].ev)
+                a.on_frame(rb, now)
         for _, rb in b.poll(now):
-            back_evs.add(Wire(PLAN, "h0").decode(frame_bytes(rb))[1].ev)
-            a.on_frame(frame_bytes(rb), now)
+            back_evs.add(Wire(PLAN, "h0").decode(rb)[1].ev)
+            a.on_frame(rb, now)
         now += 0.0005
     assert back_evs == {ecmp_ev(PLAN, "h2", "h0", 1, 4)}  # one reverse path, not MRC's sprayed set
     assert tx.dcqcn.cnps > 0 and tx.rate_bps < 20e6 / 2

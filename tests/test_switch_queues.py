@@ -17,7 +17,7 @@ from mrclab.controller.queues import QueueSettings, mbps_to_pps
 from mrclab.topologies.spec import ClosSpec
 from mrclab.traffic import headers as H
 from mrclab.traffic.packet import Pkt, rkey_for
-from mrclab.traffic.wire import Wire, frame_bytes
+from mrclab.traffic.wire import Wire
 
 pytestmark = [pytest.mark.root]
 DATAPLANES = [pytest.param("bmv2", marks=pytest.mark.bmv2), "linux"]
@@ -48,7 +48,7 @@ def data_frames(fab, src: str, dst: str, n: int, qp: int = 1, path: int = 0) -> 
     for psn in range(n):
         p = Pkt(H.OP_WRITE, qp, psn, ev, 0, 0, n * PAYLOAD, 0, psn * PAYLOAD, psn * PAYLOAD, rkey_for(qp), PAYLOAD,
                 bytes([psn & 0xFF]) * PAYLOAD)
-        out.append(frame_bytes(w.encode(p, dst)[1]))
+        out.append(w.encode(p, dst)[1])
     return out
 
 

@@ -16,7 +16,7 @@ from mrclab.traffic.host import HostStack
 from mrclab.traffic.receiver import SACK_COALESCE_MAX, MrcReceiver
 from mrclab.traffic.sender import make_sender
 from mrclab.traffic.settings import TransportSettings
-from mrclab.traffic.wire import Wire, frame_bytes
+from mrclab.traffic.wire import Wire
 from transport_sim import PLAN, delivered_intact, reverse_evs, run
 
 messages_st = st.lists(st.integers(0, 9000), min_size=1, max_size=6).flatmap(
@@ -341,8 +341,8 @@ class OnTheWire(Channel):
 
     def send(self, p, to, now):
         src, dst = ("h0", "h2") if to == "rx" else ("h2", "h0")
-        _, bufs = Wire(PLAN, src).encode(p, dst)
-        got = Wire(PLAN, dst).decode(frame_bytes(bufs))
+        _, frame = Wire(PLAN, src).encode(p, dst)
+        got = Wire(PLAN, dst).decode(frame)
         assert got is not None and got[0] == src
         super().send(got[1], to, now)
 
@@ -498,8 +498,8 @@ def test_a_host_stack_on_a_shaped_port_tells_its_senders_the_nic_queue_wait_each
     tx = a.add_sender(1, "h2", iter([(0, bytes(64 * 1024))]))
     out = a.poll(1.0)
     per_plane: dict[int, list[int]] = {}
-    for plane, bufs in out:
-        per_plane.setdefault(plane, []).append(sum(len(b) for b in bufs))
+    for plane, frame in out:
+        per_plane.setdefault(plane, []).append(len(frame))
     assert len(per_plane) == PLAN.spec.planes
     for plane, sizes in per_plane.items():  # 8 Mb/s: 1 byte a microsecond; the last frame waits for the rest
         assert tx.nic_wait(plane, 1.0) == pytest.approx(sum(sizes[:-1]) / 1e6)

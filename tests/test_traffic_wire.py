@@ -19,7 +19,7 @@ from mrclab.traffic.host import HostStack
 from mrclab.traffic.packet import Pkt
 from mrclab.traffic.region import message_source
 from mrclab.traffic.settings import TransportSettings
-from mrclab.traffic.wire import Wire, frame_bytes
+from mrclab.traffic.wire import Wire
 from scapy.layers.inet import UDP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
@@ -39,8 +39,7 @@ def data_pkt(**kw):
 def test_data_frame_roundtrip_and_scapy_dissection():
     tx, rx = Wire(PLAN, "h0"), Wire(PLAN, "h2")
     p = data_pkt()
-    plane, bufs = tx.encode(p, "h2")
-    f = frame_bytes(bufs)
+    plane, f = tx.encode(p, "h2")
     assert plane == 2 and len(f) == H.DATA_HDR + 4 + 4 + 4  # headers, IMM, payload, ICRC
     src, q = rx.decode(f)
     assert src == "h0"
@@ -91,7 +90,7 @@ def test_cached_prefixes_follow_each_packets_ev_and_length():
             p = Pkt(op=op, qp=3, ev=ev, cum_psn=k, base_psn=k, bitmap=k, echo_ev=ev, echo_psn=k, port_state=0x0F)
         else:
             p = data_pkt(op=op, ev=ev, psn=k, dma_len=n, payload=rng.randbytes(n), imm=k if op == H.OP_WRITE_IMM else None)
-        f = frame_bytes(tx.encode(p, "h2")[1])
+        f = tx.encode(p, "h2")[1]
         src, q = rx.decode(f)
         assert src == "h0" and (q.op, q.ev, q.psn if op != H.OP_SACK else q.echo_psn) == (op, ev, k)
         if op != H.OP_SACK:
@@ -107,11 +106,11 @@ def test_sack_and_probe_roundtrip():
     tx, rx = Wire(PLAN, "h2"), Wire(PLAN, "h0")
     s = Pkt(op=H.OP_SACK, qp=3, ev=make_ev(1, 0, 4), cum_psn=10, base_psn=12, bitmap=(1 << 63) | 5,
             echo_ev=make_ev(3, 1, 9), echo_psn=75, sflags=H.S_ECN, port_state=0x0E)
-    _, q = rx.decode(frame_bytes(tx.encode(s, "h0")[1]))
+    _, q = rx.decode(tx.encode(s, "h0")[1])
     assert (q.op, q.cum_psn, q.base_psn, q.bitmap, q.echo_ev, q.echo_psn, q.sflags, q.port_state) == \
         (H.OP_SACK, 10, 12, (1 << 63) | 5, make_ev(3, 1, 9), 75, H.S_ECN, 0x0E)
     pr = Pkt(op=H.OP_PROBE, qp=3, ev=make_ev(0, 1, 2), probe_id=42, is_reply=0, t_send_ns=123456789)
-    e = Ether(frame_bytes(tx.encode(pr, "h0")[1]))
+    e = Ether(tx.encode(pr, "h0")[1])
     assert e["MRCProbe"].probe_id == 42 and e["MRCProbe"].ev == make_ev(0, 1, 2)
 
 
@@ -134,8 +133,8 @@ def _stack_pair():
 def _valid_frames(n=12):
     a, b, _ = _stack_pair()
     frames = []
-    for plane, bufs in a.poll(0.0)[:n]:
-        frames.append(frame_bytes(bufs))
+    for plane, frame in a.poll(0.0)[:n]:
+        frames.append(frame)
     return frames
 
 
@@ -167,15 +166,15 @@ def test_fuzzed_frames_are_dropped_and_never_corrupt_delivered_messages(data):
         base[off : off + 4] = data.draw(st.integers(0, 0xFFFFFFFF)).to_bytes(4, "big")
         junk = _reseal(base)
     # the hostile frame first, then the real transfer, both ways, until done
-    for plane, bufs in b.on_frame(junk, 0.0):
+    for plane, frame in b.on_frame(junk, 0.0):
         pass
     now = 0.0
     for _ in range(4000):
-        for _, bufs in a.poll(now):
-            for _, rb in b.on_frame(frame_bytes(bufs), now):
-                a.on_frame(frame_bytes(rb), now)
+        for _, frame in a.poll(now):
+            for _, rb in b.on_frame(frame, now):
+                a.on_frame(rb, now)
         for _, rb in b.poll(now):
-            a.on_frame(frame_bytes(rb), now)
+            a.on_frame(rb, now)
         if a.done:
             break
         now += 0.001
@@ -199,7 +198,7 @@ def test_unknown_qp_and_out_of_window_are_counted():
     b.on_frame(_reseal(f), 0.0)
     assert b.dropped().get("out of window") == 1
     sack = Pkt(op=H.OP_SACK, qp=999, ev=make_ev(0, 0, 1))
-    a.on_frame(frame_bytes(Wire(PLAN, "h2").encode(sack, "h0")[1]), 0.0)
+    a.on_frame(Wire(PLAN, "h2").encode(sack, "h0")[1], 0.0)
     assert a.dropped().get("unknown QP") == 1
     b.on_frame(b"\x00" * 20, 0.0)
     assert b.dropped().get("not IPv6 or too short") == 1
@@ -221,19 +220,15 @@ def test_reverse_evs_through_a_dead_path_leave_the_rotation_and_come_back():
     for step in range(1500):
         if step == 800:
             dead["on"] = False
-        for _, bufs in a.poll(now):
-            f = frame_bytes(bufs)
+        for _, f in a.poll(now):
             if dead["on"] and path_of(f) == (1, 0):
                 continue
-            for _, rb in b.on_frame(f, now):
-                g = frame_bytes(rb)
+            for _, g in b.on_frame(f, now):
                 if not (dead["on"] and path_of(g) == (1, 0)):
                     a.on_frame(g, now)
-        for _, rb in b.poll(now):
-            g = frame_bytes(rb)
+        for _, g in b.poll(now):
             if not (dead["on"] and path_of(g) == (1, 0)):
-                for _, ab in a.on_frame(g, now):
-                    h = frame_bytes(ab)
+                for _, h in a.on_frame(g, now):
                     if not (dead["on"] and path_of(h) == (1, 0)):
                         b.on_frame(h, now)
         if step == 700:
@@ -257,12 +252,12 @@ def _reverse_evs_over_a_slow_path(settings: TransportSettings, one_way_s: float,
     n, now = 0, 0.0
     while now < until_s:
         for src, dst in ((a, b), (b, a)):
-            for _, bufs in src.poll(now):
-                heapq.heappush(line, (now + one_way_s, n := n + 1, dst, frame_bytes(bufs)))
+            for _, frame in src.poll(now):
+                heapq.heappush(line, (now + one_way_s, n := n + 1, dst, frame))
         while line and line[0][0] <= now:
             _, _, dst, f = heapq.heappop(line)
             for _, rb in dst.on_frame(f, now):
-                heapq.heappush(line, (now + one_way_s, n := n + 1, a if dst is b else b, frame_bytes(rb)))
+                heapq.heappush(line, (now + one_way_s, n := n + 1, a if dst is b else b, rb))
         now += 0.005
     return b.reverse["h0"], b.rev_probes.sent
 

@@ -29,7 +29,7 @@ from mrclab.topologies.spec import load_spec
 from mrclab.traffic import headers as H
 from mrclab.traffic import layers as L
 from mrclab.traffic.packet import Pkt
-from mrclab.traffic.wire import Wire, frame_bytes
+from mrclab.traffic.wire import Wire
 from scapy.layers.l2 import Ether
 from scapy.utils import rdpcap, wrpcap
 from test_congestion import _switch_trim  # what a trimming switch does to a data packet
@@ -202,7 +202,7 @@ def built_frames() -> list[bytes]:
     payload = bytes(range(256)) * 4
 
     def enc(w, p, peer):
-        return frame_bytes(w.encode(p, peer)[1])
+        return w.encode(p, peer)[1]
 
     write = enc(fwd, Pkt(H.OP_WRITE, 1, 1234, ev, 0, 7, 4096, 0x1234ABCD, 1024, 1 << 20, 0x4D520001, 1024, payload),
                 "h2")

@@ -339,29 +339,29 @@ class Endpoint:
         if self._statm is not None:
             os.close(self._statm)
 
-    def _send(self, frames: list[tuple[int, list]], backlog: dict[int, deque]) -> None:
-        """Send each (plane, buffers) now, or queue it behind what its port has not taken yet
+    def _send(self, frames: list[tuple[int, bytes]], backlog: dict[int, deque]) -> None:
+        """Send each (plane, frame) now, or queue it behind what its port has not taken yet
         (frames leave in order). :meth:`_sent`, inlined: a call less per frame on the hot path."""
-        send_fn, join = self._send_fn, b"".join
-        for plane, bufs in frames:
+        send_fn = self._send_fn
+        for plane, frame in frames:
             q = backlog[plane]
             if q:
-                q.append(bufs)
+                q.append(frame)
                 continue
             try:
-                send_fn[plane](join(bufs))
+                send_fn[plane](frame)
             except (BlockingIOError, InterruptedError):
-                q.append(bufs)
+                q.append(frame)
             except OSError as e:
                 if e.errno == errno.ENOBUFS:
-                    q.append(bufs)
+                    q.append(frame)
 
-    def _sent(self, plane: int, bufs: list) -> bool:
+    def _sent(self, plane: int, frame: bytes) -> bool:
         """True when the frame is gone: sent, or dropped because the port is down (the transport
         recovers). False when the port cannot take it yet: a NIC holds frames its port has no room
         for (ENOBUFS: the qdisc is full) rather than losing them, so they wait in the backlog."""
         try:
-            self._send_fn[plane](b"".join(bufs))  # one buffer: cheaper than sendmsg's scatter list here
+            self._send_fn[plane](frame)
         except (BlockingIOError, InterruptedError):
             return False
         except OSError as e:

@@ -192,8 +192,8 @@ class HostStack:
             encode = self.wire.encode
             out += [p if type(p) is tuple else encode(p, peer) for p in pkts]
 
-    def on_frame(self, frame, now: float) -> list[tuple[int, list]]:
-        """Handle one received frame; returns frames to send as (plane, buffers). Never raises."""
+    def on_frame(self, frame, now: float) -> list[tuple[int, bytes]]:
+        """Handle one received frame; returns frames to send as (plane, frame). Never raises."""
         self._now = now
         got = self.wire.decode(frame, self._write_handler)
         if got is None:
@@ -205,7 +205,7 @@ class HostStack:
             self.nic.add(got, now)
         return got
 
-    def _packet_in(self, peer: str, p: Pkt, now: float) -> list[tuple[int, list]]:
+    def _packet_in(self, peer: str, p: Pkt, now: float) -> list[tuple[int, bytes]]:
         """:meth:`on_frame` of a decoded packet from ``peer``; returns the frames to send."""
         out: list = []
         if p.op in _DATA_OPS:
@@ -226,7 +226,7 @@ class HostStack:
 
     def _write_in(self, peer: str, qp: int, psn: int, ev: int, flags: int, msn: int, msg_len: int, msg_crc: int,
                   off: int, va: int, rkey: int, dma_len: int, payload, port_state: int,
-                  ecn_ce: bool) -> list[tuple[int, list]]:
+                  ecn_ce: bool) -> list[tuple[int, bytes]]:
         """An untrimmed Write from ``peer``, as :meth:`Wire.decode` hands its fields over: straight
         to its MRC receiver (the receive path's hot spot: no Pkt); a Write for a QP with no receiver
         yet, or for the baseline's, goes the general way (:meth:`_data_in`)."""
@@ -242,7 +242,7 @@ class HostStack:
         encode = self.wire.encode
         return [encode(a, peer) for a in acks]
 
-    def _data_in(self, peer: str, p: Pkt, now: float) -> list[tuple[int, list]]:
+    def _data_in(self, peer: str, p: Pkt, now: float) -> list[tuple[int, bytes]]:
         """A data packet from ``peer`` to its QP's receiver, made on the QP's first packet (at most
         MAX_RECEIVERS; more are counted as unknown QPs and dropped); returns the frames to send."""
         self.peer_ports[peer] = p.port_state
@@ -267,9 +267,9 @@ class HostStack:
             self._out(peer, acks, out)
         return out
 
-    def poll(self, now: float, budget: int = 64, active: set[int] | None = None) -> list[tuple[int, list]]:
+    def poll(self, now: float, budget: int = 64, active: set[int] | None = None) -> list[tuple[int, bytes]]:
         """Every frame due at ``now`` (monotonic s): senders' data (at most ``budget`` packets each),
-        receivers' acknowledgements, reverse-EV probes; as ``[(plane, frame parts)]``. With
+        receivers' acknowledgements, reverse-EV probes; as ``[(plane, frame)]``. With
         ``active``, only the senders whose ``id()`` is in it send (QPs whose start time has come)."""
         out: list = []
         for (peer, _), s in self.senders.items():

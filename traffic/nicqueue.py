@@ -37,16 +37,16 @@ class NicQueues:
         self.times: list[deque[float]] = [deque() for _ in range(planes)]  # millisecond bins' starts
         self.waits: list[deque[float]] = [deque() for _ in range(planes)]  # the longest wait in each
 
-    def add(self, frames: list[tuple[int, list]], now: float) -> None:
-        """Frames sent at ``now`` (s): ``(plane, buffers)`` as the host stack returns them, in the
+    def add(self, frames: list[tuple[int, bytes]], now: float) -> None:
+        """Frames sent at ``now`` (s): ``(plane, frame)`` as the host stack returns them, in the
         order they leave."""
         rate = self.rate_Bps
-        for plane, bufs in frames:
+        for plane, frame in frames:
             queued = self.backlog[plane] - (now - self.at[plane]) * rate
             if queued < 0:
                 queued = 0.0
             wait = queued / rate  # until this frame starts to leave
-            self.backlog[plane] = queued + sum(len(b) for b in bufs)
+            self.backlog[plane] = queued + len(frame)
             self.at[plane] = now
             times, waits = self.times[plane], self.waits[plane]
             if times and now - times[-1] < BIN_S:

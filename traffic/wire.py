@@ -5,8 +5,9 @@ once, with ``struct`` (scapy, the layers' reference, would cost an endpoint 0.3 
 import; tests/test_traffic_wire.py holds every template byte-identical to scapy's). Into a copy of that template it patches the EV-dependent fields (outer destination
 = the uSID container of the EV's path, flow label, UDP source port) and the lengths with
 ``struct.pack_into``, and keeps that prefix per (peer, EV, length); per packet only the transport
-headers are packed (one ``struct`` call), and the frame goes out as buffers (prefix, headers,
-payload, ICRC). Every packet ends with a 4-byte ICRC, CRC-32 of BTH..payload
+headers are packed (one ``struct`` call), and the frame is the prefix, headers, payload and ICRC
+joined into one ``bytes`` (one copy, which the socket's send would make anyway: a scatter list
+costs sendmsg more than the join). Every packet ends with a 4-byte ICRC, CRC-32 of BTH..payload
 (RoCEv2 has an ICRC over the invariant fields; this one covers the transport headers and payload
 only). :meth:`Wire.decode` parses with ``struct`` and never raises: a frame that is not a
 well-formed MRC packet for this NIC returns None and names the reason in ``Wire.rejected``."""
@@ -58,8 +59,8 @@ if _FIXED.size + 12 != H.OFF_BODY:
     raise ImportError("traffic.wire: _FIXED must end where the transport body starts (headers.OFF_BODY)")
 
 
-#: A data packet's fields (DATA_FIELDS order) -> (plane, the frame as buffers): :meth:`Wire.framer`
-DataFramer = Callable[..., tuple[int, list[bytes | memoryview]]]
+#: A data packet's fields (DATA_FIELDS order) -> (plane, the frame): :meth:`Wire.framer`
+DataFramer = Callable[..., tuple[int, bytes]]
 
 
 def _mac(text: str) -> bytes:
@@ -126,19 +127,19 @@ class Wire:
     def framer(self, peer: str) -> DataFramer:
         """The frame builder of data packets (Writes) to host ``peer``: it takes a data packet's
         fields positionally, in :data:`~traffic.packet.DATA_FIELDS` order (as :class:`Pkt` does), and
-        returns (plane to send on, the frame as buffers sent back to back), as :meth:`encode`
+        returns (plane to send on, the frame), as :meth:`encode`
         does. The sender's hot path builds its frames with it and never makes a :class:`Pkt`
         (0.3 us a packet, and as much again for :meth:`encode` to read it back)."""
         f = self._framers.get(peer)
         if f is not None:
             return f
         prefixes = self._prefixes.setdefault(peer, {})  # cleared in place when full, never replaced
-        prefix, pack, pack_imm, u32, crc32 = self._prefix, _DATA_TH.pack, _DATA_TH_IMM.pack, _U32.pack, _crc32
+        prefix, pack, pack_imm, u32, crc32, join = self._prefix, _DATA_TH.pack, _DATA_TH_IMM.pack, _U32.pack, _crc32, b"".join
         ect_key = _ECT0 << 15
 
         def frame(op: int, qp: int, psn: int, ev: int, flags: int, msn: int, msg_len: int, msg_crc: int,
                   off: int, va: int, rkey: int, dma_len: int, payload: bytes | memoryview, imm: int | None,
-                  port_state: int, _ecn_ce: bool = False) -> tuple[int, list[bytes | memoryview]]:
+                  port_state: int, _ecn_ce: bool = False) -> tuple[int, bytes]:
             if op == _OP_WRITE:
                 head = pack(op, 0, 0xFFFF, (flags << 24) | (qp & 0xFFFFFF), psn & 0xFFFFFF, msn & 0xFFFFFFFF,
                             msg_len, msg_crc, off, _X_LAST if off + dma_len >= msg_len else 0, port_state, 0,
@@ -151,13 +152,13 @@ class Wire:
             pfx = prefixes.get((ev << 17) | ect_key | n)
             if pfx is None:
                 pfx = prefix(peer, ev, n, _ECT0)
-            return (ev >> 12) & 0xF, [pfx, head, payload, u32(crc32(payload, crc32(head)))]
+            return (ev >> 12) & 0xF, join((pfx, head, payload, u32(crc32(payload, crc32(head)))))
 
         self._framers[peer] = frame
         return frame
 
-    def encode(self, p: Pkt, peer: str) -> tuple[int, list[bytes | memoryview]]:
-        """(plane to send on, the frame as buffers sent back to back) of packet ``p`` to host ``peer``."""
+    def encode(self, p: Pkt, peer: str) -> tuple[int, bytes]:
+        """(plane to send on, the frame) of packet ``p`` to host ``peer``."""
         op = p.op
         if op == _OP_WRITE or op == _OP_WRITE_IMM:
             return self.framer(peer)(op, p.qp, p.psn, p.ev, p.flags, p.msn, p.msg_len, p.msg_crc, p.msg_offset,
@@ -169,7 +170,7 @@ class Wire:
         pfx = by_peer.get((ev << 17) | n) if by_peer is not None else None
         if pfx is None:
             pfx = self._prefix(peer, ev, n, 0)
-        return (ev >> 12) & 0xF, [pfx, head, b"", _U32.pack(_crc32(head))]
+        return (ev >> 12) & 0xF, pfx + head + _U32.pack(_crc32(head))
 
     @staticmethod
     def _control_head(p: Pkt) -> bytes:
@@ -307,7 +308,3 @@ class Wire:
         return src, Pkt(op, fq & 0xFFFFFF, psn & 0xFFFFFF, ev, (fq >> 24) | H.F_TRIM, msn, msg_len, crc, moff, va,
                         rkey, dma_len, b"", None, ports, ((first >> 20) & 0x3) == 0x3)
 
-
-def frame_bytes(bufs: list) -> bytes:
-    """The frame :meth:`Wire.encode` returned as buffers, as one bytes object."""
-    return b"".join(bytes(x) for x in bufs)
