@@ -28,7 +28,7 @@ class Outbox:
         self.messages = messages
         self.payload = settings.payload_bytes
         self.ring = RegionRing(settings.region_bytes)
-        self.cache: dict[int, tuple[bytes, int]] = {}  # msn -> (message, CRC), until all of it is acked
+        self.cache: dict[int, tuple[bytes | memoryview, int]] = {}  # msn -> (message, CRC), until all of it is acked
         self.left: dict[int, int] = {}  # msn -> packets not yet acked
         self.cur: tuple[int, memoryview, int, int] | None = None  # msn, data, crc, next offset
         self.exhausted = False
