@@ -198,12 +198,14 @@ class HostStack:
         got = self.wire.decode(frame, self._write_handler)
         if got is None:
             return []
-        if type(got) is not list:  # else an untrimmed Write, taken by _write_in
+        if isinstance(got, tuple):  # else an untrimmed Write, taken by _write_in: its frames to send
             peer, p = got
-            got = self._packet_in(peer, p, now)
-        if got and self.nic is not None:
-            self.nic.add(got, now)
-        return got
+            out = self._packet_in(peer, p, now)
+        else:
+            out = got
+        if out and self.nic is not None:
+            self.nic.add(out, now)
+        return out
 
     def _packet_in(self, peer: str, p: Pkt, now: float) -> list[tuple[int, bytes]]:
         """:meth:`on_frame` of a decoded packet from ``peer``; returns the frames to send."""

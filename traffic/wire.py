@@ -16,13 +16,15 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
-from typing import Any
+from typing import TypeVar, overload
 
 from mrclab.topologies.addressing import AddressPlan, PathTemplate
 from mrclab.traffic import headers as H
 from mrclab.traffic.packet import Pkt
 
 _U32 = struct.Struct("!I")
+#: What :meth:`Wire.decode`'s ``on_write`` returns, handed back as it is.
+_W = TypeVar("_W")
 _crc32 = H.crc32
 # headers.py constants the decoder reads per packet, bound once
 _OFF_BODY, _OFF_UDP, _OFF_BTH, _UDP_PORT, _OP_WRITE = H.OFF_BODY, H.OFF_UDP, H.OFF_BTH, H.UDP_PORT, H.OP_WRITE
@@ -193,7 +195,13 @@ class Wire:
     def _reject(self, why: str) -> None:
         self.rejected[why] = self.rejected.get(why, 0) + 1
 
-    def decode(self, f: bytes | memoryview, on_write: Callable[..., Any] | None = None) -> Any:
+    @overload
+    def decode(self, f: bytes | memoryview, on_write: None = None) -> tuple[str, Pkt] | None: ...
+
+    @overload
+    def decode(self, f: bytes | memoryview, on_write: Callable[..., _W]) -> tuple[str, Pkt] | _W | None: ...
+
+    def decode(self, f: bytes | memoryview, on_write: Callable[..., _W] | None = None) -> tuple[str, Pkt] | _W | None:
         """(sending host, packet) of an MRC frame for this NIC; None (counted) for anything else.
         With ``on_write``, an untrimmed Write (the receive path's hot spot) makes no :class:`Pkt`:
         its sending host and fields go to ``on_write(src, qp, psn, ev, flags, msn, msg_len,
