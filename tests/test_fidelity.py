@@ -172,12 +172,12 @@ def test_a_hosts_nic_queue_model_gives_each_frame_the_wait_behind_what_it_sent_b
     ahead of it; the history answers per millisecond with the longest wait, per plane, and only
     for what it still holds."""
     q = NicQueues(2, 8e6)  # 1 MB/s: a 1000-byte frame takes 1 ms
-    frame = (0, [bytes(600), bytes(400)])
+    frame = (0, bytes(1000))
     q.add([frame] * 3, 10.0)  # three frames at once: waits 0, 1 and 2 ms
     assert q.wait_at(0, 10.0) == pytest.approx(0.002) and q.wait_at(1, 10.0) is None
     q.add([frame], 10.0025)  # 0.5 ms of the 3 ms queued is left
     assert q.wait_at(0, 10.0025) == pytest.approx(0.0005)
-    q.add([(1, [bytes(1000)])], 10.1)  # the other port: its own queue, empty
+    q.add([(1, bytes(1000))], 10.1)  # the other port: its own queue, empty
     assert q.wait_at(1, 10.1) == 0.0
     q.add([frame], 20.0)  # long drained
     assert q.wait_at(0, 20.0) == 0.0 and q.wait_at(0, 15.0) is None
