@@ -64,8 +64,9 @@ def message_source(seed: int, size: int, count: int | None) -> Iterator[tuple[in
     """Deterministic message contents: (msn, a read-only view of its ``size`` bytes), ``count`` of
     them (None: unbounded). A seeded buffer rotated per message, so every message differs and a
     misplaced packet breaks its CRC. The buffer is held twice over, back to back, so every rotation
-    is a view of it and no message is copied: a copy of each 1 MiB message cost the sender 0.1-0.2
-    us a packet (``mrclab bench endpoint``), and messages still unacknowledged held a copy each."""
+    is a view of it and no message is copied: a copy of each 1 MiB message cost the sender about
+    0.2 us a packet (5.43 -> 5.20 us over a veth pair, side by side), and messages still
+    unacknowledged held a copy each."""
     rng = random.Random(seed)
     n = max(size, 1)
     base = rng.randbytes(n)

@@ -6,8 +6,8 @@ import; tests/test_traffic_wire.py holds every template byte-identical to scapy'
 = the uSID container of the EV's path, flow label, UDP source port) and the lengths with
 ``struct.pack_into``, and keeps that prefix per (peer, EV, length); per packet only the transport
 headers are packed (one ``struct`` call), and the frame is the prefix, headers, payload and ICRC
-joined into one ``bytes`` (one copy, which the socket's send would make anyway: a scatter list
-costs sendmsg more than the join). Every packet ends with a 4-byte ICRC, CRC-32 of BTH..payload
+joined into one ``bytes`` (a copy in user space: handing the parts to sendmsg as a scatter list
+cost more than the join). Every packet ends with a 4-byte ICRC, CRC-32 of BTH..payload
 (RoCEv2 has an ICRC over the invariant fields; this one covers the transport headers and payload
 only). :meth:`Wire.decode` parses with ``struct`` and never raises: a frame that is not a
 well-formed MRC packet for this NIC returns None and names the reason in ``Wire.rejected``."""
