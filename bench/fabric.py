@@ -21,8 +21,9 @@ warm-up second after it is loaded, each trial lasts ``TRIAL_S``, a trial over 1%
 before it counts as a failure (a path's capacity repeats, a scheduling hiccup does not), and the
 two programs alternate for ``ROUNDS`` rounds.
 
-Targets (issue 2, on 2 cores): bmv2 default fabric up and verified < 10 s; >= 2,000 entries/s;
-the mrclab program >= 70% of the trivial program's rate. Not a test: figures vary with load.
+Targets (on 2 cores): bmv2 default fabric up and verified < 10 s; >= 2,000 entries/s (issue 2);
+the mrclab program >= 85% of the trivial program's rate on the forwarding build (issue 19, which
+raised issue 2's 70% when BMv2 was first built for forwarding). Not a test: figures vary with load.
 """
 
 from __future__ import annotations
@@ -324,7 +325,8 @@ def main(args=None) -> int:
         lambda r: f"{r['trivial_cpu_us']:.1f}" if "trivial_cpu_us" in r else "-")
     console.print(t)
     console.print(f"default-fabric entries: {results[0]['entries']}; bulk write: {N_BULK} routes to t1-0-0; "
-                  f"frames of {FRAME_PAD} bytes; targets: bmv2 up < 10 s, >= 2000 entries/s, mrclab >= 70% of trivial")
+                  f"frames of {FRAME_PAD} bytes; targets: bmv2 up < 10 s, >= 2000 entries/s, "
+                  "mrclab >= 85% of trivial on the forwarding build")
     return 0
 
 
