@@ -17,17 +17,19 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from mrclab.experiments import collectives, verdicts
+from mrclab.experiments import collectives, fidelity, verdicts
 from mrclab.experiments.metrics import (
+    RETIRE_CAUSE_S,
     RunData,
     baseline_mbps,
     baseline_window,
     ev_share,
-    longest_stall_s,
+    in_fidelity_fault,
     recovery_time_s,
     retired,
     rss_growth,
     retransmit_fraction,
+    stalls,
     window_mean,
     worst_qp_ratio,
 )
@@ -85,9 +87,19 @@ ARGS: dict[str, Arg] = {a.name: a for a in (
     Arg("equals", lambda v, c: v == "all", lambda c: "all"),
 )}
 
-#: A metric's value: the run and the expectation's arguments -> a number, or (number, passed, bound
-#: text) for a metric that judges itself rather than being bounded by min / max.
-Value = Callable[[RunData, dict], "float | tuple[float, bool, str]"]
+@dataclass(frozen=True)
+class Counted:
+    """A run-long count that left out what happened inside the run's fidelity faults: ``value``,
+    and how many ``left_out`` of ``what`` (``"retirements"``, ``"stalls shortened"``)."""
+
+    value: float
+    left_out: int
+    what: str
+
+
+#: A metric's value: the run and the expectation's arguments -> a number, a :class:`Counted`, or
+#: (number, passed, bound text) for a metric that judges itself rather than being bounded by min / max.
+Value = Callable[[RunData, dict], "float | Counted | tuple[float, bool, str]"]
 
 
 @dataclass(frozen=True)
@@ -119,10 +131,24 @@ def _messages_intact(d: RunData, a: dict) -> tuple[float, bool, str]:
     return float(done - bad), bad == 0 and done > 0, f"all intact ({done} delivered, {bad} corrupt)"
 
 
-def _evs_retired(d: RunData, a: dict) -> float:
+def _evs_retired(d: RunData, a: dict) -> Counted:
     after = a.get("after", d.first_fault_s or 0.0) if "after" in a or "within_s" in a else 0.0
     within = a.get("within_s", d.duration_s)
-    return float(len({(e.get("host"), e.get("qp"), e.get("ev")) for e in retired(d, after, within)}))
+    seen = retired(d, after, within)
+    kept = [e for e in seen if not in_fidelity_fault(d, e["t"], RETIRE_CAUSE_S)]
+    evs = {(e.get("host"), e.get("qp"), e.get("ev")) for e in kept}
+    left = {(e.get("host"), e.get("qp"), e.get("ev")) for e in seen} - evs
+    return Counted(float(len(evs)), len(left), "retired EVs")
+
+
+def _false_retirements(d: RunData, a: dict) -> Counted:
+    n, left = verdicts.false_retirements(d)
+    return Counted(n, left, "retirements")
+
+
+def _longest_stall(d: RunData, a: dict) -> Counted:
+    worst, met = stalls(d, *a["window"]) if "window" in a else stalls(d)
+    return Counted(worst, met, "stalls shortened")
 
 
 def _after(d: RunData, a: dict) -> float:
@@ -164,8 +190,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
            ("counter",), (*_BOUND, "switch")),
     Metric("worst_qp_ratio", lambda d, a: worst_qp_ratio(d, *a["window"]), "ratio",
            "the slowest QP's goodput in window over the mean QP's (0 when a QP stalls)", ("window",)),
-    Metric("longest_stall_s",
-           lambda d, a: longest_stall_s(d, *a["window"]) if "window" in a else longest_stall_s(d), "s",
+    Metric("longest_stall_s", _longest_stall, "s",
            "the longest time a QP delivered nothing between two moments it did (in window, or the run)",
            (), ("window", *_BOUND)),
     Metric("rss_growth", lambda d, a: rss_growth(d, a["after"]), "ratio",
@@ -183,7 +208,7 @@ METRICS: dict[str, Metric] = {m.name: m for m in (
            (), ("after", "within_s", *_BOUND)),
     Metric("retire_time_rtts", lambda d, a: verdicts.retire_time_rtts(d, _after(d, a)), "RTTs",
            "smoothed RTTs from the first packet lost through an element failed at after to its EV's retirement; the slowest", (), ("after", "max")),
-    Metric("false_retirements", lambda d, a: verdicts.false_retirements(d), "EVs",
+    Metric("false_retirements", _false_retirements, "EVs",
            "EVs retired while their path crossed no failed element in the last second", (), ("max",)),
     Metric("revival_s", lambda d, a: verdicts.revival_s(d, a["after"]), "s",
            "from the repair at after until every EV retired through a repaired element is GOOD again", ("after",), ("max",)),
@@ -241,16 +266,48 @@ def windows(d: RunData, metric: str, args: dict) -> list[tuple[float, float]]:
 def evaluate(d: RunData, metric: str, args: dict) -> tuple[float, bool | None, str]:
     """(value, passed or None when unbounded, bound text) of one expectation. Raises KeyError for
     a metric not in :data:`METRICS` (the scenario loader refuses those before a run)."""
+    v, ok, bound, _ = _evaluate(d, metric, args)
+    return v, ok, bound
+
+
+def _evaluate(d: RunData, metric: str, args: dict) -> tuple[float, bool | None, str, Counted | None]:
     got = METRICS[metric].value(d, args)
     if isinstance(got, tuple):
-        return got
-    v = got
+        return (*got, None)
+    counted = got if isinstance(got, Counted) else None
+    v = got.value if isinstance(got, Counted) else got
     lo, hi = args.get("min"), args.get("max")
     if lo is None and hi is None:
-        return v, None, "reported"
+        return v, None, "reported", counted
     ok = (lo is None or v >= lo) and (hi is None or v <= hi)
     bound = " and ".join(x for x in [f">= {lo}" if lo is not None else "", f"<= {hi}" if hi is not None else ""] if x)
-    return v, ok, bound
+    return v, ok, bound, counted
+
+
+#: Correctness: a corrupt or missing message FAILs whatever the machine did, so these are never void.
+NEVER_VOID = frozenset({"messages_intact", "collective_correct"})
+#: Run-long counts: what happened inside a fidelity fault is left out of them (and counted), instead
+#: of the whole run's verdict being void for one starved sample.
+LEAVES_OUT = frozenset({"false_retirements", "evs_retired", "longest_stall_s"})
+
+
+def judge(d: RunData, metric: str, args: dict, found: list) -> dict:
+    """One expectation's verdict in a run whose fidelity faults are ``found``
+    (experiments/fidelity.py :class:`FidelityFault`; ``d.fidelity_windows`` their spans):
+    ``{value (None: infinite), bound, passed (True, False, or None: reported or void), void (the
+    reason, or None), left_out (events the count left out inside faults, or absent)}``.
+
+    Void only where the machine could have changed the verdict: a windowed verdict whose window
+    (:func:`windows`) a fault meets. Never void: correctness (:data:`NEVER_VOID`), the run-long counts
+    (:data:`LEAVES_OUT`, which leave out instead), and a figure that is only reported."""
+    v, ok, bound, counted = _evaluate(d, metric, args)
+    broke = [] if metric in NEVER_VOID or metric in LEAVES_OUT or ok is None else \
+        fidelity.overlapping(windows(d, metric, args), found)
+    out = {"value": None if math.isinf(v) else v, "bound": bound, "passed": None if broke else ok,
+           "void": fidelity.void_reason(broke)}
+    if counted is not None and counted.left_out:
+        out["left_out"] = f"{counted.left_out} {counted.what} in fidelity faults left out"
+    return out
 
 
 def verdict_word(passed: bool | None, *, rich: bool = False, void: str | None = None) -> str:

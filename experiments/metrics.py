@@ -64,6 +64,9 @@ class RunData:
     held_limits: HeldLimits = field(default_factory=HeldLimits)
     #: (t_s, host, the endpoint's resident memory in bytes) at each of its telemetry samples
     rss: list[tuple[float, str, int]] = field(default_factory=list)
+    #: [t0, t1] (s) of every fidelity fault of the run (experiments/fidelity.py): the run-long counts
+    #: leave out what happened inside them (experiments/expectations.py ``LEAVES_OUT``)
+    fidelity_windows: list[tuple[float, float]] = field(default_factory=list)
 
     def mct_percentiles(self, host: str | None = None) -> dict[str, float]:
         """p50 / p99 / p99.9 message completion time (s), of ``host``'s QPs if given ({} if none)."""
@@ -185,12 +188,25 @@ def longest_stall_s(d: RunData, lo: float = 0.0, hi: float | None = None) -> flo
     """The longest time (s) any QP delivered nothing between two bins in which it delivered, within
     [lo, hi] (the whole run by default), in :data:`BIN_S` steps: a QP stuck behind a fault it never
     maps out shows the fault's whole length; one that goes on shows a bin or two at most."""
+    return stalls(d, lo, hi)[0]
+
+
+def stalls(d: RunData, lo: float = 0.0, hi: float | None = None) -> tuple[float, int]:
+    """(:func:`longest_stall_s` with the time inside the run's fidelity faults (``fidelity_windows``)
+    left out of every stall, how many stalls met a fault): a stall the machine lengthened counts only
+    its time outside the machine's fault, so a transport that stalls on its own still shows it."""
     end = d.duration_s if hi is None else hi
-    worst = 0
+    worst, met = 0.0, 0
     for g in d.qp_goodput_mbps().values():
         busy = [i for i, x in enumerate(g) if x > 0 and lo <= i * BIN_S < end]
-        worst = max([worst] + [b - a - 1 for a, b in zip(busy, busy[1:])])
-    return round(worst * BIN_S, 6)
+        for a, b in zip(busy, busy[1:]):
+            if b - a - 1 <= 0:
+                continue
+            s0, s1 = (a + 1) * BIN_S, b * BIN_S  # the empty bins
+            inside = sum(max(0.0, min(s1, f1) - max(s0, f0)) for f0, f1 in d.fidelity_windows)
+            met += inside > 0
+            worst = max(worst, s1 - s0 - min(inside, s1 - s0))
+    return round(worst, 6), met
 
 
 def baseline_mbps(d: RunData, host: str | None = None, warmup_s: float = 1.0) -> float:
@@ -223,3 +239,13 @@ def retired(d: RunData, after: float, within_s: float) -> list[dict]:
     """EV state changes to ASSUMED_BAD in [after, after + within_s] (s)."""
     return [e for e in d.events if e.get("kind") == "ev_state" and e.get("new") == "ASSUMED_BAD"
             and after <= e["t"] <= after + within_s]
+
+
+#: A retirement at t answers losses in [t - RETIRE_CAUSE_S, t] (s): a retransmission timeout is at
+#: most the timer's ceiling, ``max_rto_s`` (1 s, traffic/settings.py), and a probe round's much less.
+RETIRE_CAUSE_S = 1.0
+
+
+def in_fidelity_fault(d: RunData, t: float, before_s: float = 0.0) -> bool:
+    """Whether [t - before_s, t] (s) meets one of the run's fidelity faults (``fidelity_windows``)."""
+    return any(f0 <= t and f1 >= t - before_s for f0, f1 in d.fidelity_windows)

@@ -1,5 +1,6 @@
 """Repeated runs: one scenario run with seeds 1..N, every figure reported as the median with its
-min-max, and a verdict that holds only when the median meets the bound and no run was void.
+min-max, and a verdict that holds when the median of the runs that decided it meets the bound and
+more than half of the runs decided it (a void run is left out of the median, never read as a pass).
 
 One run is one draw of the emulation (scheduling, EV draws, the gray-loss generator): a bound one
 run meets and the next misses says little. ``mrclab run --repeat N`` and ``mrclab reproduce
@@ -45,22 +46,28 @@ def _bound_holds(value: float | None, bound: str, passed_any: list[bool | None])
 
 def aggregate(runs: list[dict]) -> dict:
     """Metrics of N runs of one scenario -> one metrics-shaped dict: each expectation's ``value`` is
-    the median over the runs (``min``, ``max``, ``values`` beside it), ``passed`` is the median
-    against the bound (None when any run was void there, with ``void`` saying which runs and why)."""
+    the median over the runs where it was decided (``min``, ``max``, ``values`` of every run beside
+    it, None where a run was void), ``passed`` is that median against the bound. A verdict is
+    decided while more than half of the runs decided it (``void_runs`` counts the others; 1 of 3 may
+    be void); else it is void, with ``void`` saying which runs and why."""
     first = runs[0]
     out = []
     for i, v0 in enumerate(first["expectations"]):
         col = [m["expectations"][i] for m in runs]
+        decided = [c for c in col if not c.get("void")]
         vals = [c["value"] for c in col]  # None: infinite (never recovered, never retired)
-        finite = [x for x in vals if x is not None]
-        med: float | None = statistics.median([float("inf") if x is None else x for x in vals])
+        kept = [c["value"] for c in decided] or vals
+        finite = [x for x in kept if x is not None]
+        med: float | None = statistics.median([float("inf") if x is None else x for x in kept])
         voids = [f"seed {m['seed']}: {c['void']}" for m, c in zip(runs, col, strict=True) if c.get("void")]
-        passed = None if voids else _bound_holds(med, v0["bound"], [c["passed"] for c in col])
+        undecided = 2 * len(decided) <= len(runs)
+        passed = None if undecided else _bound_holds(med, v0["bound"], [c["passed"] for c in decided])
         out.append({**v0, "value": None if med is None or med == float("inf") else med,
                     "min": min(finite) if finite else None, "max": max(finite) if finite else None,
-                    "values": vals, "passed": passed, "void": "; ".join(voids) or None})
+                    "values": vals, "passed": passed, "void_runs": len(voids),
+                    "void": "; ".join(voids) if undecided else None})
     return {**first, "seed": [m["seed"] for m in runs], "expectations": out, "runs": len(runs),
-            "passed": all(v["passed"] is not False for v in out),
+            "passed": runner.run_passed(out),
             "void": [v["expectation"] for v in out if v["void"]],
             "fidelity_faults": [f for m in runs for f in m.get("fidelity_faults", [])]}
 

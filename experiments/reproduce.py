@@ -19,11 +19,15 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import platform
 import shutil
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
+import psutil
 from mrclab.controller.fabric import available
 from mrclab.experiments import runner
 from mrclab.experiments.expectations import verdict_word
@@ -32,7 +36,7 @@ from mrclab.experiments.repeat import figure, run_repeated
 from mrclab.experiments.results import results_folder
 from mrclab.experiments.scenario import SCENARIO_DIR, Scenario, load_scenario
 from mrclab.experiments.sweepspec import size_suffix
-from mrclab.topologies.errors import BadInput, MrclabError
+from mrclab.topologies.errors import BadInput, MrclabError, NotAvailable
 from mrclab.topologies.nodes import need_root, toolchain_missing
 from mrclab.topologies.placement import Cluster, open_cluster
 from rich.console import Console
@@ -137,17 +141,21 @@ def reproduce(out: Path | None = None, *, dataplane: str | None = None, quick: b
         if prior is not None:
             _supersede(out, name, stamp)
             row["rerun"] = stamp
+            row["commit"] = provenance()["commit"]
         try:
             row.update(_run_row(name, base, dur, dp, out, live, repeat, cluster))
-        except MrclabError as e:  # a scenario that cannot start or crashes voids its own row, never the report
+        except NotAvailable as e:  # this machine could not run it (endpoints not ready in time, too slow): void
             row.update({"verdict": "void", "why": e.one_line(), "plots": []})
+        except MrclabError as e:  # a crash (an endpoint died, a controller error): an error, never void
+            row.update({"verdict": "error", "why": e.one_line(), "plots": []})
         rows.append(row)
         console.print(f"  -> {row['verdict']}{' (' + str(row['why']) + ')' if row.get('why') else ''}: "
                       f"MRC {row.get('mrc', '-')}")
         _write(out, rows, dataplane, quick, t_start, repeat, prior)  # after every row: an interrupted table keeps its rows
     summary = _write(out, rows, dataplane, quick, t_start, repeat, prior)
     console.print(f"report: {out / 'report.md'} ({sum(r['verdict'] == 'pass' for r in rows)} pass, "
-                  f"{sum(r['verdict'] == 'FAIL' for r in rows)} fail, {sum(r['verdict'] == 'void' for r in rows)} void, "
+                  f"{sum(r['verdict'] == 'FAIL' for r in rows)} fail, {sum(r['verdict'] == 'error' for r in rows)} error, "
+                  f"{sum(r['verdict'] == 'void' for r in rows)} void, "
                   f"{sum(r['verdict'] == 'skipped' for r in rows)} skipped, {summary['elapsed_s']:.0f} s)")
     return summary
 
@@ -165,8 +173,9 @@ def _write(out: Path, rows: list[dict], dataplane: str | None, quick: bool, t_st
         rows = sorted(merged.values(), key=lambda r: ORDER.index(r["scenario"]) if r["scenario"] in ORDER else len(ORDER))
         elapsed += prior.get("elapsed_s", 0.0)
     summary = {"dataplane": dataplane or "best available", "quick": quick, "repeat": repeat, "rows": rows,
-               "elapsed_s": elapsed, "superseded": superseded,
+               "elapsed_s": elapsed, "superseded": superseded, **provenance(),
                "passed": all(r["verdict"] != "FAIL" for r in rows),
+               "errors": sum(r["verdict"] == "error" for r in rows),
                "void": sum(r["verdict"] == "void" for r in rows)}
     (out / "summary.json").write_text(json.dumps(summary, indent=1, default=_json))
     (out / "report.md").write_text(report_md(summary))
@@ -178,7 +187,7 @@ def _row_verdict(runs: dict[str, dict]) -> tuple[str, str | None]:
     the expectations that failed, when a verdict decided outside every fidelity fault failed; void
     (with the first reason) when one was void; else pass."""
     ms = list(runs.values())
-    if not all(m["passed"] for m in ms):
+    if any(m["passed"] is False for m in ms):
         return "FAIL", "; ".join(f"{tr.upper()} {v['expectation']} = {figure(v)} ({v['bound']})"
                                  for tr, m in runs.items() for v in m["expectations"]
                                  if v["passed"] is False and not v.get("void"))
@@ -205,10 +214,10 @@ def _run_row(name: str, base: Scenario, dur: float | None, dp: str, out: Path, l
         roce = [p for p in res["points"] if p["transport"] == "roce"]
         row.update({
             "mrc": "; ".join(_point_text(p) for p in mrc), "roce": "; ".join(_point_text(p) for p in roce),
-            "verdict": "void" if res["passed"] and res.get("void") else verdict_word(res["passed"]),
-            "claims": res["claims"], **({"why": res["void"]} if res["passed"] and res.get("void") else {}),
-            **({} if res["passed"] else {"why": "; ".join(
-                [f"{_point_text(p)}: expectations not met" for p in res["points"] if not p["passed"] and not p.get("void")]
+            "verdict": "void" if res["passed"] is None else verdict_word(res["passed"]),
+            "claims": res["claims"], **({"why": res["void"]} if res["passed"] is None else {}),
+            **({} if res["passed"] is not False else {"why": "; ".join(
+                [f"{_point_text(p)}: expectations not met" for p in res["points"] if p["passed"] is False]
                 + [f"{c['claim']} = {c['value']:.2f} ({c['bound']})" for c in res["claims"] if c["passed"] is False])}),
             "points": res["points"], "plots": [f"plots/{name}.png"]})
     else:
@@ -235,6 +244,28 @@ def _run_row(name: str, base: Scenario, dur: float | None, dp: str, out: Path, l
     return row
 
 
+def provenance() -> dict:
+    """``{commit, machine}`` of this run: the repository's commit (``git describe --always --dirty``;
+    None outside a checkout) and the machine (``<cores> cores, <GiB> GiB, <CPU model>, <kernel>``),
+    so that a report says what produced it."""
+    try:
+        commit = subprocess.run(["git", "-C", str(Path(__file__).resolve().parent), "describe", "--always", "--dirty"],
+                                capture_output=True, text=True, timeout=10, check=False).stdout.strip() or None
+    except OSError:
+        commit = None
+    model = next((line.split(":", 1)[1].strip() for line in _read("/proc/cpuinfo").splitlines()
+                  if line.startswith("model name")), platform.machine())
+    return {"commit": commit, "machine": f"{os.cpu_count()} cores, "
+            f"{psutil.virtual_memory().total / 2**30:.0f} GiB, {model}, Linux {platform.release()}"}
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError:
+        return ""
+
+
 def _json(x):
     return None if isinstance(x, float) and math.isinf(x) else str(x)
 
@@ -242,16 +273,19 @@ def _json(x):
 def report_md(s: dict) -> str:
     """The report: one row per paper result, then each row's detail."""
     lines = ["# mrclab: the MRC paper's results, reproduced", "",
+             f"Commit {s.get('commit') or 'unknown'}; machine: {s.get('machine') or 'unknown'}.", "",
              f"Data plane: {s['dataplane']}; {'quick (compressed timelines)' if s['quick'] else 'full timelines'}; "
              f"{s['elapsed_s']:.0f} s" + (f"; every run {s['repeat']} times (seeds 1..{s['repeat']}): figures are "
-             "median [min-max], a verdict holds when the median meets it and no run was void" if s.get("repeat", 1) > 1
+             "median [min-max] of the runs that decided it, a verdict holds when that median meets it and more than "
+             "half of the runs decided it" if s.get("repeat", 1) > 1
              else "") + ". Each row: the paper's claim, the measured MRC and RoCE figures (the "
              "scenario's headline expectation) and the verdict (MRC's and RoCE's expectations, or the sweep's "
              "claims, all met).", ""]
     reruns = [r for r in s["rows"] if r.get("rerun")]
     if reruns:
         lines += ["Rows re-run into this report later (`mrclab reproduce --update`): "
-                  + ", ".join(f"{r['scenario']} ({r['rerun']}; before: {old['verdict']})" for r in reruns
+                  + ", ".join(f"{r['scenario']} ({r['rerun']}, commit {r.get('commit') or 'unknown'}; "
+                              f"before: {old['verdict']})" for r in reruns
                               for old in [next((o for o in reversed(s.get("superseded", []))
                                                 if o["scenario"] == r["scenario"]), {"verdict": "-"})])
                   + ". Their earlier runs are in `superseded/`.", ""]
@@ -287,4 +321,4 @@ def main(args) -> int:
         s = reproduce(Path(args.out) if args.out else None, dataplane=args.dataplane, quick=args.quick,
                       only=args.only, live=False, repeat=args.repeat, update=getattr(args, "update", None),
                       cluster=cluster)
-    return 0 if s["passed"] and not s["void"] else 1 if not s["passed"] else 3
+    return 1 if not s["passed"] else 2 if s.get("errors") else 3 if s["void"] else 0

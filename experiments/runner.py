@@ -16,8 +16,10 @@ Results folder (``results/<scenario>-<transport>-<dataplane>-<YYYYmmdd-HHMMSS>``
 * ``pcap/``           with ``--pcap``: a capture per host NIC port (and with ``--debug`` on bmv2,
   per switch port), to open with traffic/wireshark/mrc.lua (experiments/captures.py)
 
-Exit status: 0 when every expectation holds, 1 when one fails, 2 for a bad scenario, 3 when this
-machine cannot run it (not root, data plane missing).
+Exit status: 0 when every expectation holds, 1 when one fails, 2 for an error (a bad scenario, a
+crash: an endpoint that died, a controller error), 3 when this machine cannot run it (not root,
+data plane missing) or could not keep up (a verdict void, none failed; ``"passed": null`` in
+metrics.json).
 """
 
 from __future__ import annotations
@@ -26,7 +28,6 @@ import contextlib
 import csv
 import dataclasses
 import json
-import math
 import subprocess
 import sys
 import threading
@@ -40,7 +41,7 @@ from mrclab.experiments import admission, collectives, endpoints, fidelity
 from mrclab.experiments import sweep as S
 from mrclab.experiments.captures import DISSECTOR, HOW_TO_OPEN, Captures, copy_switch_pcaps
 from mrclab.experiments.collectives import CollectiveRun
-from mrclab.experiments.expectations import evaluate, verdict_word, windows
+from mrclab.experiments.expectations import judge, verdict_word
 from mrclab.experiments.fabricstate import FabricTimeline
 from mrclab.experiments.faults import FAULTS, play
 from mrclab.experiments.faults import where as fault_where
@@ -336,10 +337,11 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
             queues: dict | None = None) -> dict:
     gap_limit = fidelity.loop_gap_limit(scn.settings.min_rto_s)
     delay_limit = fidelity.sched_delay_limit(fastest_frame_s(scn.spec_for(dp), scn.settings.payload_bytes + DATA_OVERHEAD))
+    ep_limit = fidelity.endpoint_delay_limit(data.held_limits.frame_s)
     held = fidelity.held_packets(data.events, data.held_limits)
     found = fidelity.faults(data.run_delays, data.loop_gaps, loop_gap_max_s=gap_limit, held=held,
-                            sched_delay_max_s=delay_limit)
-    fidelity.write_csv(out / "fidelity.csv", data.run_delays, data.loop_gaps, gap_limit, held, delay_limit)
+                            sched_delay_max_s=delay_limit, endpoint_delay_max_s=ep_limit)
+    fidelity.write_csv(out / "fidelity.csv", data.run_delays, data.loop_gaps, gap_limit, held, delay_limit, ep_limit)
     faults = [{"t": f["t"], "label": f["label"]} for f in fault_log] + \
         [{"t": f.t0, "t_end": f.t1, "kind": "fidelity", "label": f.describe()} for f in found]
     title = f"{scn.name}: {scn.transport} on {dp}"
@@ -379,13 +381,9 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
             w = csv.DictWriter(fh, fieldnames=["index", "end_s", "time_s", "algbw_mbps", "busbw_mbps", "correct"])
             w.writeheader()
             w.writerows(rows)
-    verdicts = []
-    for x in scn.expect:
-        v, ok, bound = evaluate(data, x.metric, x.args)
-        broke = fidelity.overlapping(windows(data, x.metric, x.args), found)
-        verdicts.append({"expectation": x.describe(), "metric": x.metric, "value": None if math.isinf(v) else v,
-                         "bound": bound, "passed": None if broke else ok,
-                         "void": fidelity.void_reason(broke)})
+    data.fidelity_windows = [(f.t0, f.t1) for f in found]
+    verdicts = [{"expectation": x.describe(), "metric": x.metric, **judge(data, x.metric, x.args, found)}
+                for x in scn.expect]
     metrics = {
         "scenario": scn.name, "paper": scn.paper, "transport": scn.transport, "dataplane": dp, "seed": scn.seed,
         "duration_s": scn.duration_s, "baseline_mbps": baseline_mbps(data), "rtt_us": data.rtt_us,
@@ -393,7 +391,7 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
         "ev_state_changes": sum(1 for e in data.events if e.get("kind") == "ev_state"),
         "message_completion_s": data.mct_percentiles(), "switch_ports": data.port_totals(),
         "collective": coll,
-        "passed": all(v["passed"] is not False for v in verdicts),
+        "passed": run_passed(verdicts),
         "void": [v["expectation"] for v in verdicts if v.get("void")],
         "regime": regime(scn.spec_for(dp), scn.settings, queues or {}, data.rtt_us),
         "fidelity_faults": [f.as_dict() for f in found],
@@ -401,6 +399,14 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
     _summary(metrics, out)
     return metrics
+
+
+def run_passed(verdicts: list[dict]) -> bool | None:
+    """A run's verdict from its expectations' (``passed``, ``void``): False when one decided verdict
+    FAILed, None (undecided) when none FAILed but one was void, else True."""
+    if any(v["passed"] is False for v in verdicts):
+        return False
+    return None if any(v.get("void") for v in verdicts) else True
 
 
 def _summary(m: dict, out: Path) -> None:
@@ -412,7 +418,7 @@ def _summary(m: dict, out: Path) -> None:
     for v in m["expectations"]:
         val = "inf" if v["value"] is None else f"{v['value']:.3g}"
         verdict = verdict_word(v["passed"], rich=True, void=v.get("void"))
-        t.add_row(v["expectation"], val, v["bound"], verdict)
+        t.add_row(v["expectation"], val, v["bound"] + (f" ({v['left_out']})" if v.get("left_out") else ""), verdict)
     Console(highlight=False).print(t)
     tot = m["totals"]
     sent = sum(x.get("data_packets", 0) for x in tot.values())
@@ -459,7 +465,7 @@ def main(args) -> int:
                       files=(scn.source,)) as cluster:
         if scn.sweep is not None:
             s = run_sweep(scn, Path(args.out) if args.out else None, live=sys.stderr.isatty(), cluster=cluster)
-            return 0 if s["passed"] else 1
+            return {True: 0, False: 1, None: 3}[s["passed"]]
         m = run(scn, Path(args.out) if args.out else None, live=sys.stderr.isatty(), pcap=args.pcap,
                 debug=args.debug, fit=args.fit, cluster=cluster, rates=args.rates)
     return exit_code(m)
@@ -468,7 +474,7 @@ def main(args) -> int:
 def exit_code(m: dict) -> int:
     """1 when a verdict decided outside every fidelity fault FAILed; else 3 when one was void (this
     machine could not keep up; one line says with what); else 0."""
-    if not m["passed"]:
+    if m["passed"] is False:
         return 1
     if m.get("void"):
         worst = max(m["fidelity_faults"], key=lambda f: f["t1"] - f["t0"])
@@ -508,6 +514,10 @@ def run_sweep(scn: Scenario, out: Path | None = None, *, live: bool = True, clus
                   verdict_word(c["passed"], rich=True, void=c.get("void")))
     console.print(t)
     console.print(f"sweep results in {out}/ (sweep.md, sweep.png)")
-    passed = all(p["passed"] or p.get("void") for p in points) and all(c["passed"] is not False for c in claims)
-    void = next((c["void"] for c in claims if c.get("void")), None)
+    # a void point is void in the sweep's verdict, never passed: FAIL where a point or claim failed,
+    # else undecided (None) where one was void
+    void = next((c["void"] for c in claims if c.get("void")), None) or \
+        next((f"{p['variant']} at loss {p['loss']:g}: {p['void']}" for p in points if p.get("void")), None)
+    failed = any(p["passed"] is False for p in points) or any(c["passed"] is False for c in claims)
+    passed = False if failed else None if void else True
     return {"points": points, "claims": claims, "passed": passed, "void": void}

@@ -11,13 +11,13 @@ from __future__ import annotations
 import math
 
 from mrclab.experiments.fabricstate import FabricTimeline
-from mrclab.experiments.metrics import RunData, baseline_window, window_mean
+from mrclab.experiments.metrics import RETIRE_CAUSE_S, RunData, baseline_window, in_fidelity_fault, window_mean
 from mrclab.topologies.addressing import Path
 
 #: A retirement answers a loss that may have happened up to this long before it (a retransmission
 #: timeout is at most max_rto_s, 1 s, and is usually a few RTTs): a path failed in [t - grace, t]
 #: explains a retirement at t.
-RETIRE_GRACE_S = 1.0
+RETIRE_GRACE_S = RETIRE_CAUSE_S
 #: A repair and a failure are matched to an expectation's ``after`` within this much.
 MATCH_S = 0.5
 #: How long after an EV's retirement the loss that retired it may be written (s): the sender
@@ -46,15 +46,20 @@ def _path(d: RunData, host: str, peer: str, ev: int) -> Path:
     return _timeline(d).plan.path_for_ev(host, peer, ev)
 
 
-def false_retirements(d: RunData) -> float:
-    """EVs retired (ASSUMED_BAD) while their path crossed no failed element in the last
-    :data:`RETIRE_GRACE_S`: healthy paths taken for broken ones."""
-    n = 0
+def false_retirements(d: RunData) -> tuple[float, int]:
+    """(EVs retired (ASSUMED_BAD) while their path crossed no failed element in the last
+    :data:`RETIRE_GRACE_S`: healthy paths taken for broken ones; how many such retirements were left
+    out because a fidelity fault of the run met that last :data:`RETIRE_GRACE_S`: the machine, not
+    the transport, may have lost or held what retired them)."""
+    n = left_out = 0
     for (host, peer, _qp, ev), changes in _ev_changes(d).items():
         for t, new in changes:
             if new == "ASSUMED_BAD" and not _timeline(d).path_failed(_path(d, host, peer, ev), t - RETIRE_GRACE_S, t):
-                n += 1
-    return float(n)
+                if in_fidelity_fault(d, t, RETIRE_GRACE_S):
+                    left_out += 1
+                else:
+                    n += 1
+    return float(n), left_out
 
 
 def revival_s(d: RunData, after: float) -> float:

@@ -129,13 +129,13 @@ def test_a_switch_without_a_p4runtime_session_is_one_error_and_leaves_the_root_l
     sw = P4Switch("t1-0-0", 0, f"unix:{tmp_path}/none.grpc", P4Info(info), tmp_path / "x.json")
     with pytest.raises(P4RuntimeError, match="t1-0-0: no P4Runtime session") as e:
         sw.connect()
-    assert e.value.exit_code == 1 and "\n" not in e.value.one_line()
+    assert e.value.exit_code == 2 and "\n" not in e.value.one_line()
     assert logging.getLogger().level == root_level
     assert "Failed to establish" not in capfd.readouterr().err  # p4runtime-shell's own log is not repeated
 
 
 @pytest.mark.root
-def test_p4c_refusing_the_program_is_one_line_exit_1_and_builds_nothing(tmp_path, no_leftovers):
+def test_p4c_refusing_the_program_is_one_line_exit_2_and_builds_nothing(tmp_path, no_leftovers):
     tools = tmp_path / "bin"
     tools.mkdir()
     (tools / "p4c").write_text(textwrap.dedent("""\
@@ -149,16 +149,16 @@ def test_p4c_refusing_the_program_is_one_line_exit_1_and_builds_nothing(tmp_path
     for f in tools.iterdir():
         f.chmod(0o755)
     env = {"PATH": f"{tools}:{os.environ['PATH']}", "MRCLAB_CACHE": str(tmp_path / "cache")}
-    one_line(mrclab("up", "--dataplane", "bmv2", "--no-cli", env=env), 1, "p4c failed", "syntax error")
+    one_line(mrclab("up", "--dataplane", "bmv2", "--no-cli", env=env), 2, "p4c failed", "syntax error")
 
 
 @pytest.mark.root
-def test_a_fabric_already_running_is_one_line_exit_1(tmp_path, no_leftovers):
+def test_a_fabric_already_running_is_one_line_exit_2(tmp_path, no_leftovers):
     up = subprocess.Popen([sys.executable, "-m", "mrclab.cli", "up", "--dataplane", "linux", "--no-cli"],
                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, cwd=ROOT)
     try:
         assert up.stdout.readline().startswith("ready")
-        one_line(mrclab("run", "--dataplane", "linux", "--duration", "4", "--out", str(tmp_path / "r")), 1,
+        one_line(mrclab("run", "--dataplane", "linux", "--duration", "4", "--out", str(tmp_path / "r")), 2,
                  "already running")
         assert not (tmp_path / "r" / "metrics.json").exists()
     finally:
@@ -167,7 +167,7 @@ def test_a_fabric_already_running_is_one_line_exit_1(tmp_path, no_leftovers):
 
 
 @pytest.mark.root
-def test_an_endpoint_that_dies_is_one_line_exit_1(tmp_path, monkeypatch, capsys, no_leftovers):
+def test_an_endpoint_that_dies_is_an_error_one_line_exit_2_never_a_verdict(tmp_path, monkeypatch, capsys, no_leftovers):
     import dataclasses
 
     from mrclab.cli import main as cli
@@ -183,7 +183,7 @@ def test_an_endpoint_that_dies_is_one_line_exit_1(tmp_path, monkeypatch, capsys,
     monkeypatch.setattr(endpoints, "configs", broken)
     code = cli.main(["run", "--dataplane", "linux", "--duration", "4", "--out", str(tmp_path / "r")])
     err = capsys.readouterr().err.strip().splitlines()
-    assert code == 1
+    assert code == 2  # an error: neither a FAIL (1) nor void (3)
     assert "endpoint on h2 exited with 2" in err[-1] and "gone.yaml" in err[-1], err[-3:]
 
 

@@ -85,11 +85,76 @@ def test_a_verdict_is_void_only_when_its_window_overlaps_a_fault():
     assert windows(d, "messages_intact", {}) == [(0.0, 24.0)]
 
 
+def _judged(found, metric, args, d=None):
+    from mrclab.experiments.expectations import judge
+
+    d = d or RunData(duration_s=24.0, first_fault_s=8.0, traffic_start_s=0.0)
+    d.fidelity_windows = [(f.t0, f.t1) for f in found]
+    return judge(d, metric, args, found)
+
+
+def test_correctness_is_never_void_a_corrupt_message_fails_whatever_the_machine_did():
+    starved = [fidelity.FidelityFault("CPU starvation", "endpoint h0", 3.0, 3.25, 0.009, 0.002)]
+    d = RunData(duration_s=24.0, first_fault_s=8.0, traffic_start_s=0.0)
+    d.totals = {"h0->h2:1": {"messages_delivered": 10, "messages_corrupt": 1}}
+    v = _judged(starved, "messages_intact", {}, d)
+    assert v["passed"] is False and v["void"] is None, v
+    d.totals = {"h0->h2:1": {"messages_delivered": 10, "messages_corrupt": 0}}
+    assert _judged(starved, "messages_intact", {}, d)["passed"] is True
+
+
+def test_run_long_counts_leave_out_what_happened_in_a_fault_and_say_how_many():
+    """evs_retired over the run: a retirement inside a fault's reach is left out (and counted), the
+    rest decide: a broken transport that retires EVs all run long still FAILs beside one starved
+    sample; a reported figure is never void either."""
+    starved = [fidelity.FidelityFault("CPU starvation", "endpoint h0", 3.0, 3.25, 0.009, 0.002)]
+    d = RunData(duration_s=24.0, first_fault_s=8.0, traffic_start_s=0.0)
+    d.events = [{"kind": "ev_state", "t": t, "host": "h0", "qp": 1, "ev": ev, "new": "ASSUMED_BAD"}
+                for t, ev in ((3.5, 1), (12.0, 2), (13.0, 3), (14.0, 4))]
+    v = _judged(starved, "evs_retired", {"max": 2}, d)
+    assert (v["value"], v["passed"], v["void"]) == (3, False, None), v
+    assert v["left_out"] == "1 retired EVs in fidelity faults left out"
+    v = _judged(starved, "evs_retired", {"max": 3}, d)
+    assert v["passed"] is True
+    assert _judged([], "evs_retired", {"max": 3}, d)["passed"] is False  # without the fault: 4 counted
+    assert _judged(starved, "mct_s", {"percentile": 99}, d)["void"] is None  # reported, not a verdict
+
+
+def test_a_stall_counts_only_its_time_outside_the_machines_faults():
+    from mrclab.experiments.metrics import BIN_S
+
+    d = RunData(duration_s=10.0)
+    d.qp_src = {"q": "h0"}
+    # delivering every bin but for 4.0-6.0 s: a 2 s stall
+    d.samples = {"q": [(round(i * BIN_S, 3), 1000 * (i if i * BIN_S < 4.0 else 40 if i * BIN_S < 6.0 else i - 20))
+                       for i in range(101)]}
+    whole = _judged([], "longest_stall_s", {"max": 0.5}, d)
+    assert whole["value"] == pytest.approx(2.0, abs=0.11) and whole["passed"] is False
+    f = [fidelity.FidelityFault("CPU starvation", "endpoint h0", 4.5, 5.0, 0.009, 0.002)]
+    v = _judged(f, "longest_stall_s", {"max": 0.5}, d)
+    assert v["value"] == pytest.approx(whole["value"] - 0.5, abs=1e-6) and v["passed"] is False and v["void"] is None
+    assert v["left_out"] == "1 stalls shortened in fidelity faults left out"
+
+
+def test_a_windowed_verdict_is_void_only_where_a_fault_meets_its_window_and_the_run_is_undecided():
+    from mrclab.experiments.runner import run_passed
+
+    f = [fidelity.FidelityFault("late timers", "endpoint h0", 16.5, 16.8, 0.3, 0.05)]
+    d = RunData(duration_s=24.0, first_fault_s=8.0, traffic_start_s=0.0)
+    inside = _judged(f, "goodput_mbps", {"window": [16, 18], "min": 1}, d)
+    outside = _judged(f, "goodput_mbps", {"window": [18, 24], "min": 1}, d)
+    assert inside["passed"] is None and "late timers" in inside["void"]
+    assert outside["passed"] is False and outside["void"] is None
+    assert run_passed([inside]) is None  # undecided: metrics.json says "passed": null, never true
+    assert run_passed([inside, outside]) is False
+    assert run_passed([{"passed": True, "void": None}]) is True
+
+
 def test_exit_codes_fail_before_void_before_pass():
     base = {"expectations": [{}, {}], "fidelity_faults": [{"invariant": "late timers", "where": "endpoint h0",
                                                              "t0": 1.0, "t1": 1.3}]}
     assert exit_code({**base, "passed": False, "void": ["x"]}) == 1
-    assert exit_code({**base, "passed": True, "void": ["x"]}) == 3
+    assert exit_code({**base, "passed": None, "void": ["x"]}) == 3
     assert exit_code({**base, "passed": True, "void": []}) == 0
 
 

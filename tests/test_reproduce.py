@@ -149,6 +149,34 @@ def test_a_sweep_over_message_sizes_runs_every_size_and_judges_each_claim_at_its
     assert (tmp_path / "sweep.png").stat().st_size > 0 and "message_bytes" in (tmp_path / "sweep.csv").read_text()
 
 
+def test_a_void_sweep_point_is_void_in_the_sweeps_verdict_never_passed(tmp_path, monkeypatch):
+    """One point whose run was void (and no claim reading it, nor any point, FAILed): the sweep is
+    undecided, ``passed`` None, never True; a point that FAILed makes it FAIL whatever else was void."""
+    from mrclab.experiments import runner
+
+    scn = parse_scenario(_sized_raw(), "s.yaml")
+    verdicts: dict = {}
+
+    def fake_run(point_scn, out, live=False, cluster=None):
+        out.mkdir(parents=True, exist_ok=True)
+        k = len(verdicts)
+        passed, void = verdicts.setdefault(out.name, plan[k] if k < len(plan) else (True, None))
+        return {"transport": point_scn.transport, "passed": passed, "void": [void] if void else [],
+                "collective": {"iterations": 3, "algbw_mbps": 1.0, "correct": True,  # every claim met
+                               "busbw_mbps": 3.0 if point_scn.transport == "mrc" and
+                               point_scn.collective.message_bytes > 8192 else 1.0},
+                "expectations": [{"expectation": "x", "metric": "iterations", "value": 3, "bound": ">= 1",
+                                  "passed": passed, "void": void}]}
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    plan = [(None, "CPU starvation, endpoint h0, 0.25 s")]
+    s = runner.run_sweep(scn, tmp_path / "a", live=False)
+    assert s["passed"] is None and "CPU starvation" in s["void"], s["void"]
+    verdicts.clear()
+    plan = [(None, "CPU starvation, endpoint h0, 0.25 s"), (False, None)]
+    assert runner.run_sweep(scn, tmp_path / "b", live=False)["passed"] is False
+
+
 @pytest.mark.parametrize("change,msg", [
     (lambda r: r["sweep"].update(message_bytes=[8192, 8192]), "sweep.message_bytes = [8192, 8192]"),
     (lambda r: r["sweep"].update(message_bytes=[0]), "sweep.message_bytes = [0]"),
@@ -235,6 +263,24 @@ def test_a_row_that_cannot_run_is_void_and_the_report_is_still_written(tmp_path,
     assert "| incast |" in md and "void (endpoints h0 not ready" in md and s["void"] == 1 and s["passed"]
 
 
+def test_a_row_whose_endpoint_crashed_is_an_error_never_void(tmp_path, monkeypatch):
+    """An endpoint that died is the transport's (or the lab's) defect, not the machine's: the row
+    reads ``error`` with its reason, the report says so in its header and reproduce exits 2."""
+    from mrclab.experiments import reproduce as R
+    from mrclab.experiments.endpoints import EndpointDied
+
+    def fake_run(scn, out, live=False, cluster=None):
+        raise EndpointDied("endpoint on h2 exited with 1: Traceback ... ZeroDivisionError")
+
+    monkeypatch.setattr(R.runner, "run", fake_run)
+    monkeypatch.setattr(R, "_choose", lambda base, dp, remote=False: ("linux", None))
+    s = R.reproduce(tmp_path / "rep", dataplane="linux", quick=True, only=["quickstart"])
+    assert [(r["verdict"], "exited with 1" in r["why"]) for r in s["rows"]] == [("error", True)]
+    assert s["errors"] == 1 and s["void"] == 0
+    md = (tmp_path / "rep" / "report.md").read_text()
+    assert "| error (endpoint on h2 exited with 1" in md and f"Commit {s['commit']}" in md and "cores" in md
+
+
 def test_a_failed_row_names_the_expectations_that_failed(tmp_path, monkeypatch):
     """A FAIL row says which expectation failed, with its value and bound, in the summary and in
     report.md's table; the expectations that passed or were void are not named."""
@@ -278,9 +324,17 @@ def test_repeats_report_the_median_and_hold_only_when_it_meets_the_bound():
     assert figure(v) == "0.93 [0.85-0.95]"
     agg = aggregate([run(1, 0.95, True), run(2, 0.85, False), run(3, 0.88, False)])
     assert agg["expectations"][0]["passed"] is False and not agg["passed"]
-    agg = aggregate([run(1, 0.95, True), run(2, 0.96, None, void="late timers, endpoint h0, 0.3 s"), run(3, 0.97, True)])
+    # one void run of three: left out of the median, the other two decide (and one FAILing is seen)
+    late = "late timers, endpoint h0, 0.3 s"
+    agg = aggregate([run(1, 0.95, True), run(2, 0.5, None, void=late), run(3, 0.97, True)])
     v = agg["expectations"][0]
-    assert v["passed"] is None and "seed 2: late timers" in v["void"] and agg["void"]
+    assert v["passed"] is True and v["value"] == 0.96 and v["void_runs"] == 1 and not v["void"] and agg["passed"]
+    agg = aggregate([run(1, 0.8, False), run(2, 0.96, None, void=late), run(3, 0.85, False)])
+    assert agg["expectations"][0]["passed"] is False and agg["passed"] is False
+    # two of three void: undecided, never a pass
+    agg = aggregate([run(1, 0.95, True), run(2, 0.96, None, void=late), run(3, 0.97, None, void=late)])
+    v = agg["expectations"][0]
+    assert v["passed"] is None and "seed 2: late timers" in v["void"] and agg["void"] and agg["passed"] is None
     never = [run(1, None, False), run(2, None, False), run(3, 1.0, True)]  # inf twice: the median is inf
     for m in never:
         m["expectations"][0]["bound"] = "<= 20"

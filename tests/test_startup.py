@@ -56,7 +56,7 @@ def test_an_endpoint_that_exits_before_it_is_ready_is_a_failed_run(tmp_path):
     procs["h0"].wait()
     with pytest.raises(endpoints.EndpointDied, match="endpoint on h0 exited with 2 before starting") as e:
         endpoints.wait_ready(procs, tmp_path, bound_s=5)
-    assert e.value.exit_code == 1
+    assert e.value.exit_code == 2
 
 
 def test_the_bound_grows_with_endpoints_per_core():

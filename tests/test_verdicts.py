@@ -70,7 +70,17 @@ ELSEWHERE = make_ev(1, 1, 6)
 
 def test_false_retirements_count_only_evs_whose_path_was_whole():
     d = _run([(8.05, THROUGH, "ASSUMED_BAD"), (3.0, ELSEWHERE, "ASSUMED_BAD"), (8.1, ELSEWHERE, "ASSUMED_BAD")])
-    assert false_retirements(d) == 2  # ELSEWHERE twice; THROUGH is explained by the dead T1
+    assert false_retirements(d) == (2, 0)  # ELSEWHERE twice; THROUGH is explained by the dead T1
+
+
+def test_a_false_retirement_inside_a_fidelity_fault_is_left_out_and_counted():
+    """A retirement whose last second (what may have retired it) met a fidelity fault is left out
+    of the count and counted apart; one a second or more after the fault is counted."""
+    d = _run([(3.0, ELSEWHERE, "ASSUMED_BAD"), (8.1, ELSEWHERE, "ASSUMED_BAD")])
+    d.fidelity_windows = [(2.5, 2.75)]
+    assert false_retirements(d) == (1, 1)
+    d.fidelity_windows = [(1.5, 1.75)]  # more than a second before 3.0: the machine did not retire it
+    assert false_retirements(d) == (2, 0)
 
 
 def test_revival_is_the_slowest_ev_through_the_repaired_element():

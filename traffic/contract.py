@@ -328,9 +328,10 @@ class Start:
 @dataclass(frozen=True)
 class Sample:
     """Every ``telemetry_interval_s``: each QP's sending and receiving side, the port-state bitmap,
-    and ``loop_gap_max_s``, since the last sample the most (s) a turn of the endpoint's loop began
-    later than it was due (the end of a turn that worked, or the end of the sleep an idle turn
-    chose; a frame that wakes it earlier is not late): its timers fired at most that late
+    and ``loop_gap_max_s``, since the last sample the most (s) the endpoint's loop waited for a CPU
+    between the starts of two turns (runnable, not running: the kernel's run-queue delay): the
+    time the machine took from its timers. The loop's own work and its chosen sleeps are not in
+    it: a transport that spends its CPU shows that in its results, never here
     (experiments/fidelity.py reads it); and ``rss_bytes``, the endpoint's resident memory (bytes,
     /proc/self/statm) when the sample was taken (0: unknown)."""
 
