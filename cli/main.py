@@ -5,7 +5,7 @@
     mrclab size      --ports N [--planes P]
     mrclab shell     SWITCH
     mrclab clean     [--force]
-    mrclab bench     fabric|endpoint|congestion|scale [--dataplane bmv2|linux]
+    mrclab bench     fabric|endpoint|congestion|scale|fidelity [--dataplane bmv2|linux]
     mrclab run       [SCENARIO] [--out DIR] [--duration S] [--dataplane D] [--transport mrc|roce] [--set K=V]
     mrclab reproduce [--quick] [--dataplane D] [--only SCENARIO...] [--out DIR | --update REPORT]
     mrclab calibrate [--dataplane bmv2|linux]
@@ -33,6 +33,7 @@ from mrclab.bench import calibrate as bench_calibrate
 from mrclab.bench import congestion as bench_congestion
 from mrclab.bench import endpoint as bench_endpoint
 from mrclab.bench import fabric as bench_fabric
+from mrclab.bench import fidelity as bench_fidelity
 from mrclab.bench import scale as bench_scale
 from mrclab.controller.fabric import Fabric
 from mrclab.experiments import doctor, repeat, report, reproduce, runner
@@ -250,10 +251,10 @@ def cmd_shell(args) -> int:
 
 # ---- bench / run / report (experiments) -----------------------------------------------------------
 def cmd_bench(args) -> int:
-    """``mrclab bench fabric|endpoint|congestion|scale``: the benchmark's own main."""
+    """``mrclab bench fabric|endpoint|congestion|scale|fidelity``: the benchmark's own main."""
     need_root(f"mrclab bench {args.what}")
     bench = {"fabric": bench_fabric, "congestion": bench_congestion, "endpoint": bench_endpoint,
-             "scale": bench_scale}[args.what]
+             "scale": bench_scale, "fidelity": bench_fidelity}[args.what]
     return bench.main(args)
 
 
@@ -357,9 +358,15 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("bench", help="benchmarks: fabric bring-up and forwarding, endpoint rates, congestion control, "
                                      "the largest fabric and rate this machine runs faithfully")
-    s.add_argument("what", choices=["fabric", "endpoint", "congestion", "scale"])
+    s.add_argument("what", choices=["fabric", "endpoint", "congestion", "scale", "fidelity"])
     s.add_argument("--dataplane", action="append", choices=["bmv2", "linux"],
                    help="data plane(s) to measure (default: every available one)")
+    s.add_argument("--target", choices=["endpoint", "switch"],
+                   help="fidelity: the processes starved on purpose (default: endpoint; switch: bmv2 only)")
+    s.add_argument("--only", action="append", metavar="SCENARIO",
+                   help="fidelity: the scenario(s) to starve (default: quickstart and incast)")
+    s.add_argument("--markdown", action="store_true", help="fidelity: print the tables as Markdown (docs/benchmarks.md)")
+    s.add_argument("--out", help="fidelity: the folder for every run (default: results/bench-fidelity-<time>)")
     s.set_defaults(fn=cmd_bench)
 
     s = sub.add_parser("run", help="run a failure-injection scenario (default: the quickstart)",

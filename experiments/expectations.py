@@ -12,6 +12,7 @@ new concept, one function where that concept lives (goodput, completion times an
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -90,9 +91,11 @@ ARGS: dict[str, Arg] = {a.name: a for a in (
 @dataclass(frozen=True)
 class Counted:
     """A run-long count that left out what happened inside the run's fidelity faults: ``value``,
-    and how many ``left_out`` of ``what`` (``"retirements"``, ``"stalls shortened"``)."""
+    ``whole`` (the count with nothing left out), and how many ``left_out`` of ``what``
+    (``"retirements"``, ``"stalls shortened"``)."""
 
     value: float
+    whole: float
     left_out: int
     what: str
 
@@ -137,18 +140,20 @@ def _evs_retired(d: RunData, a: dict) -> Counted:
     seen = retired(d, after, within)
     kept = [e for e in seen if not in_fidelity_fault(d, e["t"], RETIRE_CAUSE_S)]
     evs = {(e.get("host"), e.get("qp"), e.get("ev")) for e in kept}
-    left = {(e.get("host"), e.get("qp"), e.get("ev")) for e in seen} - evs
-    return Counted(float(len(evs)), len(left), "retired EVs")
+    every = {(e.get("host"), e.get("qp"), e.get("ev")) for e in seen}
+    return Counted(float(len(evs)), float(len(every)), len(every - evs), "retired EVs")
 
 
 def _false_retirements(d: RunData, a: dict) -> Counted:
     n, left = verdicts.false_retirements(d)
-    return Counted(n, left, "retirements")
+    return Counted(n, n + left, left, "retirements")
 
 
 def _longest_stall(d: RunData, a: dict) -> Counted:
-    worst, met = stalls(d, *a["window"]) if "window" in a else stalls(d)
-    return Counted(worst, met, "stalls shortened")
+    lo_hi = a["window"] if "window" in a else ()
+    worst, met = stalls(d, *lo_hi)
+    whole, _ = stalls(dataclasses.replace(d, fidelity_windows=[]), *lo_hi)
+    return Counted(worst, whole, met, "stalls shortened")
 
 
 def _after(d: RunData, a: dict) -> float:
@@ -279,9 +284,13 @@ def _evaluate(d: RunData, metric: str, args: dict) -> tuple[float, bool | None, 
     lo, hi = args.get("min"), args.get("max")
     if lo is None and hi is None:
         return v, None, "reported", counted
-    ok = (lo is None or v >= lo) and (hi is None or v <= hi)
+    ok = _within(v, lo, hi)
     bound = " and ".join(x for x in [f">= {lo}" if lo is not None else "", f"<= {hi}" if hi is not None else ""] if x)
     return v, ok, bound, counted
+
+
+def _within(v: float, lo: float | None, hi: float | None) -> bool:
+    return (lo is None or v >= lo) and (hi is None or v <= hi)
 
 
 #: Correctness: a corrupt or missing message FAILs whatever the machine did, so these are never void.
@@ -298,11 +307,19 @@ def judge(d: RunData, metric: str, args: dict, found: list) -> dict:
     reason, or None), left_out (events the count left out inside faults, or absent)}``.
 
     Void only where the machine could have changed the verdict: a windowed verdict whose window
-    (:func:`windows`) a fault meets. Never void: correctness (:data:`NEVER_VOID`), the run-long counts
-    (:data:`LEAVES_OUT`, which leave out instead), and a figure that is only reported."""
+    (:func:`windows`) a fault meets. Never void: correctness (:data:`NEVER_VOID`), and a figure that
+    is only reported. The run-long counts (:data:`LEAVES_OUT`) are judged on what they count outside
+    the faults: a count over its ``max`` FAILs whatever the faults held (more than it counts is
+    more still), and one within its bounds passes; void only where the count outside the faults is
+    under its ``min`` and the whole count is not (what met the bound happened inside a fault)."""
     v, ok, bound, counted = _evaluate(d, metric, args)
-    broke = [] if metric in NEVER_VOID or metric in LEAVES_OUT or ok is None else \
-        fidelity.overlapping(windows(d, metric, args), found)
+    if counted is not None and ok is False and _within(counted.whole, args.get("min"), args.get("max")):
+        # the faults that reach what it left out: up to RETIRE_CAUSE_S before its window
+        broke = fidelity.overlapping([(lo - RETIRE_CAUSE_S, hi) for lo, hi in windows(d, metric, args)], found)
+    elif metric in NEVER_VOID or metric in LEAVES_OUT or ok is None:
+        broke = []
+    else:
+        broke = fidelity.overlapping(windows(d, metric, args), found)
     out = {"value": None if math.isinf(v) else v, "bound": bound, "passed": None if broke else ok,
            "void": fidelity.void_reason(broke)}
     if counted is not None and counted.left_out:

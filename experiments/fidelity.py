@@ -27,11 +27,16 @@ mrclab watches two, each sampled into the results folder (``fidelity.csv``):
 
 * **Held packets** (the senders' events): a data packet the retransmission timer gave up on that
   arrived after all, the SACK of its arrival echoing it on the EV it timed out on (a *spurious
-  timeout*, traffic/sender.py). A packet older when it arrived than the longest round trip the
-  model allows it (:class:`HeldLimits`: switch queues, the NIC queue it met, propagation), waited
-  outside the model: in a switch's threads, a veth or a qdisc, where neither the CPU samples
-  (a thread held by another's lock is not runnable) nor the loop gaps see it. Its fault covers its
-  whole round trip. A hold shorter than the timer goes unseen: it changed no verdict's mechanism.
+  timeout*, traffic/sender.py). Its time on its way is measured from stamps: the sender stamps
+  every data packet as it hands it to its NIC port, the receiver echoes that arrival's one-way time
+  in the SACK (traffic/headers.py ``STAMP_HZ``), so neither the receiver's SACK delay nor the
+  reverse path nor another copy of the same PSN counts. Longer than the model allows it
+  (:meth:`HeldLimits.one_way`: the NIC queue it met, switch queues, serialisation, propagation),
+  it waited outside the model: in a switch's threads, a veth or a qdisc, where neither the CPU
+  samples (a thread held by another's lock is not runnable) nor the loop gaps see it. Its fault
+  covers its way there. A hold shorter than the timer goes unseen: it changed no verdict's
+  mechanism. (The arrival is when the receiving endpoint read it: a receiver busy with its own
+  work reads late, which a kernel receive stamp would leave out.)
 
 A sample interval where an invariant broke is a :class:`FidelityFault`; overlapping faults of one
 invariant merge. A verdict whose window overlaps a fault reads ``void (<invariant>, <where>,
@@ -139,15 +144,40 @@ class HeldLimits:
         receiver = self.nic_queue_s if self.data_senders is None or peer in self.data_senders else self.frame_s
         return max(HELD_MIN_S, 2 * self.queue_bound_s) + 2 * self.path_delay_s + sender + receiver
 
+    def one_way(self, nic_wait_s: float | None = None) -> float:
+        """The time (s) past which a data packet that waited ``nic_wait_s`` in its sender's NIC queue
+        was held on its way from its send stamp to its receiving endpoint: the wait and its frame
+        time (a full queue where the wait is unknown), the path's switch queues (their bound), a
+        frame's time on each of the :data:`HOPS` links a path crosses (the host port's: no fabric
+        link is slower), and the propagation one way; at least :data:`HELD_MIN_S`."""
+        sender = self.nic_queue_s if nic_wait_s is None else nic_wait_s + self.frame_s
+        return max(HELD_MIN_S, sender + self.queue_bound_s + HOPS * self.frame_s + self.path_delay_s)
+
+
+#: Links a data packet crosses on the longest path (host -> T0 -> T1 -> T0 -> host).
+HOPS = 4
+
 
 def held_packets(events: list[dict], limits: HeldLimits) -> list[tuple[float, str, float, float]]:
-    """``(t, path, age at arrival s, its limit s)`` of every spurious timeout among a run's
-    ``events`` (the runner's event dicts: ``kind``, ``t``, ``host``, ``peer``, ``ev``, ``age_s``,
-    ``nic_wait_s``), each limit :meth:`HeldLimits.limit` of its receiver and NIC wait; the path
-    reads ``h0->h2 plane 1 T1 0``."""
-    return [(e["t"], f"{e.get('host', '?')}->{e.get('peer', '?')} plane {ev_plane(e['ev'])} T1 {ev_t1(e['ev'])}",
-             e["age_s"], limits.limit(e.get("peer"), e.get("nic_wait_s")))
-            for e in events if e.get("kind") == "spurious_timeout"]
+    """``(t, path, time s, its limit s)`` of every spurious timeout among a run's ``events`` (the
+    time it covers ends at ``t``;
+    runner's event dicts: ``kind``, ``t``, ``host``, ``peer``, ``ev``, ``age_s``, ``nic_wait_s``,
+    ``wire_s``): its one-way time from its send stamp to its receiving endpoint (``wire_s``, as the
+    SACK echoed it) against :meth:`HeldLimits.one_way`, or where it had no stamp its age when its
+    SACK came back against the round trip's :meth:`HeldLimits.limit`. The one-way time leaves out
+    the receiver's SACK delay and the reverse path, and is that of the very copy the SACK echoed. The
+    path reads ``h0->h2 plane 1 T1 0``."""
+    out = []
+    for e in events:
+        if e.get("kind") != "spurious_timeout":
+            continue
+        path = f"{e.get('host', '?')}->{e.get('peer', '?')} plane {ev_plane(e['ev'])} T1 {ev_t1(e['ev'])}"
+        if e.get("wire_s") is not None:  # t: when it reached its receiver (sent at t - age_s)
+            out.append((round(e["t"] - e["age_s"] + e["wire_s"], 6), path, e["wire_s"],
+                        limits.one_way(e.get("nic_wait_s"))))
+        else:
+            out.append((e["t"], path, e["age_s"], limits.limit(e.get("peer"), e.get("nic_wait_s"))))
+    return out
 
 
 #: How often the monitor samples the processes (s).
@@ -368,4 +398,4 @@ def write_csv(path: Path, cpu: list[tuple[float, str, float, float, float]], gap
         for t, host, gap in gaps:
             w.writerow([f"{t:.3f}", "loop gap (s)", f"endpoint {host}", f"{gap:.4f}", loop_gap_max_s, ""])
         for t, where, age, limit in held:
-            w.writerow([f"{t:.3f}", "timed-out packet's age at arrival (s)", where, f"{age:.4f}", f"{limit:.4f}", ""])
+            w.writerow([f"{t:.3f}", "timed-out packet's time on its way (s)", where, f"{age:.4f}", f"{limit:.4f}", ""])

@@ -32,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import yaml
@@ -113,8 +114,12 @@ def run(scn: Scenario, out: Path | None = None, *, live: bool = True, pcap: bool
 
 def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, pcap: bool = False,
                   debug: bool = False, fit: bool = False, cluster: Cluster | None = None,
-                  rates: str = "scenario") -> tuple[dict, RunData]:
-    """:func:`run`, also returning the run's normalised data (for benchmarks and sweeps)."""
+                  rates: str = "scenario",
+                  on_start: Callable[[dict[str, int], float], None] | None = None) -> tuple[dict, RunData]:
+    """:func:`run`, also returning the run's normalised data (for benchmarks and sweeps).
+    ``on_start(pids, t0)``, if given, is called once the endpoints are started, with the pid of
+    every local process the fidelity monitor watches (``endpoint h0``, ``switch t1-0-0``) and t = 0
+    (monotonic s): bench/fidelity.py starves them on purpose from there."""
     dp = choose_dataplane(scn, remote=cluster is not None)
     scn = admission.admit(scn, dp, fit=fit, rates=rates, say=lambda m: console.print(f"[dim]·[/dim] {m}"))
     out = results_folder(out, f"{scn.name}-{scn.transport}-{dp}")
@@ -175,6 +180,8 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
             remote = {f"switch {sw.name}": (sw.on_server, sw.pid_file) for sw in fab.emu.switches()
                       if hasattr(sw, "pid_file")}  # bmv2 switches on servers, read by their agents
             monitor = fidelity.FidelityMonitor(watched, t0, remote=remote)
+            if on_start is not None:
+                on_start(dict(watched), t0)
             try:
                 _play(fab, scn, procs, out, t0, fault_log, live)
             finally:
@@ -364,7 +371,8 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
         table.writerow(["t_s", "goodput_mbps", *[f"{qp}_mbps" for qp in per_qp]])
         for i, t in enumerate(data.bins()):
             table.writerow([f"{t:.1f}", f"{series[i]:.3f}", *[f"{v[i]:.3f}" for v in per_qp.values()]])
-    keys = ["t", "kind", "host", "qp", "ev", "old", "new", "reason", "psn", "label", "event", "late_ms", "age_s", "nic_wait_s"]
+    keys = ["t", "kind", "host", "qp", "ev", "old", "new", "reason", "psn", "label", "event", "late_ms", "age_s", "nic_wait_s",
+            "wire_s"]
     with open(out / "events.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=keys, extrasaction="ignore")
         w.writeheader()

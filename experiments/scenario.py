@@ -49,6 +49,9 @@ QUICK_S = 14.0
 
 #: metric -> (required keys, optional keys). See experiments/metrics.py for their definitions.
 DATAPLANES = ("auto", "bmv2", "linux")
+#: Mechanisms of the switches that a run can switch off like the transport's (``--set trim=off``):
+#: ``trim``, the switches trim what would overflow a queue (off: ``queues.trim_t`` 0, they drop it).
+SWITCH_MECHANISMS = ("trim",)
 _NUMBER = Rule(kind=float)
 TOP = {
     "name": Rule(kind=str), "paper": Rule(kind=str), "description": Rule(kind=str),
@@ -62,7 +65,9 @@ TOP = {
     "expect_roce": Rule(kind=(list, type(None))),
     "queues": Rule(kind=dict),
     "servers": Rule(kind=dict),
-    "demonstrates": Rule(kind=list, allowed=f"a list of mechanisms ({', '.join(TransportSettings.MECHANISMS)})"),
+    "demonstrates": Rule(kind=dict, allowed="{MECHANISM: [METRIC, ...]}: each mechanism the scenario demonstrates "
+                         f"({', '.join(TransportSettings.MECHANISMS + SWITCH_MECHANISMS)}) and the metrics of its "
+                         "expect that FAIL with it off"),
 }
 
 
@@ -116,7 +121,8 @@ class Scenario:
     expect: tuple[Expectation, ...]
     paper: str = ""
     description: str = ""
-    demonstrates: tuple[str, ...] = ()
+    #: mechanism -> the metrics of ``expect`` that FAIL with it off (what the scenario shows it buys)
+    demonstrates: dict[str, tuple[str, ...]] = field(default_factory=dict, hash=False, compare=False)
     collective: CollectiveSpec | None = None
     sweep: Sweep | None = None  # the grid this scenario runs over (experiments/sweepspec.py)
     #: the duration (s) the suite and ``mrclab reproduce --quick`` compress the timeline to: the
@@ -176,6 +182,10 @@ def load_scenario(path: str | Path | None, *, duration_s: float | None = None,
     if transport is not None:
         raw.setdefault("transport", {})["kind"] = transport
     if settings:
+        settings = dict(settings)
+        for mech in SWITCH_MECHANISMS:
+            if mech in settings and settings.pop(mech) is False:
+                raw["queues"] = {**(raw.get("queues") or {}), "trim_t": 0}
         raw["transport"] = {**(raw.get("transport") or {}), **settings}
     if seed is not None:
         raw["seed"] = seed
@@ -190,7 +200,7 @@ def parse_set(items: list[str] | None) -> dict[str, Any]:
         key, eq, value = item.partition("=")
         if not eq or not key:
             raise ScenarioError(f"--set {item!r}; allowed: NAME=VALUE, e.g. ev_health=off "
-                                f"(mechanisms: {', '.join(TransportSettings.MECHANISMS)})")
+                                f"(mechanisms: {', '.join(TransportSettings.MECHANISMS + SWITCH_MECHANISMS)})")
         try:
             out[key.strip()] = yaml.safe_load(value)
         except yaml.YAMLError:
@@ -265,10 +275,7 @@ def parse_scenario(raw: dict, src: str) -> Scenario:
     # ``expect`` bounds the MRC run; ``expect_roce`` (optional) the same scenario on the baseline,
     # whose expectations differ (the paper's point). Both are validated whichever runs.
     parsed = {k: _expectations(raw.get(k) or [], k, dur, spec, problems) for k in ("expect", "expect_roce")}
-    demo = top.get("demonstrates", [])
-    bad = [m for m in demo if m not in TransportSettings.MECHANISMS]
-    if bad:
-        problems.add(f"demonstrates: {', '.join(map(str, bad))}; allowed: {', '.join(TransportSettings.MECHANISMS)}")
+    demo = _demonstrates(top.get("demonstrates") or {}, {x.metric for x in parsed["expect"]}, problems)
     sweep = parse_sweep(raw, problems)
     problems.raise_if_any(ScenarioError)
     assert spec is not None and spec_bmv2 is not None  # a fabric that did not parse is a problem raised above
@@ -277,9 +284,26 @@ def parse_scenario(raw: dict, src: str) -> Scenario:
         name=str(raw.get("name", Path(src).stem)), source=src, spec=spec, spec_bmv2=spec_bmv2,
         dataplane=top.get("dataplane", "auto"), seed=int(top.get("seed", 1)), duration_s=dur, transport=kind,
         settings=settings or TransportSettings(), queues=queues or QueueSettings(), flows=tuple(flows), faults=tuple(faults), expect=tuple(expect),
-        paper=str(raw.get("paper", "")), description=str(raw.get("description", "")), demonstrates=tuple(demo),
+        paper=str(raw.get("paper", "")), description=str(raw.get("description", "")), demonstrates=demo,
         collective=coll, sweep=sweep, raw=raw, quick_s=float(top.get("quick_s", QUICK_S)),
     )
+
+
+def _demonstrates(demo: dict, metrics: set[str], problems: Problems) -> dict[str, tuple[str, ...]]:
+    """``demonstrates:`` checked: each key a mechanism (the transport's or the switches'), each value
+    a non-empty list of metrics the scenario's ``expect`` bounds (those that FAIL with it off)."""
+    allowed = TransportSettings.MECHANISMS + SWITCH_MECHANISMS
+    out: dict[str, tuple[str, ...]] = {}
+    for mech, moved in demo.items():
+        if mech not in allowed:
+            problems.add(f"demonstrates.{mech}; allowed: {', '.join(allowed)}")
+            continue
+        if not isinstance(moved, list) or not moved or any(m not in metrics for m in moved):
+            problems.add(f"demonstrates.{mech} = {moved!r}; allowed: a list of the metrics this scenario's expect "
+                         f"bounds ({', '.join(sorted(metrics)) or 'none'}) that FAIL with {mech} off")
+            continue
+        out[mech] = tuple(moved)
+    return out
 
 
 _WORKLOAD = {

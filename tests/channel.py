@@ -11,7 +11,8 @@ queue: they overtake the packets of their EV), ``ce`` the share of data packets 
 s: the receiving host is not scheduled meanwhile, so whatever reaches it waits in its socket until
 ``end``, and what it sends meanwhile leaves at ``end``. ``hold_ev`` = (EVs, start, end) s: data
 packets sent on those EVs meanwhile are held on the way (an emulator's switch thread that did not
-run) and arrive after ``end``, in order. All randomness comes from the seeded ``rng``.
+run) and arrive after ``end``, in order. Data packets get their send stamp (traffic/headers.py
+``STAMP_HZ``) on the channel's clock. All randomness comes from the seeded ``rng``.
 """
 
 from __future__ import annotations
@@ -66,6 +67,8 @@ class Channel:
             self.dropped += 1
             return
         if pkt.op in _DATA_OPS:
+            if pkt.stamp < 0:  # the send stamp, on the channel's clock, as the wire's framer takes it
+                pkt = dataclasses.replace(pkt, stamp=int(now * H.STAMP_HZ) & 0xFFFF)
             if pkt.ev in self.trim_ev or (self.trim and self.rng.random() < self.trim):
                 self.trimmed += 1
                 cut = dataclasses.replace(pkt, payload=b"", flags=pkt.flags | H.F_TRIM)

@@ -88,8 +88,9 @@ def decided_run():
     """``decided_run(scn, folder, with_data=False) -> (metrics, data or None, out folder)``: runs a
     scenario until its verdict is decided. A run with no FAIL but a void verdict (the emulator fell
     behind: the machine paused or starved it) says nothing either way, so it is run again, up to
-    VOID_TRIES times, each into ``folder/try<n>``; when every try was void the test is skipped with
-    the fidelity faults, never passed (a void verdict is neither pass nor FAIL)."""
+    VOID_TRIES times, each into ``folder/try<n>``; when every try was void the test FAILS with the
+    fidelity faults: a shipped scenario this machine (the documented 2-core one) cannot decide is a
+    defect of the scenario (too heavy for it), never a skip the suite would accept."""
     from mrclab.experiments import runner
 
     def run(scn, folder, with_data=False):
@@ -98,11 +99,11 @@ def decided_run():
             out = folder / f"try{n}"
             m, d = runner.run_with_data(scn, out, live=False) if with_data else (runner.run(scn, out, live=False),
                                                                                  None)
-            if not m["passed"] or not m["void"]:
+            if m["passed"] is not None:  # decided: pass or FAIL
                 return m, d, out
             worst = max(m["fidelity_faults"], key=lambda f: f["t1"] - f["t0"])
             why.append(f"try {n}: {len(m['void'])} verdicts void ({worst['invariant']} at {worst['where']}, "
                        f"{worst['t1'] - worst['t0']:.2f} s from {worst['t0']:.1f} s)")
-        pytest.skip(f"{scn.name}: void {VOID_TRIES} times, this machine could not keep up: " + "; ".join(why))
+        pytest.fail(f"{scn.name}: void {VOID_TRIES} times, this machine could not keep up: " + "; ".join(why))
 
     return run

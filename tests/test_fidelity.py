@@ -120,6 +120,20 @@ def test_run_long_counts_leave_out_what_happened_in_a_fault_and_say_how_many():
     assert _judged(starved, "mct_s", {"percentile": 99}, d)["void"] is None  # reported, not a verdict
 
 
+def test_a_count_bounded_below_is_void_only_where_what_met_its_bound_fell_inside_a_fault():
+    """evs_retired(after=8, within_s=1, min=1): the dead path's EV retired inside a starved stretch
+    is left out, and what is left (0) is under the bound while the whole count (1) is not: void,
+    not FAIL. With no retirement at all it FAILs whatever the machine did."""
+    f = [fidelity.FidelityFault("CPU starvation", "endpoint h0", 8.0, 8.25, 0.009, 0.002)]
+    d = RunData(duration_s=24.0, first_fault_s=8.0, traffic_start_s=0.0)
+    d.events = [{"kind": "ev_state", "t": 8.2, "host": "h0", "qp": 1, "ev": 5, "new": "ASSUMED_BAD"}]
+    v = _judged(f, "evs_retired", {"after": 8, "within_s": 1.0, "min": 1}, d)
+    assert v["passed"] is None and "CPU starvation" in v["void"] and v["value"] == 0, v
+    d.events = []
+    v = _judged(f, "evs_retired", {"after": 8, "within_s": 1.0, "min": 1}, d)
+    assert v["passed"] is False and v["void"] is None, v
+
+
 def test_a_stall_counts_only_its_time_outside_the_machines_faults():
     from mrclab.experiments.metrics import BIN_S
 
@@ -230,6 +244,29 @@ def test_a_packet_held_past_the_models_longest_round_trip_voids_the_verdicts_ove
     assert fidelity.overlapping(windows(d, "capacity_ratio", {"window": [8.8, 10]}), found) == found[:1]
     assert fidelity.overlapping(windows(d, "capacity_ratio", {"window": [13, 15]}), found) == []
     assert fidelity.void_reason(found).startswith("held packets, h0->h2 plane 1 T1 2, 0.30 s")
+
+
+def test_a_held_packet_is_judged_by_its_one_way_time_from_its_stamps_where_it_has_them():
+    """With the one-way time the SACK echoed (``wire_s``), a spurious timeout is judged against
+    what the way there allows (NIC wait and frame, switch queues, a frame on each of 4 links, the
+    propagation one way), not its age at the SACK: a packet 150 ms old when its SACK came back but
+    40 ms on its way is no fault (the rest was its SACK's wait and way back); one 90 ms on its way
+    is, and its fault covers its way there, from its send to its arrival."""
+    lim = fidelity.HeldLimits(queue_bound_s=0.05, path_delay_s=0.015, nic_queue_s=0.024, frame_s=0.002)
+    assert lim.one_way(0.001) == pytest.approx(0.001 + 0.002 + 0.05 + 4 * 0.002 + 0.015)  # 76 ms
+    assert lim.one_way(None) == pytest.approx(0.024 + 0.05 + 0.008 + 0.015)
+    assert fidelity.HeldLimits().one_way() == fidelity.HELD_MIN_S
+    ev = make_ev(1, 2, 7)
+    events = [{"t": 12.0, "kind": "spurious_timeout", "host": "h0", "peer": "h2", "qp": 1, "psn": 9, "ev": ev,
+               "age_s": 0.15, "nic_wait_s": 0.001, "wire_s": 0.04},
+              {"t": 14.0, "kind": "spurious_timeout", "host": "h0", "peer": "h2", "qp": 1, "psn": 3, "ev": ev,
+               "age_s": 0.15, "nic_wait_s": 0.001, "wire_s": 0.09}]
+    held = fidelity.held_packets(events, lim)
+    assert held == [(pytest.approx(11.89), "h0->h2 plane 1 T1 2", 0.04, pytest.approx(0.076)),
+                    (pytest.approx(13.94), "h0->h2 plane 1 T1 2", 0.09, pytest.approx(0.076))]
+    found = fidelity.faults([], [], held=held)
+    assert [(f.where, f.t0, f.t1) for f in found] == [("h0->h2 plane 1 T1 2", pytest.approx(13.85),
+                                                       pytest.approx(13.94))]
 
 
 def test_a_hosts_nic_queue_model_gives_each_frame_the_wait_behind_what_it_sent_before():
@@ -363,3 +400,57 @@ def test_a_large_bmv2_fabric_is_read_by_the_runner_16_switches_a_second_at_most(
     assert control_period_s(3) == control_period_s(16) == 1.0
     assert control_period_s(64) == 4.0
     assert control_period_s(32, 2.5) == 2.5
+
+
+# ---- mrclab bench fidelity: starvation on purpose --------------------------------------------------
+def test_bench_fidelity_marks_a_verdict_that_left_its_untouched_spread():
+    from mrclab.bench.fidelity import Level, moved, spread
+
+    band = spread([0.5, 0.7, 0.6])
+    assert band == (pytest.approx(0.4), pytest.approx(0.8))  # widened by half its width (0.1 each way)
+    assert not moved(0.75, band) and moved(0.35, band) and moved(None, band)  # None: infinite
+    assert spread([2.0, 2.0, 2.0]) == (pytest.approx(1.96), pytest.approx(2.04))  # 2% of the median at least
+    assert spread([1.0, None]) is None and not moved(5.0, None)
+    assert Level(5.0, 1.0).wait_ms == 4.0 and Level().label() == "none" and Level(20, 4).label() == "16 ms (4 of 20 ms)"
+
+
+def test_bench_fidelity_table_names_the_first_level_that_moved_and_the_first_the_monitor_voided():
+    from mrclab.bench.fidelity import Level, table
+
+    def row(level, value, void=0):
+        return {"level": level, "values": {"capacity_ratio(...)": value}, "verdicts": {}, "void": void, "of": 1,
+                "seen_ms": 0.2, "faults": {"CPU starvation": 1} if void else {}}
+
+    rows = [row(Level(), 0.95), row(Level(), 0.96), row(Level(2, 1), 0.955), row(Level(5, 1), 0.80),
+            row(Level(10, 2), 0.7, void=1)]
+    md = table("quickstart", "linux", "endpoint", rows, markdown=True)
+    assert "first level that moved a verdict: 4 ms; first the monitor voided: 8 ms" in md
+    assert "| 4 ms (1 of 5 ms) | 0.20 | silent | 0.8* |" in md and "| 1 ms (1 of 2 ms) | 0.20 | silent | 0.955 |" in md
+
+
+@pytest.mark.root
+def test_a_throttled_group_starves_what_it_holds_and_always_lets_go(tmp_path):
+    """A busy loop in a group that runs 2 ms of every 10 waits about 8 ms each time it runs (the
+    kernel's run-queue delay, which the monitor reads), and is back in the root group afterwards,
+    the group gone, even when the block raises."""
+    from mrclab.bench.fidelity import Level, throttled_group
+    from mrclab.topologies.errors import NotAvailable
+
+    busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        w0, r0 = fidelity.schedstat(busy.pid)
+        try:
+            with throttled_group(Level(10.0, 2.0)) as g:
+                (g / "cgroup.procs").write_text(str(busy.pid))
+                time.sleep(1.0)
+                w1, r1 = fidelity.schedstat(busy.pid)
+                raise KeyError("on the way out")
+        except KeyError:
+            pass
+        except NotAvailable as e:
+            pytest.skip(str(e))
+        assert (w1 - w0) / max(1, r1 - r0) > 0.004, ((w1 - w0) / 1e6, r1 - r0)  # > 4 ms a run
+        assert not g.exists()
+    finally:
+        busy.kill()
+        busy.wait()

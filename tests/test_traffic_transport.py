@@ -10,9 +10,10 @@ import pytest
 from channel import Channel
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from mrclab.topologies.addressing import ev_plane
+from mrclab.topologies.addressing import ev_plane, make_ev
 from mrclab.traffic import headers as H
 from mrclab.traffic.host import HostStack
+from mrclab.traffic.packet import Pkt
 from mrclab.traffic.receiver import SACK_COALESCE_MAX, MrcReceiver
 from mrclab.traffic.sender import make_sender
 from mrclab.traffic.settings import TransportSettings
@@ -443,6 +444,9 @@ def test_a_packet_held_past_its_timer_and_delivered_is_reported_as_a_spurious_ti
     assert len(got) == o.receiver.stats.duplicates, (got, o.receiver.stats.duplicates)
     assert {e["ev"] for e in got} <= held
     assert all(0.02 <= e["age_s"] <= 0.11 for e in got), got
+    # ... and the one-way time the SACK echoed: the hold, from the stamp at send to the arrival
+    # (not the SACK's round trip: it is the time the copy that arrived spent on its way)
+    assert all(e["wire_s"] is not None and 0.02 <= e["wire_s"] <= e["age_s"] for e in got), got
     assert all(e["nic_wait_s"] == 0.004 for e in got)  # each reports the wait its NIC gave it ...
     assert {ev_plane(e["ev"]) for e in got} <= {p for p, _ in asked}  # ... asked on its plane
     assert all(0.01 < t < 0.11 for _, t in asked)  # ... at its send time (and by the timer: below)
@@ -536,3 +540,23 @@ def test_a_resend_on_the_same_ev_makes_an_echo_ambiguous_and_is_not_reported():
     assert o.sender.done and delivered_intact(o)
     assert o.sender.stats.timeouts == 1
     assert _spurious(o) == []
+
+
+def test_the_receiver_echoes_each_arrivals_one_way_time_from_its_send_stamp():
+    """A SACK carries the one-way time of the arrival it echoes: its send stamp (headers.STAMP_HZ
+    units, mod 2^16) to the receiver's clock, across the stamp's wrap; NO_WIRE for an arrival that
+    carried none, and 0 for a stamp the receiver's batch clock has not reached yet."""
+    rx = MrcReceiver(3, TransportSettings(ack_every=1), lambda: make_ev(0, 0, 1))
+
+    def sack_of(psn, stamp, now):
+        p = Pkt(H.OP_WRITE, 3, psn, make_ev(1, 0, 2), 0, psn, 1024, H.crc32(bytes(1024)), 0, psn * 1024, rx._rkey,
+                1024, bytes(1024), None, 0xFF, False)  # message psn: one packet each
+        p.stamp = stamp
+        rx.on_packet(p, now)
+        return rx.poll(now)[0]
+
+    now = 6.5535  # the stamp wraps at 6.5536 s: sent at 6.5000 (65000), read at 65535 units
+    assert sack_of(0, 65000, now).echo_wire == 535  # 53.5 ms
+    assert sack_of(1, 65500, 6.5536 + 0.0100).echo_wire == 136  # across the wrap: 13.6 ms
+    assert sack_of(2, -1, 7.0).echo_wire == H.NO_WIRE
+    assert sack_of(3, int(7.1 * H.STAMP_HZ) & 0xFFFF, 7.0).echo_wire == 0

@@ -7,6 +7,7 @@ import random
 import struct
 import subprocess
 import sys
+import time
 import zlib
 
 from hypothesis import HealthCheck, given, settings
@@ -47,7 +48,10 @@ def test_data_frame_roundtrip_and_scapy_dissection():
               "imm", "port_state"):
         assert getattr(q, k) == getattr(p, k), k
     assert q.payload == b"abcd"
+    # the send stamp: the sender's clock as the frame was made (100 us units, mod 2^16)
+    assert (int(time.monotonic() * H.STAMP_HZ) - q.stamp) & 0xFFFF < 10 * H.STAMP_HZ // 1000  # within 10 ms
     e = Ether(f)
+    assert e["MRCX"].stamp == q.stamp
     assert e["BTH"].opcode == H.OP_WRITE_IMM and e["BTH"].psn == 77 and e["BTH"].dqpn == 3
     assert e["MRCX"].msn == 5 and e["RETH"].va == 4608 and e["ImmDt"].imm == 99
     outer = e.getlayer("IPv6", 1)
@@ -107,8 +111,10 @@ def test_sack_and_probe_roundtrip():
     s = Pkt(op=H.OP_SACK, qp=3, ev=make_ev(1, 0, 4), cum_psn=10, base_psn=12, bitmap=(1 << 63) | 5,
             echo_ev=make_ev(3, 1, 9), echo_psn=75, sflags=H.S_ECN, port_state=0x0E)
     _, q = rx.decode(tx.encode(s, "h0")[1])
-    assert (q.op, q.cum_psn, q.base_psn, q.bitmap, q.echo_ev, q.echo_psn, q.sflags, q.port_state) == \
-        (H.OP_SACK, 10, 12, (1 << 63) | 5, make_ev(3, 1, 9), 75, H.S_ECN, 0x0E)
+    assert (q.op, q.cum_psn, q.base_psn, q.bitmap, q.echo_ev, q.echo_psn, q.sflags, q.port_state, q.echo_wire) == \
+        (H.OP_SACK, 10, 12, (1 << 63) | 5, make_ev(3, 1, 9), 75, H.S_ECN, 0x0E, H.NO_WIRE)
+    s.echo_wire = 1234  # 123.4 ms on the way
+    assert rx.decode(tx.encode(s, "h0")[1])[1].echo_wire == 1234 and Ether(tx.encode(s, "h0")[1])["SACK"].echo_wire == 1234
     pr = Pkt(op=H.OP_PROBE, qp=3, ev=make_ev(0, 1, 2), probe_id=42, is_reply=0, t_send_ns=123456789)
     e = Ether(tx.encode(pr, "h0")[1])
     assert e["MRCProbe"].probe_id == 42 and e["MRCProbe"].ev == make_ev(0, 1, 2)

@@ -3,6 +3,7 @@ the baseline's paths, and (root / bmv2) it passes as shipped and fails with each
 mechanisms switched off. The verdict functions themselves on hand-made runs (no root)."""
 
 import math
+import re
 
 import pytest
 from mrclab.controller.fabric import available
@@ -10,7 +11,7 @@ from mrclab.experiments.fabricstate import FabricTimeline
 from mrclab.experiments.faults import Fault, roce_path
 from mrclab.experiments.metrics import RunData
 from mrclab.experiments.regime import BDP_GOAL_PACKETS
-from mrclab.experiments.scenario import SCENARIO_DIR, load_scenario
+from mrclab.experiments.scenario import SCENARIO_DIR, SWITCH_MECHANISMS, ScenarioError, load_scenario
 from mrclab.experiments.verdicts import capacity_ratio, false_retirements, retire_time_rtts, revival_s
 from mrclab.topologies.addressing import AddressPlan, make_ev
 from mrclab.topologies.nodes import toolchain_missing
@@ -26,7 +27,27 @@ def test_every_shipped_scenario_names_the_mechanisms_it_demonstrates():
             assert scn.sweep.claims, name
             continue
         assert scn.demonstrates, name
-        assert set(scn.demonstrates) <= set(TransportSettings.MECHANISMS), name
+        assert set(scn.demonstrates) <= set(TransportSettings.MECHANISMS + SWITCH_MECHANISMS), name
+        assert all(set(moved) <= {x.metric for x in scn.expect} for moved in scn.demonstrates.values()), name
+
+
+def test_every_mechanism_that_can_be_switched_off_has_a_scenario_that_fails_without_it():
+    """ev_health, probes, port_state, nack, ecn_lb, nscc, spray and the switches' trimming: each is
+    demonstrated by a shipped scenario, whose test below runs it off and asserts what FAILs."""
+    shown = {m for name in SHIPPED for m in load_scenario(name).demonstrates}
+    assert shown == set(TransportSettings.MECHANISMS + SWITCH_MECHANISMS), shown
+
+
+def test_a_scenario_with_trim_off_runs_on_switches_that_drop_instead_and_bad_demonstrates_are_refused(tmp_path):
+    assert load_scenario("incast", settings={"trim": False}).queues.trim_t == 0
+    assert load_scenario("incast", settings={"trim": True}).queues.trim_t == load_scenario("incast").queues.trim_t
+    raw = (SCENARIO_DIR / "incast.yaml").read_text()
+    for bad, said in (("{nack: [revival_s]}", "demonstrates.nack = ['revival_s']; allowed: a list of the metrics"),
+                      ("{fec: [evs_retired]}", "demonstrates.fec; allowed: ev_health, probes")):
+        f = tmp_path / "bad.yaml"
+        f.write_text(raw.replace(raw.split("demonstrates: ", 1)[1].split("\n", 1)[0], bad))
+        with pytest.raises(ScenarioError, match=re.escape(said)):
+            load_scenario(f)
 
 
 def _qps(scn):
@@ -179,4 +200,7 @@ def test_scenario_passes_as_shipped_and_fails_with_each_mechanism_it_demonstrate
                 assert bdp >= BDP_GOAL_PACKETS[dp], \
                     f"{name} on {dp}: a path holds {bdp} packets, under the goal of {BDP_GOAL_PACKETS[dp]:g}"
     else:
-        assert not m["passed"], f"{name} with {off} off still passed every expectation"
+        assert m["passed"] is False, f"{name} with {off} off still passed every expectation"
+        moved = set(scn.demonstrates[off])
+        assert moved <= {v["metric"] for v in m["expectations"] if v["passed"] is False}, \
+            f"{name} with {off} off: {sorted(moved)} should FAIL; FAILed: {failed}"

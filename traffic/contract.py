@@ -191,10 +191,12 @@ class SpuriousTimeout(Event):
     """A data packet the retransmission timer gave up on arrived after all: a SACK echoed its
     arrival (``psn`` on ``ev``, the EV of the transmission that timed out) ``age_s`` after it was
     sent, having waited ``nic_wait_s`` in its own NIC port's queue (the sending host's model of
-    it, traffic/nicqueue.py; None where the port rate is unknown). One older than the longest round
-    trip the model allows it (experiments/fidelity.py ``HeldLimits``: the switch queues, the NIC
-    queues, the propagation) was held outside the model, by the emulator (a switch thread, a veth,
-    a qdisc): "held packets". Spurious timeouts: RFC 3522 (Eifel detection)."""
+    it, traffic/nicqueue.py; None where the port rate is unknown), and ``wire_s`` between its send
+    stamp and its receiving endpoint (the one-way time the SACK echoed, traffic/headers.py
+    ``STAMP_HZ``; None where the echoed arrival had no stamp). One longer on its way than the
+    model allows it (experiments/fidelity.py ``HeldLimits``: the switch queues, the NIC queue, the
+    propagation) was held outside the model, by the emulator (a switch thread, a veth, a qdisc):
+    "held packets". Spurious timeouts: RFC 3522 (Eifel detection)."""
 
     kind: ClassVar[str] = "spurious_timeout"
     qp: int
@@ -202,6 +204,7 @@ class SpuriousTimeout(Event):
     ev: int
     age_s: float
     nic_wait_s: float | None = None
+    wire_s: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

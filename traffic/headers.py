@@ -66,11 +66,19 @@ HOP_LIMIT = 64
 UDPH = struct.Struct("!HHHH")
 #: opcode, SE/M/PadCnt/TVer, P_Key, (MRC flags << 24 | destination QP), (AckReq << 24 | PSN)
 BTH = struct.Struct("!BBHII")
-MRCX = struct.Struct("!IIIIBBH")  # msn, msg_len, msg_crc, msg_offset, flags, port_state, reserved
+MRCX = struct.Struct("!IIIIBBH")  # msn, msg_len, msg_crc, msg_offset, flags, port_state, send stamp
+#: Units of a data packet's send stamp (MRCX's last 16 bits: the sender's monotonic clock in these
+#: units, mod 2^16, taken as the frame is handed to its NIC port) and of a SACK's echoed one-way
+#: time (its last 16 bits): 100 us, so the stamp wraps every 6.55 s, longer than any timer here
+#: (``max_rto_s`` 1 s). mrclab's own: the fidelity monitor's held-packet watch reads the time a
+#: packet spent between its sender and its receiver's endpoint (experiments/fidelity.py).
+STAMP_HZ = 10_000
+#: A SACK's echoed one-way time when the echoed arrival carried no stamp (a Write with immediate).
+NO_WIRE = 0xFFFF
 RETH = struct.Struct("!QII")  # virtual address, r_key, dma length (of this packet)
 IMM = struct.Struct("!I")
 #: cum_psn, base_psn, bitmap (received), trim_bitmap (arrived trimmed, not since received), echo_ev,
-#: echo_psn, flags, port_state, rsvd
+#: echo_psn, flags, port_state, echo_wire (the echoed arrival's one-way time, STAMP_HZ units; NO_WIRE)
 SACK = struct.Struct("!IIQQIIBBH")
 PROBE = struct.Struct("!IBBHIQ")  # probe_id, is_reply, port_state, rsvd, ev, t_send_ns
 CNP = struct.Struct("!16x")  # RoCEv2 CNP: 16 reserved bytes after BTH

@@ -228,17 +228,19 @@ class HostStack:
 
     def _write_in(self, peer: str, qp: int, psn: int, ev: int, flags: int, msn: int, msg_len: int, msg_crc: int,
                   off: int, va: int, rkey: int, dma_len: int, payload, port_state: int,
-                  ecn_ce: bool) -> list[tuple[int, bytes]]:
+                  ecn_ce: bool, stamp: int = -1) -> list[tuple[int, bytes]]:
         """An untrimmed Write from ``peer``, as :meth:`Wire.decode` hands its fields over: straight
         to its MRC receiver (the receive path's hot spot: no Pkt); a Write for a QP with no receiver
         yet, or for the baseline's, goes the general way (:meth:`_data_in`)."""
         rx = self.receivers.get((peer, qp))
         if type(rx) is not MrcReceiver:
-            return self._data_in(peer, Pkt(H.OP_WRITE, qp, psn, ev, flags, msn, msg_len, msg_crc, off, va, rkey,
-                                           dma_len, payload, None, port_state, ecn_ce), self._now)
+            p = Pkt(H.OP_WRITE, qp, psn, ev, flags, msn, msg_len, msg_crc, off, va, rkey, dma_len, payload, None,
+                    port_state, ecn_ce)
+            p.stamp = stamp
+            return self._data_in(peer, p, self._now)
         self.peer_ports[peer] = port_state
         acks = rx.on_write(psn, ev, flags, msn, msg_len, msg_crc, off, va, rkey, dma_len, payload, None, port_state,
-                           ecn_ce, self._now)
+                           ecn_ce, self._now, stamp)
         if not acks:  # usually none: SACKs leave at the end of the receive batch
             return []
         encode = self.wire.encode

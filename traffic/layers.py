@@ -32,7 +32,7 @@ class MRCXHdr(Packet):
     name = "MRCX"
     fields_desc = [IntField("msn", 0), IntField("msg_len", 0), XIntField("msg_crc", 0), IntField("msg_offset", 0),
                    FlagsField("flags", 0, 8, ["LAST", "f1", "f2", "f3", "f4", "f5", "f6", "f7"]),
-                   XByteField("port_state", 0), ShortField("rsvd", 0)]
+                   XByteField("port_state", 0), ShortField("stamp", 0)]
 
 
 class ImmDt(Packet):
@@ -69,7 +69,7 @@ class SackHdr(Packet):
     fields_desc = [IntField("cum_psn", 0), IntField("base_psn", 0), LongField("bitmap", 0),
                    LongField("trim_bitmap", 0), XIntField("echo_ev", 0),
                    IntField("echo_psn", 0), FlagsField("flags", 0, 8, ["ECN", "TRIM", "SEQ", "f3", "f4", "f5", "f6", "f7"]),
-                   XByteField("port_state", 0), ShortField("rsvd", 0)]
+                   XByteField("port_state", 0), ShortField("echo_wire", 0xFFFF)]
 
 
 class ProbeHdr(Packet):

@@ -51,6 +51,10 @@ class Pkt:
     probe_id: int = 0
     is_reply: int = 0
     t_send_ns: int = 0
+    #: data: the sender's send stamp (headers.STAMP_HZ units, mod 2^16); SACK/NACK: the echoed
+    #: arrival's one-way time, send stamp to the receiving endpoint (same units; NO_WIRE: unknown)
+    stamp: int = -1
+    echo_wire: int = 0xFFFF
 
 
 #: The data packet's fields, in order: the hot paths (the sender's poll, Wire.decode) build data

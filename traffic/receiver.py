@@ -49,6 +49,7 @@ SACK_REFRESH_DELAYS = 4
 _DATA_OPS = frozenset((H.OP_WRITE, H.OP_WRITE_IMM))
 _F_TRIM = H.F_TRIM
 _HALF_PSN = PSN_MOD // 2
+_STAMP_HZ, _NO_WIRE = H.STAMP_HZ, H.NO_WIRE
 
 
 def _ignore(_e: Event) -> None:
@@ -76,7 +77,7 @@ class MrcReceiver:
         self.pending_ack = 0  # arrivals not yet SACKed, all within one bitmap: pending_lo..pending_hi
         self.pending_since: float | None = None
         self.pending_lo = self.pending_hi = 0
-        self.last = (0, 0, False)  # echo psn, echo ev, ecn
+        self.last = (0, 0, False, _NO_WIRE)  # echo psn, echo ev, ecn, its one-way time
         self.peer_ports = ALL_UP
         self.local_ports = ALL_UP
         self._rereport_at = 0  # the next 64-PSN chunk above cum_psn that a flush reports again
@@ -91,14 +92,22 @@ class MrcReceiver:
             self.stats.drop("unexpected opcode")
             return []
         return self.on_write(p.psn, p.ev, p.flags, p.msn, p.msg_len, p.msg_crc, p.msg_offset, p.va, p.rkey, p.dma_len,
-                             p.payload, p.imm if p.op == H.OP_WRITE_IMM else None, p.port_state, p.ecn_ce, now)
+                             p.payload, p.imm if p.op == H.OP_WRITE_IMM else None, p.port_state, p.ecn_ce, now, p.stamp)
 
     def on_write(self, psn24: int, ev: int, flags: int, msn: int, msg_len: int, msg_crc: int, msg_offset: int,
                  va: int, rkey: int, dma_len: int, payload, imm: int | None, port_state: int, ecn_ce: bool,
-                 now: float) -> list[Pkt]:
+                 now: float, stamp: int = -1) -> list[Pkt]:
         """:meth:`on_packet` of a data packet from its fields (a :class:`Pkt`'s, ``imm`` None for a
-        plain Write), as the host stack's receive path hands them over without making a Pkt."""
+        plain Write), as the host stack's receive path hands them over without making a Pkt.
+        ``stamp``: its send stamp (headers.STAMP_HZ units mod 2^16; -1: none), whose one-way time
+        to ``now`` the SACK echoing this arrival carries."""
         self.peer_ports = port_state
+        if stamp < 0:
+            wire = _NO_WIRE
+        else:  # its one-way time; a stamp "after" now (now is the receive batch's start) is 0
+            wire = (int(now * _STAMP_HZ) - stamp) & 0xFFFF
+            if wire >= 0x8000:
+                wire = 0
         cum = self.cum
         d = (psn24 - cum) % PSN_MOD  # psn_near(psn24, cum), inlined: the receiver's hot path
         psn = cum + d if d < _HALF_PSN else cum + d - PSN_MOD
@@ -113,10 +122,10 @@ class MrcReceiver:
             self.trimmed.add(psn)
             if len(self.trimmed) > SACK_BITMAP_BITS:  # bounded: the oldest ones are in no bitmap anyway
                 self.trimmed.discard(min(self.trimmed))
-            return [self._sack(H.OP_NACK, psn, ev, H.S_TRIM, max(self.newest, psn))]
+            return [self._sack(H.OP_NACK, psn, ev, H.S_TRIM, max(self.newest, psn), wire=wire)]
         if psn < cum or psn in self.above:
             self.stats.duplicates += 1
-            return [self._sack(H.OP_SACK, psn, ev, 0, psn)]
+            return [self._sack(H.OP_SACK, psn, ev, 0, psn, wire=wire)]
         if rkey != self._rkey:
             self.stats.drop("bad rkey")
             return []
@@ -144,7 +153,7 @@ class MrcReceiver:
             self.above.add(psn)
         if psn > self.newest:  # noqa: PLR1730 (the hot path: max() is a call)
             self.newest = psn
-        self.last = (psn, ev, ecn_ce)
+        self.last = (psn, ev, ecn_ce, wire)
         if self.pending_ack:
             if psn < self.pending_lo:
                 self.pending_lo = psn
@@ -159,9 +168,10 @@ class MrcReceiver:
         return out  # else due at the next poll (the end of the receive batch) once ack_every are pending
 
     def _sack(self, op: int, echo_psn: int, echo_ev: int, flags: int, top: int, base: int | None = None,
-              avoid_t1: int | None = None) -> Pkt:
+              avoid_t1: int | None = None, wire: int = 0xFFFF) -> Pkt:
         """A SACK/NACK whose bitmap covers the 64 PSNs up to ``top`` (never below cum_psn), or from
-        ``base``; ``avoid_t1``: through another T1 than that one, if the reverse set has one."""
+        ``base``; ``avoid_t1``: through another T1 than that one, if the reverse set has one;
+        ``wire``: the echoed arrival's one-way time (headers.STAMP_HZ units; NO_WIRE: unknown)."""
         if base is None:
             base = max(self.cum, top - (SACK_BITMAP_BITS - 1))
         bm = tbm = 0
@@ -182,7 +192,7 @@ class MrcReceiver:
         self._last_back = back
         return Pkt(op=op, qp=self.qp, ev=back, cum_psn=self.cum % PSN_MOD, base_psn=base % PSN_MOD,
                    bitmap=bm, trim_bitmap=tbm, echo_ev=echo_ev, echo_psn=echo_psn % PSN_MOD, sflags=flags,
-                   port_state=self.local_ports)
+                   port_state=self.local_ports, echo_wire=wire)
 
     def _flush(self) -> list[Pkt]:
         """The SACK of the pending arrivals; and, while arrivals span more than a bitmap above
@@ -194,13 +204,13 @@ class MrcReceiver:
         their healthy EVs too. (Every other SACK reporting the 64 PSNs from cum_psn instead, as
         before, left the rest of the span unreported: t0t1-links-flap with a 5 ms path delay
         retired healthy EVs whose packets had arrived, 2026-11-26 captures.)"""
-        psn, ev, ecn = self.last
+        psn, ev, ecn, wire = self.last
         self.pending_ack = 0
         self.pending_since = None
         self.refreshes_left = SACK_REFRESHES
         self.last_sack_at = -1.0  # stamped by poll, which knows the time
         flags = H.S_ECN if ecn else 0  # both echo the same arrival: the first to reach the sender samples it
-        out = [self._sack(H.OP_SACK, psn, ev, flags, self.pending_hi)]
+        out = [self._sack(H.OP_SACK, psn, ev, flags, self.pending_hi, wire=wire)]
         cum = self.cum
         if self.newest - cum >= SACK_BITMAP_BITS:
             at = self._rereport_at
@@ -208,7 +218,7 @@ class MrcReceiver:
                 at = cum
             self._rereport_at = at + SACK_BITMAP_BITS
             chunk = (at - cum) // SACK_BITMAP_BITS
-            again = self._sack(H.OP_SACK, psn, ev, flags, 0, base=at, avoid_t1=self._rereport_t1.get(chunk))
+            again = self._sack(H.OP_SACK, psn, ev, flags, 0, base=at, avoid_t1=self._rereport_t1.get(chunk), wire=wire)
             self._rereport_t1[chunk] = ev_t1(again.ev)
             out.append(again)
         return out
@@ -227,9 +237,10 @@ class MrcReceiver:
             elif now - self.last_sack_at >= SACK_REFRESH_DELAYS * self.s.ack_delay_s:
                 self.refreshes_left -= 1
                 self.last_sack_at = now
-                psn, ev, _ = self.last
+                psn, ev, _, wire = self.last
                 # a repeat: through another T1 than the SACK before it
-                return [self._sack(H.OP_SACK, psn, ev, 0, max(self.newest, 0), avoid_t1=ev_t1(self._last_back))]
+                return [self._sack(H.OP_SACK, psn, ev, 0, max(self.newest, 0), avoid_t1=ev_t1(self._last_back),
+                                   wire=wire)]
         return []
 
 

@@ -402,7 +402,8 @@ class MrcSender:
                 del self.timed_out[echo]
                 wait = self.nic_wait(ev_plane(ev), gone[1]) if self.nic_wait is not None else None
                 self.events(SpuriousTimeout(qp=self.qp, psn=echo, ev=ev, age_s=round(now - gone[1], 6),
-                                            nic_wait_s=round(wait, 6) if wait is not None else None))
+                                            nic_wait_s=round(wait, 6) if wait is not None else None,
+                                            wire_s=None if p.echo_wire == H.NO_WIRE else p.echo_wire / H.STAMP_HZ))
         rec = self.recs.get(echo)
         rtt = None
         if rec is not None and rec.t_first >= 0:  # a first transmission (Karn)

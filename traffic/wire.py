@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import struct
 from collections.abc import Callable
+from time import monotonic as _monotonic
 from typing import TypeVar, overload
 
 from mrclab.topologies.addressing import AddressPlan, PathTemplate
@@ -138,17 +139,19 @@ class Wire:
         prefixes = self._prefixes.setdefault(peer, {})  # cleared in place when full, never replaced
         prefix, pack, pack_imm, u32, crc32, join = self._prefix, _DATA_TH.pack, _DATA_TH_IMM.pack, _U32.pack, _crc32, b"".join
         ect_key = _ECT0 << 15
+        clock, hz = _monotonic, H.STAMP_HZ
 
         def frame(op: int, qp: int, psn: int, ev: int, flags: int, msn: int, msg_len: int, msg_crc: int,
                   off: int, va: int, rkey: int, dma_len: int, payload: bytes | memoryview, imm: int | None,
                   port_state: int, _ecn_ce: bool = False) -> tuple[int, bytes]:
+            stamp = int(clock() * hz) & 0xFFFF  # headers.STAMP_HZ: when it is handed to its NIC port
             if op == _OP_WRITE:
                 head = pack(op, 0, 0xFFFF, (flags << 24) | (qp & 0xFFFFFF), psn & 0xFFFFFF, msn & 0xFFFFFFFF,
-                            msg_len, msg_crc, off, _X_LAST if off + dma_len >= msg_len else 0, port_state, 0,
+                            msg_len, msg_crc, off, _X_LAST if off + dma_len >= msg_len else 0, port_state, stamp,
                             va, rkey, dma_len)
             else:
                 head = pack_imm(op, 0, 0xFFFF, (flags << 24) | (qp & 0xFFFFFF), psn & 0xFFFFFF, msn & 0xFFFFFFFF,
-                                msg_len, msg_crc, off, _X_LAST if off + dma_len >= msg_len else 0, port_state, 0,
+                                msg_len, msg_crc, off, _X_LAST if off + dma_len >= msg_len else 0, port_state, stamp,
                                 va, rkey, dma_len, (imm or 0) & 0xFFFFFFFF)
             n = len(head) + len(payload) + 4  # UDP payload: BTH..payload + ICRC
             pfx = prefixes.get((ev << 17) | ect_key | n)
@@ -181,7 +184,8 @@ class Wire:
         op = p.op
         if op in (H.OP_SACK, H.OP_NACK, H.OP_ACK):
             head = _BTH.pack(op, 0, 0xFFFF, p.qp & 0xFFFFFF, 0) + H.SACK.pack(
-                p.cum_psn, p.base_psn, p.bitmap, p.trim_bitmap, p.echo_ev, p.echo_psn, p.sflags, p.port_state, 0)
+                p.cum_psn, p.base_psn, p.bitmap, p.trim_bitmap, p.echo_ev, p.echo_psn, p.sflags, p.port_state,
+                p.echo_wire)
         elif op == H.OP_PROBE:
             head = _BTH.pack(op, 0, 0xFFFF, p.qp & 0xFFFFFF, 0) + H.PROBE.pack(
                 p.probe_id, p.is_reply, p.port_state, 0, p.echo_ev or p.ev, p.t_send_ns)
@@ -205,7 +209,7 @@ class Wire:
         """(sending host, packet) of an MRC frame for this NIC; None (counted) for anything else.
         With ``on_write``, an untrimmed Write (the receive path's hot spot) makes no :class:`Pkt`:
         its sending host and fields go to ``on_write(src, qp, psn, ev, flags, msn, msg_len,
-        msg_crc, msg_offset, va, rkey, dma_len, payload, port_state, ecn_ce)`` (PSN's low 24 bits,
+        msg_crc, msg_offset, va, rkey, dma_len, payload, port_state, ecn_ce, stamp)`` (PSN's low 24 bits,
         the payload a view of ``f``), and decode returns what that returns."""
         try:  # one function, not a wrapper around one: a call less per frame (a try costs nothing)
             n = len(f)
@@ -214,7 +218,7 @@ class Wire:
                 return None
             if n >= _DATA_END:  # long enough for a data packet's headers: read them in the same call
                 (ethertype, first, onh, inh, isrc, idst, sport, dport, ulen, op, fq, psn,
-                 msn, msg_len, crc, moff, _xf, ports, _, va, rkey, dma_len) = _FIXED_DATA.unpack_from(f, 12)
+                 msn, msg_len, crc, moff, _xf, ports, stamp, va, rkey, dma_len) = _FIXED_DATA.unpack_from(f, 12)
             else:
                 (ethertype, first, onh, inh, isrc, idst, sport, dport, ulen,
                  op, fq, psn) = _FIXED.unpack_from(f, 12)
@@ -250,10 +254,12 @@ class Wire:
                 if on_write is not None:
                     return on_write(src, fq & 0xFFFFFF, psn & 0xFFFFFF, ((first & 0xFFFF) << 16) | sport, fq >> 24,
                                     msn, msg_len, crc, moff, va, rkey, dma_len, v[_DATA_END:end], ports,
-                                    ((first >> 20) & 0x3) == 0x3)
-                return src, Pkt(op, fq & 0xFFFFFF, psn & 0xFFFFFF, ((first & 0xFFFF) << 16) | sport,  # DATA_FIELDS
-                                fq >> 24, msn, msg_len, crc, moff, va, rkey, dma_len, v[_DATA_END:end], None, ports,
-                                ((first >> 20) & 0x3) == 0x3)
+                                    ((first >> 20) & 0x3) == 0x3, stamp)
+                p = Pkt(op, fq & 0xFFFFFF, psn & 0xFFFFFF, ((first & 0xFFFF) << 16) | sport,  # DATA_FIELDS
+                        fq >> 24, msn, msg_len, crc, moff, va, rkey, dma_len, v[_DATA_END:end], None, ports,
+                        ((first >> 20) & 0x3) == 0x3)
+                p.stamp = stamp
+                return src, p
             return self._decode(f, first, isrc, sport, ulen, op, fq, psn, src)
         except (struct.error, IndexError, ValueError):
             self._reject("malformed")
@@ -282,16 +288,18 @@ class Wire:
             if end - x < st.size:
                 self._reject("truncated data header")
                 return None
-            msn, msg_len, crc, moff, _xf, ports, _, va, rkey, dma_len, *imm = st.unpack_from(f, x)
-            return src, Pkt(op, qp, psn, ev, flags, msn, msg_len, crc, moff, va, rkey, dma_len,  # DATA_FIELDS order
-                            v[x + st.size : end], imm[0] if imm else None, ports, ecn_ce)
+            msn, msg_len, crc, moff, _xf, ports, stamp, va, rkey, dma_len, *imm = st.unpack_from(f, x)
+            p = Pkt(op, qp, psn, ev, flags, msn, msg_len, crc, moff, va, rkey, dma_len,  # DATA_FIELDS order
+                    v[x + st.size : end], imm[0] if imm else None, ports, ecn_ce)
+            p.stamp = stamp
+            return src, p
         if op in (H.OP_SACK, H.OP_NACK, H.OP_ACK):
             if end - x < H.SACK.size:
                 self._reject("truncated SACK")
                 return None
-            cum, base, bm, tbm, eev, epsn, sfl, ports, _ = H.SACK.unpack_from(f, x)
+            cum, base, bm, tbm, eev, epsn, sfl, ports, wire = H.SACK.unpack_from(f, x)
             return src, Pkt(op=op, qp=qp, ev=ev, cum_psn=cum, base_psn=base, bitmap=bm, trim_bitmap=tbm, echo_ev=eev,
-                            echo_psn=epsn, sflags=sfl, port_state=ports)
+                            echo_psn=epsn, sflags=sfl, port_state=ports, echo_wire=wire)
         if op == H.OP_CNP:
             return src, Pkt(op=op, qp=qp, ev=ev)
         if op == H.OP_PROBE:
@@ -311,8 +319,10 @@ class Wire:
         if op not in _DATA_OPS or ulen != _TRIM_ULEN or len(f) < H.TRIM_BYTES:
             self._reject("malformed trimmed packet")
             return None
-        msn, msg_len, crc, moff, _xf, ports, _, va, rkey, dma_len = _DATA_BODY.unpack_from(f, _OFF_BODY)
+        msn, msg_len, crc, moff, _xf, ports, stamp, va, rkey, dma_len = _DATA_BODY.unpack_from(f, _OFF_BODY)
         ev = ((first & 0xFFFF) << 16) | sport
-        return src, Pkt(op, fq & 0xFFFFFF, psn & 0xFFFFFF, ev, (fq >> 24) | H.F_TRIM, msn, msg_len, crc, moff, va,
-                        rkey, dma_len, b"", None, ports, ((first >> 20) & 0x3) == 0x3)
+        p = Pkt(op, fq & 0xFFFFFF, psn & 0xFFFFFF, ev, (fq >> 24) | H.F_TRIM, msn, msg_len, crc, moff, va,
+                rkey, dma_len, b"", None, ports, ((first >> 20) & 0x3) == 0x3)
+        p.stamp = stamp  # the headers a switch keeps carry it: the trim's one-way time is echoed too
+        return src, p
 

@@ -38,9 +38,9 @@ not: it would hide a real zero checksum in any other IPv6 UDP traffic of the cap
 (Wireshark: Edit > Preferences > Protocols > UDP > "Ignore zero-value UDP checksums over IPv6").
 
 Display filter fields (all under "mrc."): opcode, qp, psn, flags.retx, flags.trim, ev, ev.entropy,
-ev.plane, ev.t1, ecn, trimmed, msn, msg_len, msg_crc, msg_offset, mrcx.flags.last, port_state,
+ev.plane, ev.t1, ecn, trimmed, msn, msg_len, msg_crc, msg_offset, mrcx.flags.last, mrcx.stamp, port_state,
 reth.va, reth.rkey, reth.dma_len, imm, payload, sack.cum_psn, sack.base_psn, sack.bitmap,
-sack.trim_bitmap, sack.echo_ev, sack.echo_psn, sack.ecn, sack.trim, sack.seq, sack.received,
+sack.trim_bitmap, sack.echo_ev, sack.echo_psn, sack.echo_wire, sack.ecn, sack.trim, sack.seq, sack.received,
 sack.trimmed, probe.id, probe.is_reply, probe.ev, probe.t_send_ns, cnp.rsvd, trimmed_bytes, icrc,
 icrc.calculated, icrc.status (0 Bad, 1 Good, 2 Unverified, 3 Not present: trimmed).
 Expert items: mrc.expert.bad_icrc (Warn), mrc.expert.malformed (Error: a body or header too short
@@ -106,7 +106,7 @@ local f = {
     msg_offset = ProtoField.uint32("mrc.msg_offset", "Offset in message", base.DEC),
     mrcx_flags = ProtoField.uint8("mrc.mrcx.flags", "MRCX flags", base.HEX),
     mrcx_last = ProtoField.bool("mrc.mrcx.flags.last", "LAST (ends its message)", 8, nil, 0x01),
-    mrcx_rsvd = ProtoField.uint16("mrc.mrcx.rsvd", "Reserved", base.HEX),
+    mrcx_stamp = ProtoField.uint16("mrc.mrcx.stamp", "Send stamp (100 us units, mod 2^16)", base.DEC),
     -- port-state bitmap (data, SACK/NACK/ACK, probe)
     port_state = ProtoField.uint8("mrc.port_state", "Port state", base.HEX),
     -- RETH, immediate, payload
@@ -127,7 +127,7 @@ local f = {
     sack_ecn = ProtoField.bool("mrc.sack.ecn", "ECN echo (that arrival carried CE)", 8, nil, 0x01),
     sack_trim = ProtoField.bool("mrc.sack.trim", "TRIM (NACK for a trimmed packet)", 8, nil, 0x02),
     sack_seq = ProtoField.bool("mrc.sack.seq", "SEQ (go-back-N sequence error)", 8, nil, 0x04),
-    sack_rsvd = ProtoField.uint16("mrc.sack.rsvd", "Reserved", base.HEX),
+    sack_echo_wire = ProtoField.uint16("mrc.sack.echo_wire", "Echoed one-way time (100 us units; 65535: none)", base.DEC),
     sack_received = ProtoField.string("mrc.sack.received", "PSNs received (bitmap)"),
     sack_trimmed = ProtoField.string("mrc.sack.trimmed", "PSNs trimmed (trim bitmap)"),
     -- probe
@@ -315,7 +315,7 @@ local function dissect_data(tvb, pinfo, tree, op, off, stop, trimmed)
     local xf = x:add(f.mrcx_flags, tvb(off + 16, 1))
     xf:add(f.mrcx_last, tvb(off + 16, 1))
     add_port_state(x, tvb(off + 17, 1))
-    x:add(f.mrcx_rsvd, tvb(off + 18, 2))
+    x:add(f.mrcx_stamp, tvb(off + 18, 2))
     x:append_text(string.format(", MSN %d, offset %d of %d", msn, tvb(off + 12, 4):uint(), tvb(off + 4, 4):uint()))
     off = off + MRCX_SIZE
 
@@ -374,7 +374,7 @@ local function dissect_sack(tvb, pinfo, tree, op, off, stop)
     fi:add(f.sack_trim, tvb(off + 32, 1))
     fi:add(f.sack_seq, tvb(off + 32, 1))
     add_port_state(s, tvb(off + 33, 1))
-    s:add(f.sack_rsvd, tvb(off + 34, 2))
+    s:add(f.sack_echo_wire, tvb(off + 34, 2))
     local info = string.format(" cum=%d echo_psn=%d", cum, tvb(off + 28, 4):uint())
     local tags = {}
     if band(fl, 1) ~= 0 then tags[#tags + 1] = "ECN" end

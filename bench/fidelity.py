@@ -1,0 +1,274 @@
+"""``mrclab bench fidelity``: how much starvation moves a verdict, and when the monitor calls it.
+
+A lab's fidelity monitor (experiments/fidelity.py) must speak when, and only when, the machine took
+enough time from the emulation to change a verdict. This benchmark measures both sides. It runs a
+scenario (the quickstart and incast by default, at their ``quick_s``) several times untouched, for
+each verdict's run-to-run spread, then once per injected starvation level: from t = :data:`FROM_S`
+to the end of the run every process of one kind (the endpoints, or on bmv2 the switches) is put in
+a CPU cgroup whose quota lets it run ``Q`` ms of every ``P`` ms period, so that each time the group
+used its quota it waits the rest of the period, ``P - Q`` ms, for a CPU: the *injected wait*. The
+kernel counts that wait as run-queue delay, as it does a wait behind other processes (CFS bandwidth
+control, Documentation/scheduler/sched-bwc.rst), so the monitor sees what it would see on a busy
+machine.
+
+Printed per scenario: for each level, the injected wait, the worst scheduling delay per run the
+monitor measured on the starved processes (ms), the monitor's call (``silent``, or how many
+verdicts it voided and for what), and each bounded verdict's value, marked ``*`` where it lies
+outside the untouched runs' spread (their [min, max] widened by half its width each way, and by
+2% of the median at least: two runs of the same seed differ by that much). The first level with a
+moved verdict is where the monitor must speak; every level below it is where it must stay silent.
+``--markdown`` prints the tables for docs/benchmarks.md, headed with date, machine and commit.
+
+cgroup v1 (``/sys/fs/cgroup/cpu``: ``cpu.cfs_period_us``, ``cpu.cfs_quota_us``) or v2 (a hierarchy
+with the cpu controller: ``cpu.max``); the kernel's least period and quota is 1 ms.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from mrclab.controller.fabric import available
+from mrclab.experiments import runner
+from mrclab.experiments.expectations import NEVER_VOID, verdict_word
+from mrclab.experiments.reproduce import provenance
+from mrclab.experiments.results import results_folder
+from mrclab.experiments.scenario import load_scenario
+from mrclab.topologies.errors import BadInput, NotAvailable
+from mrclab.topologies.nodes import toolchain_missing
+from rich.console import Console
+from rich.table import Table
+
+console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)  # a log keeps whole rows
+#: The starvation starts here (s from t = 0) and lasts to the end of the run: after the first
+#: second, so that every window a verdict reads (its baseline too) is starved throughout.
+FROM_S = 1.0
+#: (period ms, quota ms) of each level: injected waits of 0.25, 0.5, 1, 2 and 4 ms per period (the
+#: kernel's least period and quota are 1 ms, so the group runs 80% of a core at the first level and
+#: 20% at the last). The first run of the quickstart on linux moved verdicts at a 1 ms wait (the
+#: monitor saw 1.0 ms per run), against 0.10-0.15 ms untouched, so the levels go below it.
+LEVELS = ((1.25, 1.0), (1.5, 1.0), (2.0, 1.0), (3.0, 1.0), (5.0, 1.0))
+SCENARIOS = ("quickstart", "incast")
+#: Untouched runs per scenario, for each verdict's spread.
+BASELINE_RUNS = 3
+#: The spread a moved verdict lies outside: [min, max] of the untouched runs widened by this share
+#: of its width on each side, and by :data:`SPREAD_MIN_SHARE` of the median at least.
+SPREAD_WIDEN = 0.5
+SPREAD_MIN_SHARE = 0.02
+CGROUP_V1 = Path("/sys/fs/cgroup/cpu")
+
+
+@dataclass(frozen=True)
+class Level:
+    """One starvation level: the group runs ``quota_ms`` of every ``period_ms`` (0, 0: untouched)."""
+
+    period_ms: float = 0.0
+    quota_ms: float = 0.0
+
+    @property
+    def wait_ms(self) -> float:
+        """The wait for a CPU each period once the quota is used (ms)."""
+        return self.period_ms - self.quota_ms
+
+    def label(self) -> str:
+        """``none`` or ``4 ms (1 of 5 ms)``."""
+        return "none" if not self.period_ms else f"{self.wait_ms:g} ms ({self.quota_ms:g} of {self.period_ms:g} ms)"
+
+
+def _cgroup_root() -> tuple[Path, str]:
+    """(the cpu hierarchy's root, ``v1`` or ``v2``); NotAvailable where neither is mounted writable."""
+    if (CGROUP_V1 / "cpu.cfs_quota_us").exists() and os.access(CGROUP_V1, os.W_OK):
+        return CGROUP_V1, "v1"
+    for root in (Path("/sys/fs/cgroup"), Path("/sys/fs/cgroup/unified")):
+        ctl = root / "cgroup.controllers"
+        if ctl.exists() and "cpu" in ctl.read_text().split() and os.access(root, os.W_OK):
+            return root, "v2"
+    raise NotAvailable("bench fidelity needs a writable CPU cgroup (cgroup v1 /sys/fs/cgroup/cpu, or v2 with the "
+                       "cpu controller): none here")
+
+
+@contextlib.contextmanager
+def throttled_group(level: Level) -> Iterator[Path]:
+    """A CPU cgroup of its own that runs ``level.quota_ms`` of every ``level.period_ms``; yields its
+    folder (write a pid to its ``cgroup.procs`` to starve that process). Every process still in it
+    is moved back to the root group and the group removed on the way out, however it ends."""
+    root, version = _cgroup_root()
+    group = root / f"mrclab-bench-fidelity-{os.getpid()}"
+    group.mkdir()
+    try:
+        if version == "v1":
+            (group / "cpu.cfs_period_us").write_text(str(int(level.period_ms * 1000)))
+            (group / "cpu.cfs_quota_us").write_text(str(int(level.quota_ms * 1000)))
+        else:
+            (root / "cgroup.subtree_control").write_text("+cpu")
+            (group / "cpu.max").write_text(f"{int(level.quota_ms * 1000)} {int(level.period_ms * 1000)}")
+        yield group
+    finally:
+        release(group, root)
+        with contextlib.suppress(OSError):
+            group.rmdir()
+
+
+def release(group: Path, root: Path) -> None:
+    """Move every process of ``group`` back to ``root`` (the ones gone already are skipped)."""
+    with contextlib.suppress(OSError):
+        for pid in (group / "cgroup.procs").read_text().split():
+            with contextlib.suppress(OSError):
+                (root / "cgroup.procs").write_text(pid)
+
+
+class Starver:
+    """``on_start`` for :func:`mrclab.experiments.runner.run_with_data`: at t = :data:`FROM_S` it
+    moves the run's processes of ``target`` (``endpoint`` or ``switch``) into ``group``; they stay
+    there to the end of the run."""
+
+    def __init__(self, group: Path | None, target: str) -> None:
+        """Starve the ``target`` processes in ``group`` (None: leave them alone)."""
+        self.group, self.target = group, target
+        self.pids: list[int] = []
+
+    def __call__(self, watched: dict[str, int], t0: float) -> None:
+        """Start the timer that starves the watched processes of the target kind."""
+        self.pids = [pid for label, pid in watched.items() if label.startswith(self.target)]
+        if self.group is not None:
+            threading.Thread(target=self._starve, args=(t0,), daemon=True, name="mrclab-starver").start()
+
+    def _starve(self, t0: float) -> None:
+        time.sleep(max(0.0, t0 + FROM_S - time.monotonic()))
+        assert self.group is not None
+        for pid in self.pids:
+            with contextlib.suppress(OSError):
+                (self.group / "cgroup.procs").write_text(str(pid))
+
+
+def one(name: str, dp: str, level: Level, target: str, out: Path, seed: int = 1) -> dict:
+    """One run of scenario ``name`` on ``dp`` at ``level`` (starving ``target``) into ``out`` (its
+    printout in ``out.log``): ``{level, values (expectation -> value), verdicts (expectation ->
+    pass / FAIL / void), seen_ms (the worst scheduling delay per run of the starved kind, ms),
+    faults (invariant -> count)}``."""
+    base = load_scenario(name)
+    scn = load_scenario(name, duration_s=base.quick_s, dataplane=dp, seed=seed)
+    with throttled_group(level) if level.period_ms else contextlib.nullcontext() as group, \
+            open(f"{out}.log", "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
+        starver = Starver(group, target)
+        m, data = runner.run_with_data(scn, out, live=False, on_start=starver)
+    # the verdicts a fault can move: bounded, and not correctness (a count of messages delivered is
+    # throughput, and whether they are intact never depends on the machine)
+    bounded = [v for v in m["expectations"] if v["bound"] != "reported" and v["metric"] not in NEVER_VOID]
+    seen = max((d for _t, label, d, _w, _s in data.run_delays if label.startswith(target)), default=0.0)
+    faults: dict[str, int] = {}
+    for f in m["fidelity_faults"]:
+        faults[f["invariant"]] = faults.get(f["invariant"], 0) + 1
+    return {"level": level, "values": {v["expectation"]: v["value"] for v in bounded},
+            "verdicts": {v["expectation"]: verdict_word(v["passed"], void="void" if v.get("void") else None)
+                         for v in bounded},
+            "void": len(m["void"]), "of": len(bounded), "seen_ms": seen * 1e3, "faults": faults}
+
+
+def spread(values: list[float | None]) -> tuple[float, float] | None:
+    """The band a verdict's untouched values span (:data:`SPREAD_WIDEN`, :data:`SPREAD_MIN_SHARE`);
+    None when a value was infinite (no band)."""
+    if any(v is None for v in values) or not values:
+        return None
+    xs = [float(v) for v in values if v is not None]
+    lo, hi, med = min(xs), max(xs), statistics.median(xs)
+    pad = max(SPREAD_WIDEN * (hi - lo), SPREAD_MIN_SHARE * abs(med))
+    return lo - pad, hi + pad
+
+
+def moved(value: float | None, band: tuple[float, float] | None) -> bool:
+    """Whether ``value`` lies outside ``band`` (None: an infinite value against a finite band)."""
+    if band is None:
+        return False
+    return value is None or not band[0] <= value <= band[1]
+
+
+def table(name: str, dp: str, target: str, rows: list[dict], markdown: bool) -> str | None:
+    """Print (or with ``markdown`` return) one scenario's table; the first level that moved a verdict
+    and the first the monitor voided are stated below it."""
+    exps = list(rows[0]["values"])
+    bands = {e: spread([r["values"][e] for r in rows if not r["level"].period_ms]) for e in exps}
+    head = ["injected wait", "seen (ms)", "monitor", *exps]
+    body = []
+    first_moved = first_called = None
+    for r in rows:
+        lvl: Level = r["level"]
+        cells = []
+        any_moved = False
+        for e in exps:
+            v = r["values"][e]
+            mv = bool(lvl.period_ms) and moved(v, bands[e])
+            any_moved |= mv
+            cells.append(("inf" if v is None else f"{v:.3g}") + ("*" if mv else ""))
+        call = "silent" if not r["void"] else f"void {r['void']}/{r['of']} (" + ", ".join(
+            f"{k} x{n}" for k, n in r["faults"].items()) + ")"
+        if lvl.period_ms and any_moved and first_moved is None:
+            first_moved = lvl.wait_ms
+        if lvl.period_ms and r["void"] and first_called is None:
+            first_called = lvl.wait_ms
+        body.append([lvl.label(), f"{r['seen_ms']:.2f}", call, *cells])
+    verdict = (f"first level that moved a verdict: {first_moved:g} ms" if first_moved is not None else
+               "no level moved a verdict") + "; " + (f"first the monitor voided: {first_called:g} ms"
+                                                     if first_called is not None else "the monitor never voided")
+    title = f"{name} on {dp}, {target}s starved from {FROM_S:g} s"
+    if markdown:
+        lines = [f"**{title}**", "", "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+        lines += ["| " + " | ".join(c) + " |" for c in body]
+        return "\n".join(lines + ["", verdict + ".", ""])
+    t = Table(title=title)
+    for c in head:
+        t.add_column(c, justify="right" if c != "monitor" else "left")
+    for c in body:
+        t.add_row(*c)
+    console.print(t)
+    console.print(verdict)
+    return None
+
+
+def main(args=None) -> int:
+    """``mrclab bench fidelity [--dataplane D] [--target endpoint|switch] [--only S ...] [--markdown]``:
+    the tables above. Returns 0; raises BadInput for a target the data plane has no process of and
+    NotAvailable without a CPU cgroup or data plane."""
+    dps = getattr(args, "dataplane", None) or (["bmv2"] if toolchain_missing() is None else ["linux"])
+    target = getattr(args, "target", None) or "endpoint"
+    names = getattr(args, "only", None) or list(SCENARIOS)
+    markdown = bool(getattr(args, "markdown", False))
+    _cgroup_root()  # refuse before any run
+    folder = results_folder(Path(args.out) if getattr(args, "out", None) else None, "bench-fidelity")
+    out_md = []
+    if markdown:
+        p = provenance()
+        out_md.append(f"`mrclab bench fidelity`, {time.strftime('%Y-%m-%d')}, commit {p['commit']}, {p['machine']}\n")
+    for dp in dps:
+        if target == "switch" and dp != "bmv2":
+            raise BadInput(f"--target switch on {dp}: its switches are the kernel's, no process to starve; "
+                           "allowed: --target endpoint, or --dataplane bmv2")
+        if dp == "bmv2" and toolchain_missing() is not None:
+            raise NotAvailable(f"bench fidelity on bmv2: {toolchain_missing()}")
+        for name in names:
+            if not load_scenario(name).needs <= available(dp):
+                console.print(f"[dim]{name}: needs what {dp} lacks here; skipped[/dim]")
+                continue
+            rows = []
+            levels = [Level()] * BASELINE_RUNS + [Level(p, q) for p, q in LEVELS]
+            for k, lvl in enumerate(levels):
+                console.print(f"[dim]{name} on {dp}: {lvl.label()} ({k + 1}/{len(levels)})[/dim]", stderr=True)
+                rows.append(one(name, dp, lvl, target, folder / f"{name}-{dp}-{k}"))
+            got = table(name, dp, target, rows, markdown)
+            if got:
+                out_md.append(got)
+    if markdown:
+        print("\n".join(out_md))
+    console.print(f"every run's results folder and printout: {folder}/", stderr=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
