@@ -47,6 +47,7 @@ from rich.console import Console
 from rich.table import Table
 
 console = Console(highlight=False, width=None if sys.stdout.isatty() else 200)  # a log keeps whole rows
+progress = Console(stderr=True, highlight=False)
 #: The starvation starts here (s from t = 0) and lasts to the end of the run: after the first
 #: second, so that every window a verdict reads (its baseline too) is starved throughout.
 FROM_S = 1.0
@@ -166,7 +167,8 @@ def one(name: str, dp: str, level: Level, target: str, out: Path, seed: int = 1)
     faults: dict[str, int] = {}
     for f in m["fidelity_faults"]:
         faults[f["invariant"]] = faults.get(f["invariant"], 0) + 1
-    return {"level": level, "values": {v["expectation"]: v["value"] for v in bounded},
+    # what the transport did: a run-long count with nothing left out (experiments/expectations.py)
+    return {"level": level, "values": {v["expectation"]: v.get("whole", v["value"]) for v in bounded},
             "verdicts": {v["expectation"]: verdict_word(v["passed"], void="void" if v.get("void") else None)
                          for v in bounded},
             "void": len(m["void"]), "of": len(bounded), "seen_ms": seen * 1e3, "faults": faults}
@@ -259,14 +261,14 @@ def main(args=None) -> int:
             rows = []
             levels = [Level()] * BASELINE_RUNS + [Level(p, q) for p, q in LEVELS]
             for k, lvl in enumerate(levels):
-                console.print(f"[dim]{name} on {dp}: {lvl.label()} ({k + 1}/{len(levels)})[/dim]", stderr=True)
+                progress.print(f"[dim]{name} on {dp}: {lvl.label()} ({k + 1}/{len(levels)})[/dim]")
                 rows.append(one(name, dp, lvl, target, folder / f"{name}-{dp}-{k}"))
             got = table(name, dp, target, rows, markdown)
             if got:
                 out_md.append(got)
     if markdown:
         print("\n".join(out_md))
-    console.print(f"every run's results folder and printout: {folder}/", stderr=True)
+    progress.print(f"every run's results folder and printout: {folder}/")
     return 0
 
 

@@ -304,7 +304,8 @@ def judge(d: RunData, metric: str, args: dict, found: list) -> dict:
     """One expectation's verdict in a run whose fidelity faults are ``found``
     (experiments/fidelity.py :class:`FidelityFault`; ``d.fidelity_windows`` their spans):
     ``{value (None: infinite), bound, passed (True, False, or None: reported or void), void (the
-    reason, or None), left_out (events the count left out inside faults, or absent)}``.
+    reason, or None), left_out (events the count left out inside faults, and whole: the count with
+    them; both absent where it left none out)}``.
 
     Void only where the machine could have changed the verdict: a windowed verdict whose window
     (:func:`windows`) a fault meets. Never void: correctness (:data:`NEVER_VOID`), and a figure that
@@ -324,6 +325,7 @@ def judge(d: RunData, metric: str, args: dict, found: list) -> dict:
            "void": fidelity.void_reason(broke)}
     if counted is not None and counted.left_out:
         out["left_out"] = f"{counted.left_out} {counted.what} in fidelity faults left out"
+        out["whole"] = counted.whole  # the count with nothing left out
     return out
 
 

@@ -66,6 +66,9 @@ from pathlib import Path
 from mrclab.topologies.addressing import ev_plane, ev_t1
 
 #: A process starved: it waited longer than this for a CPU each time it became runnable (s) ...
+#: ``mrclab bench fidelity`` (docs/benchmarks.md, linux, 2026-11-27) puts it between what an
+#: untouched quickstart's endpoints wait (0.13-0.20 ms at worst) and the least starvation that
+#: moved its verdicts out of their spread (0.61 ms: capacity, revival; 1.08 ms FAILed capacity).
 SCHED_DELAY_MAX_S = 0.0005
 #: ... or, on a slow fabric, longer than this share of one frame's time on its fastest link, if that
 #: is more (:func:`sched_delay_limit`). Mininet-HiFi (CoNEXT 2012) judges an emulation by whether
@@ -77,7 +80,9 @@ SCHED_DELAY_FRAME_SHARE = 0.05
 #: endpoint is the one thread that feeds its port, so it gets the quarter of a frame a BMv2 hop's
 #: five threads share (:data:`SCHED_DELAY_FRAME_SHARE` each). A wait of a quarter frame per wake-up
 #: delays a packet's departure by a quarter of the time the port takes to send it, inside
-#: Mininet-HiFi's bound of one packet time.
+#: Mininet-HiFi's bound of one packet time. ``mrclab bench fidelity`` (docs/benchmarks.md, linux,
+#: 2026-11-27): incast's endpoints (1 Mb/s ports: 2.4 ms) wait 0.35-0.37 ms untouched and its
+#: victim's goodput left its spread only at 7.1 ms (not at 3.3 or 4.9 ms).
 ENDPOINT_FRAME_SHARE = 0.25
 #: ... while it waited at least this share of the sample interval (thread-seconds per second).
 MIN_WAIT = 0.3

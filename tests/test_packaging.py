@@ -41,6 +41,8 @@ def test_ci_runs_the_readme_commands_in_a_fresh_debian_root():
     for part in (c.strip() for c in main_cmd.split("&&")):
         assert any(line.startswith(f"inside '{part}'") for line in ci_lines), part
     assert re.search(r"^debootstrap --variant=minbase ", ci, re.M) and 'chroot "$ROOT" /usr/bin/env -i' in ci
+    # only a pass of the main job passes: a void one (exit 3) fails CI like a FAIL or an error
+    assert re.search(r"^\s*0\) ;;$", ci, re.M) and re.search(r"^\s*3\) .*exit 1 ;;$", ci, re.M)
 
 
 PACKAGES = ("topologies", "p4src", "controller", "traffic", "experiments", "bench", "cli")
