@@ -66,9 +66,11 @@ from pathlib import Path
 from mrclab.topologies.addressing import ev_plane, ev_t1
 
 #: A process starved: it waited longer than this for a CPU each time it became runnable (s) ...
-#: ``mrclab bench fidelity`` (docs/benchmarks.md, linux, 2026-11-27) puts it between what an
-#: untouched quickstart's endpoints wait (0.13-0.20 ms at worst) and the least starvation that
-#: moved its verdicts out of their spread (0.61 ms: capacity, revival; 1.08 ms FAILed capacity).
+#: ``mrclab bench fidelity`` (docs/benchmarks.md, 2026-11-27) puts it between what untouched
+#: endpoints wait (at worst 0.13-0.20 ms in the quickstart on linux, 0.31-0.46 ms in incast on
+#: bmv2) and the least starvation that moved a verdict out of its spread (0.61 ms: the quickstart's
+#: capacity on linux; 0.56 ms: incast's victim on bmv2, which FAILed its bound at 0.94 ms). A limit
+#: of a quarter of a host port's frame (2.4 ms for incast's 1 Mb/s ports) stayed silent there.
 SCHED_DELAY_MAX_S = 0.0005
 #: ... or, on a slow fabric, longer than this share of one frame's time on its fastest link, if that
 #: is more (:func:`sched_delay_limit`). Mininet-HiFi (CoNEXT 2012) judges an emulation by whether
@@ -76,14 +78,6 @@ SCHED_DELAY_MAX_S = 0.0005
 #: five threads a BMv2 hop (receive, ingress, egress, transmit, the next switch's receive), so
 #: waits of a twentieth of a frame each keep a hop within a quarter of a frame.
 SCHED_DELAY_FRAME_SHARE = 0.05
-#: An endpoint's share of a frame's time on its own NIC port (:func:`endpoint_delay_limit`): an
-#: endpoint is the one thread that feeds its port, so it gets the quarter of a frame a BMv2 hop's
-#: five threads share (:data:`SCHED_DELAY_FRAME_SHARE` each). A wait of a quarter frame per wake-up
-#: delays a packet's departure by a quarter of the time the port takes to send it, inside
-#: Mininet-HiFi's bound of one packet time. ``mrclab bench fidelity`` (docs/benchmarks.md, linux,
-#: 2026-11-27): incast's endpoints (1 Mb/s ports: 2.4 ms) wait 0.35-0.37 ms untouched and its
-#: victim's goodput left its spread only at 7.1 ms (not at 3.3 or 4.9 ms).
-ENDPOINT_FRAME_SHARE = 0.25
 #: ... while it waited at least this share of the sample interval (thread-seconds per second).
 MIN_WAIT = 0.3
 #: The least loop gap that counts as late timers (s), whatever the run's timer floor.
@@ -98,14 +92,6 @@ def sched_delay_limit(frame_s: float) -> float:
     takes 136 ms and a wait of 2 ms is 1.5% of it, where the fixed 0.5 ms voided every verdict of
     the 64-switch fabric on bmv2 (README, "Benchmarks")."""
     return max(SCHED_DELAY_MAX_S, SCHED_DELAY_FRAME_SHARE * frame_s)
-
-
-def endpoint_delay_limit(host_frame_s: float) -> float:
-    """The scheduling delay per run (s) over which an endpoint starved, in a run whose data frames
-    take ``host_frame_s`` on a host NIC port (0: unshaped): :data:`SCHED_DELAY_MAX_S`, or
-    :data:`ENDPOINT_FRAME_SHARE` of that frame where that is more (incast's 1 Mb/s ports: 9.4 ms
-    frames, 2.4 ms; bmv2's 1.5 Mb/s: 1.6 ms; linux's 8 Mb/s: 0.29 ms, so 0.5 ms)."""
-    return max(SCHED_DELAY_MAX_S, ENDPOINT_FRAME_SHARE * host_frame_s)
 
 
 def loop_gap_limit(min_rto_s: float) -> float:
@@ -344,8 +330,7 @@ class FidelityMonitor:
 def faults(cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[float, str, float]], *,
            period_s: float = PERIOD_S, gap_period_s: float = 0.1, sched_delay_max_s: float = SCHED_DELAY_MAX_S,
            min_wait: float = MIN_WAIT, loop_gap_max_s: float = LOOP_GAP_MIN_S,
-           held: Sequence[tuple[float, str, float, float]] = (),
-           endpoint_delay_max_s: float | None = None) -> list[FidelityFault]:
+           held: Sequence[tuple[float, str, float, float]] = ()) -> list[FidelityFault]:
     """The fidelity faults of a run: from the monitor's CPU samples ``(t, label, scheduling delay
     per run (s), waited share of the interval, interval s)``, each covering the interval before
     ``t`` (a starved sample's fault is the whole of it: the monitor cannot say when in it the
@@ -353,14 +338,11 @@ def faults(cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[f
     each covering the ``gap_period_s`` before ``t``, and the held packets (:func:`held_packets`:
     ``(t, path, age s, limit s)``), those older than their limit each covering its round trip. Intervals of one invariant that overlap, or
     are less than half a sample period apart (the samples' own jitter), merge (their ``where``
-    lists every place). A switch starves over ``sched_delay_max_s`` (:func:`sched_delay_limit`), an
-    endpoint over ``endpoint_delay_max_s`` (:func:`endpoint_delay_limit`; None: the switches')."""
+    lists every place)."""
     raw: list[FidelityFault] = []
     for t, label, delay, waited, span in cpu:
-        limit = endpoint_delay_max_s if endpoint_delay_max_s is not None and label.startswith("endpoint") \
-            else sched_delay_max_s
-        if delay > limit and waited >= min_wait:
-            raw.append(FidelityFault("CPU starvation", label, t - max(span, period_s), t, delay, limit))
+        if delay > sched_delay_max_s and waited >= min_wait:
+            raw.append(FidelityFault("CPU starvation", label, t - max(span, period_s), t, delay, sched_delay_max_s))
     for t, host, gap in gaps:
         if gap > loop_gap_max_s:
             raw.append(FidelityFault("late timers", f"endpoint {host}", t - max(gap, gap_period_s), t, gap,
@@ -388,7 +370,7 @@ def overlapping(windows: list[tuple[float, float]], found: list[FidelityFault]) 
 
 def write_csv(path: Path, cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[float, str, float]],
               loop_gap_max_s: float = LOOP_GAP_MIN_S, held: Sequence[tuple[float, str, float, float]] = (),
-              sched_delay_max_s: float = SCHED_DELAY_MAX_S, endpoint_delay_max_s: float | None = None) -> None:
+              sched_delay_max_s: float = SCHED_DELAY_MAX_S) -> None:
     """``fidelity.csv``: one row per sample: t_s, invariant, where, value, limit, interval_s (the
     interval before t_s a CPU sample covers; empty for a loop gap, which covers its telemetry
     interval, and for a spurious timeout's age at arrival, which covers its round trip)."""
@@ -396,9 +378,8 @@ def write_csv(path: Path, cpu: list[tuple[float, str, float, float, float]], gap
         w = csv.writer(fh)
         w.writerow(["t_s", "invariant", "where", "value", "limit", "interval_s"])
         for t, label, delay, waited, span in cpu:
-            limit = endpoint_delay_max_s if endpoint_delay_max_s is not None and label.startswith("endpoint") \
-                else sched_delay_max_s
-            w.writerow([f"{t:.3f}", "scheduling delay per run (s)", label, f"{delay:.6f}", limit, f"{span:.3f}"])
+            w.writerow([f"{t:.3f}", "scheduling delay per run (s)", label, f"{delay:.6f}", sched_delay_max_s,
+                        f"{span:.3f}"])
             w.writerow([f"{t:.3f}", "waited share of interval", label, f"{waited:.4f}", MIN_WAIT, f"{span:.3f}"])
         for t, host, gap in gaps:
             w.writerow([f"{t:.3f}", "loop gap (s)", f"endpoint {host}", f"{gap:.4f}", loop_gap_max_s, ""])

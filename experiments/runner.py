@@ -344,11 +344,10 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
             queues: dict | None = None) -> dict:
     gap_limit = fidelity.loop_gap_limit(scn.settings.min_rto_s)
     delay_limit = fidelity.sched_delay_limit(fastest_frame_s(scn.spec_for(dp), scn.settings.payload_bytes + DATA_OVERHEAD))
-    ep_limit = fidelity.endpoint_delay_limit(data.held_limits.frame_s)
     held = fidelity.held_packets(data.events, data.held_limits)
     found = fidelity.faults(data.run_delays, data.loop_gaps, loop_gap_max_s=gap_limit, held=held,
-                            sched_delay_max_s=delay_limit, endpoint_delay_max_s=ep_limit)
-    fidelity.write_csv(out / "fidelity.csv", data.run_delays, data.loop_gaps, gap_limit, held, delay_limit, ep_limit)
+                            sched_delay_max_s=delay_limit)
+    fidelity.write_csv(out / "fidelity.csv", data.run_delays, data.loop_gaps, gap_limit, held, delay_limit)
     faults = [{"t": f["t"], "label": f["label"]} for f in fault_log] + \
         [{"t": f.t0, "t_end": f.t1, "kind": "fidelity", "label": f.describe()} for f in found]
     title = f"{scn.name}: {scn.transport} on {dp}"

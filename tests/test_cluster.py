@@ -228,12 +228,13 @@ def test_a_scenario_passes_with_its_switch_dying_on_a_remote_plane(two_servers, 
         r = subprocess.run([sys.executable, "-m", "mrclab.cli", "run", scenario, "--dataplane", dataplane,
                             "--servers", ",".join(srv.addresses), "--ssh-config", str(srv.ssh_config), "--out",
                             str(out)], capture_output=True, text=True, timeout=300, env=dict(os.environ, COLUMNS="200"))
+        assert (out / "metrics.json").exists(), r.stdout[-3000:] + r.stderr[-3000:]
         m = json.loads((out / "metrics.json").read_text())
-        if not (r.returncode == 3 and m["passed"] and m["void"]):
+        if not (r.returncode == 3 and m["passed"] is None):  # decided: pass or FAIL
             break
         why.append(f"try {n}: " + ", ".join(f["invariant"] + " at " + f["where"] for f in m["fidelity_faults"][:2]))
-    else:
-        pytest.skip(f"{scenario} on {dataplane} over servers: void 3 times, this machine could not keep up: {why}")
+    else:  # a shipped scenario this machine cannot decide is too heavy for it: a failure, never a skip
+        pytest.fail(f"{scenario} on {dataplane} over servers: void 3 times, this machine could not keep up: {why}")
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     # the switch that died is plane 0's, which runs on the first server
     downs = [f for f in m["faults"] if f.get("event") == "switch_down"]

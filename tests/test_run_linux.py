@@ -66,7 +66,8 @@ def test_the_path_delay_adds_twice_itself_to_the_rtt_and_loses_nothing(tmp_path,
     # SACKs the other, so the smoothed RTT gains twice the delay; without the delay line (or with it
     # applied once, or to one direction only) the difference is 0 or 20 ms
     raw = yaml.safe_load((SCENARIO_DIR / "quickstart.yaml").read_text())
-    raw.update(faults=[], fabric_bmv2=None, duration_s=4, expect=[{"metric": "messages_intact"}], expect_roce=None)
+    raw.update(faults=[], fabric_bmv2=None, duration_s=4, expect=[{"metric": "messages_intact"}], expect_roce=None,
+               demonstrates={})
     rtt = {}
     for delay in (0, 20):
         raw["fabric"] = {"topo": "lab", "link": {"bandwidth_mbps": 8, "queue_packets": 16, "path_delay_ms": delay}}
@@ -84,7 +85,7 @@ def test_a_fast_fabric_s_shapers_send_no_burst_its_switches_trim(tmp_path, no_le
     # back into the next hop, over its trim threshold (4 packets): thousands of trims, a third of
     # the goodput. Two frames (topologies.kernel.SHAPER_BURST_BYTES) trim nothing
     raw = yaml.safe_load((SCENARIO_DIR / "quickstart.yaml").read_text())
-    raw.update(name="fast", faults=[], fabric_bmv2=None, duration_s=5, expect_roce=None,
+    raw.update(name="fast", faults=[], fabric_bmv2=None, duration_s=5, expect_roce=None, demonstrates={},
                fabric={"topo": "lab", "link": {"bandwidth_mbps": 32, "queue_packets": 16, "path_delay_ms": 5}},
                expect=[{"metric": "goodput_ratio", "window": [2, 5], "baseline": [1, 2], "min": 0.9},
                        {"metric": "messages_intact"}])
@@ -102,7 +103,7 @@ def test_frames_of_the_papers_4_kib_payload_cross_shaped_links(tmp_path, no_left
     # of 4 KiB payloads (4,250-byte frames, the paper's size) delivered not one message over shaped
     # host ports. The burst and the queues now hold two of the run's largest frames
     raw = yaml.safe_load((SCENARIO_DIR / "quickstart.yaml").read_text())
-    raw.update(name="jumbo", faults=[], fabric_bmv2=None, duration_s=4, expect_roce=None,
+    raw.update(name="jumbo", faults=[], fabric_bmv2=None, duration_s=4, expect_roce=None, demonstrates={},
                transport={"kind": "mrc", "payload_bytes": 4096},
                fabric={"topo": "lab", "link": {"bandwidth_mbps": 8, "queue_packets": 16}},
                expect=[{"metric": "messages_intact"}])
