@@ -58,7 +58,7 @@ def sink(iface: str, length: int, idle_s: float = 0.5, wait_s: float = 30.0) -> 
     while True:
         try:
             got = recv_into(buf)
-        except socket.timeout:
+        except TimeoutError:
             break
         if got == length:
             n += 1

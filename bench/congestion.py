@@ -24,6 +24,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from mrclab.bench.tables import emit, progress
 from mrclab.controller.fabric import available, missing_features
 from mrclab.experiments import runner
 from mrclab.experiments.metrics import BIN_S, percentile
@@ -31,10 +32,9 @@ from mrclab.experiments.scenario import parse_scenario
 from mrclab.topologies.errors import NotAvailable
 from mrclab.topologies.nodes import toolchain_missing
 from mrclab.traffic.headers import DATA_OVERHEAD
-from rich.console import Console
 from rich.table import Table
 
-console = Console(highlight=False)
+console = progress  # progress to stderr; the table through emit
 DURATION_S = 24.0
 JOIN_S = 10.0
 STEADY_FRACTION = 0.4
@@ -114,8 +114,7 @@ def main(args=None) -> int:
     for r in rows:
         t.add_row(str(r["n"]), r["cc"], f"{r['jain']:.3f}", f"{r['utilisation']:.0%}", f"{r['p99_queue']:.0f}",
                   "-" if r["converge_rtts"] is None else f"{r['converge_rtts']:.0f}", f"{r['rtt_ms']:.1f} ms")
-    console.print(t)
-    console.print("targets: Jain >= 0.95, utilisation >= 90% (NSCC)")
+    emit([t], ["targets: Jain >= 0.95, utilisation >= 90% (NSCC)"], bool(getattr(args, "markdown", False)))
     return 0
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import psutil
 import yaml
+from mrclab.bench.tables import emit, progress
 from mrclab.controller.fabric import Fabric
 from mrclab.experiments import endpoints
 from mrclab.topologies import kernel
@@ -34,10 +35,9 @@ from mrclab.traffic import contract as C
 from mrclab.traffic import headers as H
 from mrclab.traffic.pathprobe import probe_frame
 from mrclab.traffic.settings import TransportSettings
-from rich.console import Console
 from rich.table import Table
 
-console = Console(highlight=False, width=None if sys.stdout.isatty() else 132)  # a log keeps whole rows
+console = progress  # progress to stderr; the table through emit
 DURATION_S = 4.0
 ROUNDS = 3  # MRC, RoCE and the blaster alternate; the median round is reported
 PAYLOADS = (1024, 4096)
@@ -231,8 +231,8 @@ def main(args=None) -> int:
                       f"{r['blaster_pps']:,.0f}", f"{r['blaster_pps'] * payload * 8 / 1e6:,.0f}", f"{ratio:.0%}",
                       f"{r['roce']['pps']:,.0f}", f"{r['roce']['mbps']:,.0f}",
                       f"{r['mrc']['cpu_us_tx']:.1f} / {r['mrc']['cpu_us_rx']:.1f}")
-    console.print(t)
-    console.print("targets: >= 50,000 MRC data packets/s over the veth pair, >= 30% of the blaster")
+    emit([t], ["targets: >= 50,000 MRC data packets/s over the veth pair, >= 30% of the blaster"],
+         bool(getattr(args, "markdown", False)))
     return 0
 
 

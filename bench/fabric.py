@@ -37,6 +37,7 @@ import time
 from collections.abc import Iterator
 
 import psutil
+from mrclab.bench.tables import emit, progress
 from mrclab.controller.compiler import compile_p4
 from mrclab.controller.fabric import Fabric
 from mrclab.controller.p4runtime import DesiredEntry, EntryKey, P4Info, P4Switch
@@ -46,10 +47,9 @@ from mrclab.topologies.errors import NotAvailable
 from mrclab.topologies.nodes import bmv2_binary, toolchain_missing
 from mrclab.topologies.spec import load_spec
 from mrclab.traffic.pathprobe import probe_frame
-from rich.console import Console
 from rich.table import Table
 
-console = Console(highlight=False)
+console = progress  # progress and errors to stderr; the table through emit
 N_BULK = 3000
 TRIAL_S = 2.0
 ROUNDS = 5
@@ -323,10 +323,9 @@ def main(args=None) -> int:
     row(f"CPU us per packet per switch at {CPU_RATE_PPS} pps, mrclab", lambda r: f"{r['cpu_us']:.1f}" if "cpu_us" in r else "-")
     row(f"CPU us per packet per switch at {CPU_RATE_PPS} pps, trivial",
         lambda r: f"{r['trivial_cpu_us']:.1f}" if "trivial_cpu_us" in r else "-")
-    console.print(t)
-    console.print(f"default-fabric entries: {results[0]['entries']}; bulk write: {N_BULK} routes to t1-0-0; "
-                  f"frames of {FRAME_PAD} bytes; targets: bmv2 up < 10 s, >= 2000 entries/s, "
-                  "mrclab >= 85% of trivial on the forwarding build")
+    emit([t], [f"default-fabric entries: {results[0]['entries']}; bulk write: {N_BULK} routes to t1-0-0; "
+               f"frames of {FRAME_PAD} bytes; targets: bmv2 up < 10 s, >= 2000 entries/s, "
+               "mrclab >= 85% of trivial on the forwarding build"], bool(getattr(args, "markdown", False)))
     return 0
 
 

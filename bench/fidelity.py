@@ -35,10 +35,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from mrclab.bench.tables import header
 from mrclab.controller.fabric import available
 from mrclab.experiments import runner
 from mrclab.experiments.expectations import NEVER_VOID, verdict_word
-from mrclab.experiments.reproduce import provenance
 from mrclab.experiments.results import results_folder
 from mrclab.experiments.scenario import load_scenario
 from mrclab.topologies.errors import BadInput, NotAvailable
@@ -246,8 +246,7 @@ def main(args=None) -> int:
     folder = results_folder(Path(args.out) if getattr(args, "out", None) else None, "bench-fidelity")
     out_md = []
     if markdown:
-        p = provenance()
-        out_md.append(f"`mrclab bench fidelity`, {time.strftime('%Y-%m-%d')}, commit {p['commit']}, {p['machine']}\n")
+        out_md.append(header() + "\n")
     for dp in dps:
         if target == "switch" and dp != "bmv2":
             raise BadInput(f"--target switch on {dp}: its switches are the kernel's, no process to starve; "

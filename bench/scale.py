@@ -31,14 +31,14 @@ import time
 from pathlib import Path
 
 import psutil
+from mrclab.bench.tables import emit, progress
 from mrclab.experiments import runner
 from mrclab.experiments.scenario import parse_scenario
 from mrclab.topologies.errors import MrclabError
 from mrclab.topologies.nodes import toolchain_missing
-from rich.console import Console
 from rich.table import Table
 
-console = Console(highlight=False)
+console = progress  # progress to stderr; the tables through emit
 #: (planes, T0s per plane, T1s per plane, hosts per T0): 3, 8, 16, 32 and 64 switches.
 FABRICS = ((1, 2, 1, 2), (2, 2, 2, 2), (4, 2, 2, 2), (8, 2, 2, 2), (8, 4, 4, 2))
 #: Host-port rates tried (Mb/s), per data plane.
@@ -203,11 +203,12 @@ def main(args=None) -> int:
     """``mrclab bench scale``: the ladder on every data plane asked for (default: every one this
     machine has), then one table each. Returns 0."""
     dps = getattr(args, "dataplane", None) or (["bmv2", "linux"] if toolchain_missing() is None else ["linux"])
+    tables = []
     with tempfile.TemporaryDirectory(prefix="mrclab-bench-scale-") as d:
         for dp in dps:
             if dp == "bmv2" and toolchain_missing():
                 console.print(f"[yellow]bmv2: skipped ({toolchain_missing()})[/yellow]")
                 continue
-            rows = ladder(dp, Path(d))
-            Console(highlight=False, width=max(console.width, 150)).print(table(dp, rows))
+            tables.append(table(dp, ladder(dp, Path(d))))
+    emit(tables, [], bool(getattr(args, "markdown", False)))
     return 0

@@ -365,7 +365,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="fidelity: the processes starved on purpose (default: endpoint; switch: bmv2 only)")
     s.add_argument("--only", action="append", metavar="SCENARIO",
                    help="fidelity: the scenario(s) to starve (default: quickstart and incast)")
-    s.add_argument("--markdown", action="store_true", help="fidelity: print the tables as Markdown (docs/benchmarks.md)")
+    s.add_argument("--markdown", action="store_true",
+                   help="print the tables as Markdown headed with the command, date, commit and machine "
+                        "(docs/benchmarks.md); progress goes to stderr")
     s.add_argument("--out", help="fidelity: the folder for every run (default: results/bench-fidelity-<time>)")
     s.set_defaults(fn=cmd_bench)
 

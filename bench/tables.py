@@ -1,0 +1,53 @@
+"""How every ``mrclab bench`` prints its tables: for a person (a rich table on stdout) or, with
+``--markdown``, as Markdown for docs/benchmarks.md, headed with the command, the date, the commit
+and the machine that printed it, so that a table there is always one a command printed.
+
+Progress goes to stderr (:data:`progress`), so ``mrclab bench X --markdown > t.md`` keeps only the
+tables.
+"""
+from __future__ import annotations
+
+import shlex
+import sys
+import time
+
+from mrclab.experiments.reproduce import provenance
+from rich.console import Console
+from rich.table import Table
+
+progress = Console(stderr=True, highlight=False)
+_out = Console(highlight=False, width=None if sys.stdout.isatty() else 200)  # a log keeps whole rows
+
+
+def markdown(t: Table) -> str:
+    """``t`` as a Markdown table: its title in bold above, one row per row, cells as printed."""
+    head = [str(c.header) for c in t.columns]
+    cells = [[str(c) for c in col._cells] for col in t.columns]  # rich keeps a column's cells in order
+    rows = list(zip(*cells)) if cells else []
+    lines = [f"**{t.title}**", ""] if t.title else []
+    lines += ["| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
+    lines += ["| " + " | ".join(r).replace("\n", " ") + " |" for r in rows]
+    return "\n".join(lines)
+
+
+def header(argv: list[str] | None = None) -> str:
+    """The line that heads a ``--markdown`` printout: ``mrclab bench ...`` as typed (``argv``, default
+    this process's), today's date, the commit (``git describe``; ``unknown`` outside a checkout) and
+    the machine (cores, memory, CPU, kernel)."""
+    p = provenance()
+    words = (argv if argv is not None else sys.argv)[1:]
+    cmd = shlex.join(["mrclab", *words])
+    return f"`{cmd}`, {time.strftime('%Y-%m-%d')}, commit {p['commit'] or 'unknown'}, {p['machine']}"
+
+
+def emit(tables: list[Table], notes: list[str], as_markdown: bool) -> None:
+    """Print ``tables`` then ``notes`` (plain lines: targets, what the figures mean): for a person, or
+    with ``as_markdown`` as one Markdown block headed by :func:`header`."""
+    if as_markdown:
+        blocks = [header(), *(markdown(t) for t in tables), *notes]
+        print("\n\n".join(blocks))
+        return
+    for t in tables:
+        _out.print(t)
+    for n in notes:
+        _out.print(n)

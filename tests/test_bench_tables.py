@@ -1,0 +1,37 @@
+"""Benchmarks print their tables as Markdown for docs/benchmarks.md: every row, every cell, headed
+with the command, the date, the commit and the machine."""
+import re
+
+from mrclab.bench import tables
+from rich.table import Table
+
+
+def _table() -> Table:
+    t = Table(title="mrclab bench endpoint (one QP)")
+    for c in ("setting", "MRC pps", "MRC / blaster"):
+        t.add_column(c, justify="right")
+    t.add_row("veth pair", "130,435", "35%")
+    t.add_row("linux fabric", "40,000", "61%")
+    return t
+
+
+def test_markdown_keeps_title_header_and_every_row_in_order():
+    md = tables.markdown(_table()).splitlines()
+    assert md[0] == "**mrclab bench endpoint (one QP)**"
+    assert md[2] == "| setting | MRC pps | MRC / blaster |" and md[3] == "| --- | --- | --- |"
+    assert md[4:] == ["| veth pair | 130,435 | 35% |", "| linux fabric | 40,000 | 61% |"]
+
+
+def test_emit_markdown_is_headed_with_command_date_commit_and_machine(capsys, monkeypatch):
+    monkeypatch.setattr(tables.sys, "argv", ["mrclab", "bench", "endpoint", "--markdown"])
+    tables.emit([_table()], ["targets: >= 30% of the blaster"], as_markdown=True)
+    out = capsys.readouterr().out
+    first = out.splitlines()[0]
+    assert re.match(r"`mrclab bench endpoint --markdown`, \d{4}-\d\d-\d\d, commit \S+, \d+ cores, ", first), first
+    assert "| veth pair | 130,435 | 35% |" in out and out.rstrip().endswith("targets: >= 30% of the blaster")
+
+
+def test_emit_for_a_person_prints_no_markdown(capsys):
+    tables.emit([_table()], ["note"], as_markdown=False)
+    out = capsys.readouterr().out
+    assert "veth pair" in out and "| --- |" not in out and "commit" not in out
