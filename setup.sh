@@ -30,19 +30,6 @@ echo "== pip install -e .[test]"
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null
 .venv/bin/python -m pip install -q -e '.[test]'
 
-if command -v simple_switch_grpc >/dev/null; then
-  # BMv2 installs its Thrift client (sswitch_runtime, bm_runtime) beside its prefix's Python; the
-  # controller sets queue rates with it, so the virtualenv is shown where it is
-  prefix=$(dirname "$(dirname "$(command -v simple_switch_grpc)")")
-  runtime=$(find "$prefix"/lib/python3* -maxdepth 3 -type d -name sswitch_runtime 2>/dev/null | head -n 1)
-  if [ -n "$runtime" ]; then
-    site=$(.venv/bin/python -c 'import sysconfig; print(sysconfig.get_paths()["purelib"])')
-    dirname "$runtime" > "$site/mrclab-bmv2-thrift.pth"
-    echo "== BMv2's Thrift client: $(dirname "$runtime")"
-  else
-    echo "== BMv2 has no Thrift client here (built --without-thrift?): congestion scenarios need it"
-  fi
-fi
 if command -v p4c >/dev/null && command -v simple_switch_grpc >/dev/null; then
   echo "== P4 toolchain found: the bmv2 data plane is available"
 else

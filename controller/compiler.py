@@ -38,7 +38,7 @@ class CompiledProgram:
 
 def _p4c_version() -> str:
     if shutil.which("p4c") is None:
-        raise NotAvailable("p4c is not on PATH (README: \"The bmv2 data plane\" says how to install it)")
+        raise NotAvailable("p4c is not on PATH (README: \"Two data planes, one route plan\" says how to build it)")
     r = subprocess.run(["p4c", "--version"], capture_output=True, text=True)
     return (r.stdout or r.stderr).strip()
 

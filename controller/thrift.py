@@ -5,8 +5,10 @@ reading a whole register array (``bm_register_read_all``), for the per-port queu
 Each switch serves Thrift on :data:`THRIFT_PORT` inside its own network namespace, so a client's
 socket is opened from inside that namespace (pyroute2's ``pushns``, which moves only the calling
 thread) and used from here. The client classes are those BMv2 generates and installs with its
-Thrift runtime (Python packages ``bm_runtime`` and ``sswitch_runtime``; setup.sh makes them
-visible to mrclab's virtualenv); :func:`thrift_missing` says why they cannot be used.
+Thrift runtime (Python packages ``bm_runtime`` and ``sswitch_runtime``, in the Python site-packages
+of the prefix ``simple_switch_grpc`` was installed into: :func:`client_path` finds them there, so a
+toolchain built after setup.sh needs nothing more); :func:`thrift_missing` says why they cannot be
+used.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import functools
 import shutil
 import socket
 import subprocess
+import sys
+from pathlib import Path
 
 from mrclab.topologies import kernel
 from mrclab.topologies.errors import RunFailed
@@ -29,11 +33,30 @@ class ThriftError(RunFailed):
     """A switch's Thrift runtime could not be reached or refused a call."""
 
 
+def client_path(binary: str | None = None) -> Path | None:
+    """The folder holding BMv2's Thrift client (``sswitch_runtime``, ``bm_runtime``) beside the prefix
+    of ``binary`` (default: ``simple_switch_grpc`` on PATH; BMv2's ``make install`` puts them in
+    ``<prefix>/lib/python3.X/site-packages`` or ``dist-packages``), put on ``sys.path`` if it was not;
+    None where there is none."""
+    binary = binary or shutil.which("simple_switch_grpc")
+    if binary is None:
+        return None
+    prefix = Path(binary).resolve().parent.parent
+    found = sorted(prefix.glob("lib/python3*/*-packages/sswitch_runtime"), reverse=True)
+    if not found:
+        return None
+    folder = found[0].parent
+    if str(folder) not in sys.path:
+        sys.path.append(str(folder))
+    return folder
+
+
 @functools.cache
 def thrift_missing() -> str | None:
     """None when BMv2 serves Thrift and its Python client is importable, else why not."""
     if shutil.which("simple_switch_grpc") is None:
         return "simple_switch_grpc is not on PATH"
+    client_path()
     r = subprocess.run(["simple_switch_grpc", "--help"], capture_output=True, text=True)
     if "--thrift-port" not in r.stdout + r.stderr:
         return "this simple_switch_grpc was built --without-thrift (rebuild BMv2 with its Thrift runtime)"
@@ -42,7 +65,8 @@ def thrift_missing() -> str | None:
         import thrift  # noqa: F401
         from bm_runtime.standard import Standard  # noqa: F401
     except ImportError as e:
-        return f"BMv2's Thrift client is not importable ({e}; run setup.sh again, or install python3-thrift)"
+        return (f"BMv2's Thrift client is not importable ({e}): its sswitch_runtime is looked for in the "
+                "site-packages of simple_switch_grpc's prefix, thrift is Debian's python3-thrift (setup.sh)")
     return None
 
 
@@ -53,6 +77,7 @@ class SwitchThrift:
         """Connect to switch ``name``'s Thrift runtime on ``port`` inside ``netns``. Raises
         ThriftError when nothing answers within 5 s, ImportError without BMv2's Python client
         (:func:`thrift_missing` says why)."""
+        client_path()
         from bm_runtime.standard import Standard
         from sswitch_runtime import SimpleSwitch
         from thrift.protocol import TBinaryProtocol, TMultiplexedProtocol

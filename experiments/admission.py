@@ -41,7 +41,7 @@ USABLE = 0.8
 HOPS = 3
 #: With ``--rates machine``: the share of the room left after idling (cores) that the traffic may
 #: plan to fill. The rest absorbs what the estimate leaves out: bursts, retransmissions, probes,
-#: the fidelity monitor and the loops' lateness (ours; README "Results that hold" has the runs).
+#: the fidelity monitor and the loops' lateness (ours; docs/fidelity.md, "Admission and rates").
 MACHINE_SHARE = 0.5
 #: The link rates a run may take, by ``--rates``: the scenario's, or this machine's.
 RATES = ("scenario", "machine")

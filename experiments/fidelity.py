@@ -48,8 +48,9 @@ against its configured rate, a hold shorter than the retransmission timer, and p
 outside the model (veth, qdisc or BMv2 input drops
 that neither the P4 nor the eBPF program counts).
 
-Thresholds (README.md, "Results that hold", has the measurements that set them): :data:`SCHED_DELAY_MAX_S`
-(:func:`sched_delay_limit` on a slow fabric) and :func:`loop_gap_limit`.
+Thresholds: :data:`SCHED_DELAY_MAX_S` (:func:`sched_delay_limit` on a slow fabric) and
+:func:`loop_gap_limit`; docs/fidelity.md says where each sits and why, and docs/benchmarks.md has
+the ``mrclab bench fidelity`` tables that set them.
 """
 
 from __future__ import annotations
@@ -90,7 +91,7 @@ def sched_delay_limit(frame_s: float) -> float:
     :data:`SCHED_DELAY_FRAME_SHARE` of a frame where that is more (slower than 0.94 Mb/s with the
     default 1 KiB payload; the shipped scenarios all run faster). At 0.25 Mb/s a 4 KiB frame
     takes 136 ms and a wait of 2 ms is 1.5% of it, where the fixed 0.5 ms voided every verdict of
-    the 64-switch fabric on bmv2 (README, "Benchmarks")."""
+    the 64-switch fabric on bmv2 (`mrclab bench scale`, docs/benchmarks.md)."""
     return max(SCHED_DELAY_MAX_S, SCHED_DELAY_FRAME_SHARE * frame_s)
 
 

@@ -29,7 +29,7 @@ PAPER_BDP_PACKETS = PAPER_PORT_GBPS * 1e9 * PAPER_RTT_US * 1e-6 / 8 / PAPER_FRAM
 #: about 8 a lost packet is a large share of a path's window and the retransmission timer's floor
 #: is several RTTs (``weakens``); bmv2's ports run at 1.5 Mb/s, a fifth of linux's 8, so the same
 #: share would need five times the delay there. The scenarios reach it with ``link.path_delay_ms``
-#: (5 ms on linux and 15 ms on bmv2 in most; README, "Every failure scenario's regime");
+#: (5 ms on linux and 15 ms on bmv2 in most; docs/fidelity.md, "Propagation delay");
 #: tests/test_verdicts.py holds every one of them to it, and names the ones that fall short.
 BDP_GOAL_PACKETS = {"linux": 8.0, "bmv2": 4.0}
 

@@ -33,3 +33,12 @@ def test_the_package_type_checks(tmp_path):
                        cwd=tmp_path, env={"MYPYPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
                        capture_output=True, text=True, timeout=600)
     assert r.returncode == 0, r.stdout[-4000:]
+
+
+def test_the_design_layout_names_every_module():
+    """docs/design.md's layout is the one a newcomer reads: every module of every package is named
+    there (as `name.py`), so a module added without a line in it fails here."""
+    design = (ROOT / "docs" / "design.md").read_text()
+    missing = [str(f.relative_to(ROOT)) for pkg in PACKAGES if (ROOT / pkg).is_dir()
+               for f in sorted((ROOT / pkg).glob("*.py")) if f.name != "__init__.py" and f"`{f.name}`" not in design]
+    assert not missing, f"docs/design.md's layout does not name: {', '.join(missing)}"

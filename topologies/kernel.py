@@ -68,7 +68,7 @@ class Remote(Protocol):
 #: (rate / HZ, tc-tbf(8)'s rule for timers that tick at HZ; the qdisc watchdog here is an
 #: hrtimer): at 18.8 Mb/s that let 8 frames through at once, twice the trim threshold of the
 #: next hop, and the quickstart trimmed 3,572 packets and moved a third of its goodput; at 3,000
-#: bytes it trimmed none (README, "Propagation delay").
+#: bytes it trimmed none (docs/fidelity.md, "Shaper bursts").
 SHAPER_BURST_BYTES = 3000
 
 
