@@ -38,7 +38,8 @@ from pathlib import Path
 from mrclab.bench.tables import header
 from mrclab.controller.fabric import available
 from mrclab.experiments import runner
-from mrclab.experiments.expectations import NEVER_VOID, verdict_word
+from mrclab.experiments.claims import NEVER_VOID
+from mrclab.experiments.expectations import verdict_word
 from mrclab.experiments.results import results_folder
 from mrclab.experiments.scenario import load_scenario
 from mrclab.topologies.errors import BadInput, NotAvailable

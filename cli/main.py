@@ -38,7 +38,7 @@ from mrclab.bench import scale as bench_scale
 from mrclab.controller.fabric import Fabric
 from mrclab.experiments import doctor, repeat, report, reproduce, runner
 from mrclab.experiments.admission import RATES
-from mrclab.experiments.expectations import metric_help
+from mrclab.experiments.claims import metric_help
 from mrclab.topologies.addressing import AddressPlan
 from mrclab.topologies.cleanup import clean, live_runs
 from mrclab.topologies.errors import BadInput, MrclabError, NotAvailable

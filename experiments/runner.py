@@ -47,6 +47,7 @@ from mrclab.experiments.fabricstate import FabricTimeline
 from mrclab.experiments.faults import FAULTS, play
 from mrclab.experiments.faults import where as fault_where
 from mrclab.experiments.metrics import BIN_S, RunData, baseline_mbps
+from mrclab.experiments.monitor import FidelityMonitor
 from mrclab.experiments.plots import cdf_plot, ev_state_plot, goodput_plot, iteration_plot, queue_plot, window_plot
 from mrclab.experiments.regime import describe as describe_regime
 from mrclab.experiments.regime import regime
@@ -179,7 +180,7 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
                         if getattr(sw, "proc", None) is not None}
             remote = {f"switch {sw.name}": (sw.on_server, sw.pid_file) for sw in fab.emu.switches()
                       if hasattr(sw, "pid_file")}  # bmv2 switches on servers, read by their agents
-            monitor = fidelity.FidelityMonitor(watched, t0, remote=remote)
+            monitor = FidelityMonitor(watched, t0, remote=remote)
             if on_start is not None:
                 on_start(dict(watched), t0)
             try:

@@ -30,8 +30,8 @@ from typing import Any
 
 import yaml
 from mrclab.controller.queues import QueueSettings
-from mrclab.experiments.collectives import CollectiveSpec, parse_collective
-from mrclab.experiments.expectations import METRICS, ArgContext, check_expectation
+from mrclab.experiments.claims import CLAIMS, ArgContext, check_expectation
+from mrclab.experiments.collective import CollectiveSpec, parse_collective
 from mrclab.experiments.faults import FAULTS, Fault, parse_fault
 from mrclab.experiments.sweepspec import Sweep, parse_sweep
 from mrclab.topologies.errors import BadInput
@@ -355,20 +355,20 @@ def _expectations(items: Any, key: str, dur: float, spec: ClosSpec, problems: Pr
     """The scenario's ``expect`` / ``expect_roce`` list, each checked against the metric registry
     (experiments/expectations.py); every problem goes into ``problems``."""
     if not isinstance(items, list):
-        problems.add(f"{key}: a list of {{metric: NAME, ...}}; metrics: {', '.join(METRICS)}")
+        problems.add(f"{key}: a list of {{metric: NAME, ...}}; metrics: {', '.join(CLAIMS)}")
         return []
     ctx = ArgContext(dur, spec)
     expect = []
     for i, e in enumerate(items):
         where = f"{key}[{i}]"
         if not isinstance(e, dict):
-            problems.add(f"{where} = {e!r}; allowed: {{metric: NAME, ...}}; metrics: {', '.join(METRICS)}")
+            problems.add(f"{where} = {e!r}; allowed: {{metric: NAME, ...}}; metrics: {', '.join(CLAIMS)}")
             continue
         args = {k: v for k, v in e.items() if k != "metric"}
         said = check_expectation(e.get("metric"), args, ctx)
         for x in said:
             problems.add(f"{where}{'' if x.startswith(('.', '(')) else '.'}{x}"
-                         + (suggest(str(e.get("metric")), METRICS) if x.startswith("metric =") else ""))
+                         + (suggest(str(e.get("metric")), CLAIMS) if x.startswith("metric =") else ""))
         if not said:
             expect.append(Expectation(e["metric"], args))
     return expect

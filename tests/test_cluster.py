@@ -362,15 +362,15 @@ class Here:
 
 
 def test_a_switch_on_a_server_is_watched_for_starvation_through_its_pid_file(tmp_path):
-    from mrclab.experiments import fidelity
+    from mrclab.experiments import monitor
 
     pid_file, gone = tmp_path / "sw.pid", tmp_path / "gone.pid"
     pid_file.write_text(str(os.getpid()))
-    got = fidelity.remote_schedstat(Here(), [str(pid_file), str(gone)])
-    here = fidelity.schedstat(os.getpid())
+    got = monitor.remote_schedstat(Here(), [str(pid_file), str(gone)])
+    here = monitor.schedstat(os.getpid())
     assert 0 < got[str(pid_file)][1] <= here[1] and 0 <= got[str(pid_file)][0] <= here[0]
     assert got[str(gone)] == (0, 0)  # a switch that is not running reads nothing
-    mon = fidelity.FidelityMonitor({}, time.monotonic(), period_s=0.05, remote={"switch t1-0-0": (Here(), str(pid_file))})
+    mon = monitor.FidelityMonitor({}, time.monotonic(), period_s=0.05, remote={"switch t1-0-0": (Here(), str(pid_file))})
     try:
         end = time.monotonic() + 0.5
         while time.monotonic() < end:  # run, so that the watched process is scheduled

@@ -11,7 +11,7 @@ import sys
 import time
 
 import pytest
-from mrclab.experiments import fidelity
+from mrclab.experiments import fidelity, monitor
 from mrclab.experiments.endpoints import GO_LEAD_S
 from mrclab.experiments.expectations import windows
 from mrclab.experiments.metrics import RunData
@@ -441,12 +441,12 @@ def test_a_throttled_group_starves_what_it_holds_and_always_lets_go(tmp_path):
 
     busy = subprocess.Popen([sys.executable, "-c", "while True: pass"])
     try:
-        w0, r0 = fidelity.schedstat(busy.pid)
+        w0, r0 = monitor.schedstat(busy.pid)
         try:
             with throttled_group(Level(10.0, 2.0)) as g:
                 (g / "cgroup.procs").write_text(str(busy.pid))
                 time.sleep(1.0)
-                w1, r1 = fidelity.schedstat(busy.pid)
+                w1, r1 = monitor.schedstat(busy.pid)
                 raise KeyError("on the way out")
         except KeyError:
             pass

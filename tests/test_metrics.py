@@ -89,19 +89,22 @@ def test_retire_metrics_and_intact():
 
 
 def test_the_metric_registry_is_the_one_list_docs_help_and_dispatch_read():
-    """Every registered metric evaluates on a run (no branch missing), names only known arguments,
-    and docs/design.md's metric list is the registry's table, row for row."""
+    """Every claim a scenario may make has a value (the two tables name the same metrics, in the same
+    order), evaluates on a run (no branch missing), names only known arguments, and docs/design.md's
+    metric list is the claims' table, row for row."""
     import re
     from pathlib import Path
 
-    from mrclab.experiments.expectations import ARGS, METRICS, evaluate, metric_help, metric_table
+    from mrclab.experiments.claims import ARGS, CLAIMS, metric_help, metric_table
+    from mrclab.experiments.expectations import VALUES, evaluate
     from mrclab.experiments.fabricstate import FabricTimeline
     from mrclab.experiments.metrics import RunData
     from mrclab.topologies.addressing import AddressPlan
     from mrclab.topologies.spec import load_spec
 
     d = RunData(duration_s=10.0, timeline=FabricTimeline(AddressPlan(load_spec(None))))
-    for name, m in METRICS.items():
+    assert list(VALUES) == list(CLAIMS)
+    for name, m in CLAIMS.items():
         assert set(m.required) | set(m.optional) <= set(ARGS), name
         args = {"window": [1, 2], "after": 1, "percentile": 50, "counter": "marked", "host": "h0", "plane": 0}
         value, _passed, bound = evaluate(d, name, {k: v for k, v in args.items() if k in m.required})
