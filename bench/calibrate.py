@@ -16,7 +16,7 @@ Per data plane (and per BMv2 build, by the binary's path and modification time),
   switch is a namespace and costs nothing idle).
 
 The result is cached in ``$MRCLAB_CACHE/calibration.json`` (default ``~/.cache/mrclab``) and read
-by the runner's admission check (experiments/admission.py) and ``mrclab doctor``.
+by the runner's admission check (experiments/run/admission.py) and ``mrclab doctor``.
 """
 
 from __future__ import annotations
@@ -33,10 +33,10 @@ import psutil
 from mrclab.bench import endpoint as bench_endpoint
 from mrclab.bench import fabric as bench_fabric
 from mrclab.controller.fabric import Fabric
-from mrclab.experiments import endpoints
-from mrclab.experiments.admission import Calibration, bmv2_build, machine_key, save_calibration
-from mrclab.topologies.cleanup import stop_processes
-from mrclab.topologies.nodes import toolchain_missing
+from mrclab.emulation.cleanup import stop_processes
+from mrclab.emulation.nodes import toolchain_missing
+from mrclab.experiments.run import endpoints
+from mrclab.experiments.run.admission import Calibration, bmv2_build, machine_key, save_calibration
 from mrclab.topologies.spec import load_spec
 from mrclab.traffic import contract as C
 from rich.console import Console

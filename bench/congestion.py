@@ -26,12 +26,11 @@ from pathlib import Path
 
 from mrclab.bench.tables import emit, progress
 from mrclab.controller.fabric import available, missing_features
-from mrclab.experiments import runner
-from mrclab.experiments.metrics import BIN_S, percentile
-from mrclab.experiments.scenario import parse_scenario
+from mrclab.emulation.nodes import toolchain_missing
+from mrclab.experiments.analysis.metrics import BIN_S, percentile
+from mrclab.experiments.model.scenario import parse_scenario
+from mrclab.experiments.run import runner
 from mrclab.topologies.errors import NotAvailable
-from mrclab.topologies.nodes import toolchain_missing
-from mrclab.traffic.headers import DATA_OVERHEAD
 from rich.table import Table
 
 console = progress  # progress to stderr; the table through emit
@@ -73,7 +72,7 @@ def one(n: int, cc: str, dp: str, out: Path) -> dict:
     per_qp = data.qp_goodput_mbps()
     lo = int(len(data.bins()) * (1 - STEADY_FRACTION))
     shares = [sum(v[lo:]) / len(v[lo:]) for v in per_qp.values()]
-    frame = scn.settings.payload_bytes + DATA_OVERHEAD
+    frame = scn.settings.frame_bytes
     cap = scn.spec_for(dp).link.bandwidth_mbps * scn.settings.payload_bytes / frame
     port = [r["queue"] for r in data.ports if r["peer"] == "h0"]
     rtt_s = (data.rtt_us or 0) / 1e6  # the flows' median smoothed RTT

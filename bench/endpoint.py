@@ -26,13 +26,13 @@ import psutil
 import yaml
 from mrclab.bench.tables import emit, progress
 from mrclab.controller.fabric import Fabric
-from mrclab.experiments import endpoints
-from mrclab.topologies import kernel
+from mrclab.emulation import kernel
+from mrclab.emulation.cleanup import RunState, cleanup_run, netns_name, stop_processes
+from mrclab.experiments.run import endpoints
+from mrclab.protocol import headers as H
 from mrclab.topologies.addressing import AddressPlan
-from mrclab.topologies.cleanup import RunState, cleanup_run, netns_name, stop_processes
 from mrclab.topologies.spec import ClosSpec, load_spec
 from mrclab.traffic import contract as C
-from mrclab.traffic import headers as H
 from mrclab.traffic.pathprobe import probe_frame
 from mrclab.traffic.settings import TransportSettings
 from rich.table import Table
@@ -59,7 +59,7 @@ class VethPair:
             kernel.veth_add(self.ns["h0"], "h0-eth0", self.ns["h1"], "h1-eth0")
             for h, ns in self.ns.items():
                 kernel.sysctl(ns, [f"net.ipv6.conf.{h}-eth0.disable_ipv6=1"])
-                kernel.link_set(ns, f"{h}-eth0", mtu=9000, up=True)
+                kernel.link_set(ns, f"{h}-eth0", mtu=H.MTU, up=True)
         except BaseException:  # a signal or an error half way: nobody holds this object to close it
             cleanup_run(self.state)
             raise

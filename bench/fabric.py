@@ -41,10 +41,10 @@ from mrclab.bench.tables import emit, progress
 from mrclab.controller.compiler import compile_p4
 from mrclab.controller.fabric import Fabric
 from mrclab.controller.p4runtime import DesiredEntry, EntryKey, P4Info, P4Switch
+from mrclab.emulation import kernel
+from mrclab.emulation.nodes import bmv2_binary, toolchain_missing
 from mrclab.p4src import FORWARD_P4
-from mrclab.topologies import kernel
 from mrclab.topologies.errors import NotAvailable
-from mrclab.topologies.nodes import bmv2_binary, toolchain_missing
 from mrclab.topologies.spec import load_spec
 from mrclab.traffic.pathprobe import probe_frame
 from rich.table import Table
@@ -235,7 +235,7 @@ def measure(dataplane: str, log, build: str | None = None) -> dict:
     ``trivial_cpu_us``, linux ``bare_pps`` (the queue program detached), each the median of its
     rounds, which are kept under ``rounds``; a linux fabric without the queue program has one
     search and its ``trials`` instead. ``log`` takes progress lines; ``build``: which BMv2 build
-    (topologies/nodes.py bmv2_binary), named in the result's ``dataplane`` column."""
+    (emulation/nodes.py bmv2_binary), named in the result's ``dataplane`` column."""
     spec = load_spec()
     res: dict = {"dataplane": f"{dataplane} ({build} build)" if build else dataplane}
     with Fabric(spec, dataplane, watchdog=False, bmv2_build=build) as fab:

@@ -1,6 +1,6 @@
 """``mrclab bench fidelity``: how much starvation moves a verdict, and when the monitor calls it.
 
-A lab's fidelity monitor (experiments/fidelity.py) must speak when, and only when, the machine took
+A lab's fidelity monitor (experiments/analysis/fidelity.py) must speak when, and only when, the machine took
 enough time from the emulation to change a verdict. This benchmark measures both sides. It runs a
 scenario (the quickstart and incast by default, at their ``quick_s``) several times untouched, for
 each verdict's run-to-run spread, then once per injected starvation level: from t = :data:`FROM_S`
@@ -37,13 +37,13 @@ from pathlib import Path
 
 from mrclab.bench.tables import header
 from mrclab.controller.fabric import available
-from mrclab.experiments import runner
-from mrclab.experiments.claims import NEVER_VOID
-from mrclab.experiments.expectations import verdict_word
-from mrclab.experiments.results import results_folder
-from mrclab.experiments.scenario import load_scenario
+from mrclab.emulation.nodes import toolchain_missing
+from mrclab.experiments.analysis.expectations import verdict_word
+from mrclab.experiments.model.claims import NEVER_VOID
+from mrclab.experiments.model.scenario import load_scenario
+from mrclab.experiments.run import runner
+from mrclab.experiments.run.results import results_folder
 from mrclab.topologies.errors import BadInput, NotAvailable
-from mrclab.topologies.nodes import toolchain_missing
 from rich.console import Console
 from rich.table import Table
 
@@ -127,7 +127,7 @@ def release(group: Path, root: Path) -> None:
 
 
 class Starver:
-    """``on_start`` for :func:`mrclab.experiments.runner.run_with_data`: at t = :data:`FROM_S` it
+    """``on_start`` for :func:`mrclab.experiments.run.runner.run_with_data`: at t = :data:`FROM_S` it
     moves the run's processes of ``target`` (``endpoint`` or ``switch``) into ``group``; they stay
     there to the end of the run."""
 
@@ -168,7 +168,7 @@ def one(name: str, dp: str, level: Level, target: str, out: Path, seed: int = 1)
     faults: dict[str, int] = {}
     for f in m["fidelity_faults"]:
         faults[f["invariant"]] = faults.get(f["invariant"], 0) + 1
-    # what the transport did: a run-long count with nothing left out (experiments/expectations.py)
+    # what the transport did: a run-long count with nothing left out (experiments/analysis/expectations.py)
     return {"level": level, "values": {v["expectation"]: v.get("whole", v["value"]) for v in bounded},
             "verdicts": {v["expectation"]: verdict_word(v["passed"], void="void" if v.get("void") else None)
                          for v in bounded},

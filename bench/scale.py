@@ -4,7 +4,7 @@ Per data plane, a ladder of fabrics (:data:`FABRICS`: 3 to 64 switches), each wi
 sending one MRC QP to a host of another T0 group (a permutation across the T1s, as the paper's
 fig. 20) for :data:`DURATION_S`, at host-port rates from :data:`RATES_MBPS`. The T0-T1 links run
 at the rate that keeps each T0 non-blocking (its hosts' rate over its uplinks). A rung is
-**faithful** when the run had no fidelity fault (experiments/fidelity.py: no process starved of
+**faithful** when the run had no fidelity fault (experiments/analysis/fidelity.py: no process starved of
 CPU, no endpoint's timers late, no packet held past the model's longest round trip): the emulator
 kept up. What the transport made of it is the
 goodput column, as a share of the hosts' NIC ports (headers and acknowledgements take at least
@@ -12,7 +12,7 @@ goodput column, as a share of the hosts' NIC ports (headers and acknowledgements
 e.g. too few packets in flight per path at bmv2's low rates, not the machine). The first
 fabric climbs the rates from the lowest until a rung is not faithful; each larger fabric starts
 from the best rate of the one before and goes down until one is (a larger fabric never carries
-more per port on the same machine). A run the admission check refuses (experiments/admission.py,
+more per port on the same machine). A run the admission check refuses (experiments/run/admission.py,
 with a calibration) counts as not faithful, with its reason.
 
 Printed per fabric: switches, hosts, the highest faithful host-port rate, the aggregate goodput
@@ -32,10 +32,10 @@ from pathlib import Path
 
 import psutil
 from mrclab.bench.tables import emit, progress
-from mrclab.experiments import runner
-from mrclab.experiments.scenario import parse_scenario
+from mrclab.emulation.nodes import toolchain_missing
+from mrclab.experiments.model.scenario import parse_scenario
+from mrclab.experiments.run import runner
 from mrclab.topologies.errors import MrclabError
-from mrclab.topologies.nodes import toolchain_missing
 from rich.table import Table
 
 console = progress  # progress to stderr; the tables through emit

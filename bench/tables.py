@@ -11,7 +11,7 @@ import shlex
 import sys
 import time
 
-from mrclab.experiments.reproduce import provenance
+from mrclab.experiments.run.reproduce import provenance
 from rich.console import Console
 from rich.table import Table
 

@@ -37,7 +37,7 @@
  *
  * Maps, keyed by the port's ifindex in the switch's namespace: port_cfg (written by the
  * controller, controller/bpf.py) and port_state (this program's: queue, generator, counters;
- * the controller reads it). Constants mirror p4src/mrclab.p4 and traffic/headers.py.
+ * the controller reads it). Constants mirror p4src/mrclab.p4 and protocol/headers.py.
  */
 #include <linux/bpf.h>
 #include <linux/pkt_cls.h>

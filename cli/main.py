@@ -36,15 +36,16 @@ from mrclab.bench import fabric as bench_fabric
 from mrclab.bench import fidelity as bench_fidelity
 from mrclab.bench import scale as bench_scale
 from mrclab.controller.fabric import Fabric
-from mrclab.experiments import doctor, repeat, report, reproduce, runner
-from mrclab.experiments.admission import RATES
-from mrclab.experiments.claims import metric_help
+from mrclab.emulation.cleanup import clean, live_runs
+from mrclab.emulation.nodes import bmv2_device, bmv2_grpc_addr, default_dataplane, need_root, toolchain_missing
+from mrclab.emulation.placement import open_cluster
+from mrclab.emulation.servers import parse_servers
+from mrclab.experiments.analysis import report
+from mrclab.experiments.model.claims import metric_help
+from mrclab.experiments.run import doctor, repeat, reproduce, runner
+from mrclab.experiments.run.admission import RATES
 from mrclab.topologies.addressing import AddressPlan
-from mrclab.topologies.cleanup import clean, live_runs
 from mrclab.topologies.errors import BadInput, MrclabError, NotAvailable
-from mrclab.topologies.placement import open_cluster
-from mrclab.topologies.servers import parse_servers
-from mrclab.topologies.nodes import bmv2_device, bmv2_grpc_addr, default_dataplane, need_root, toolchain_missing
 from mrclab.topologies.sizing import size_clos
 from mrclab.topologies.spec import ClosSpec, load_spec
 from mrclab.traffic.pathprobe import implicate, probe_paths
@@ -265,7 +266,7 @@ def cmd_calibrate(args) -> int:
 
 
 def cmd_run(args) -> int:
-    """``mrclab run``: one run, or ``--repeat N`` seeds (experiments/repeat.py)."""
+    """``mrclab run``: one run, or ``--repeat N`` seeds (experiments/run/repeat.py)."""
     if args.repeat > 1:
         need_root("mrclab run")
         if args.pcap or args.debug:
@@ -275,7 +276,7 @@ def cmd_run(args) -> int:
 
 
 def cmd_reproduce(args) -> int:
-    """``mrclab reproduce``: the paper's table (experiments/reproduce.py)."""
+    """``mrclab reproduce``: the paper's table (experiments/run/reproduce.py)."""
     return reproduce.main(args)
 
 

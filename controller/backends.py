@@ -8,7 +8,7 @@ sessions), which imports this module, so the type is named here, not imported.
 from __future__ import annotations
 
 from mrclab.controller import seg6
-from mrclab.topologies.nodes import Bmv2Switch
+from mrclab.emulation.nodes import Bmv2Switch
 from mrclab.topologies.spec import is_host
 
 

@@ -37,7 +37,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from mrclab.topologies import kernel
+from mrclab.emulation import kernel
 from mrclab.topologies.errors import RunFailed
 
 SOURCE = Path(__file__).resolve().parent.parent / "bpfsrc" / "port_queue.bpf.c"
@@ -321,7 +321,7 @@ def htb_lines(intf: str, mbps: float, low_packets: int, high_packets: int, lossl
     ``lossless`` (PFC): the low class's leaf is a tbf at the link's rate instead of a pfifo, the
     lever the pause agent pulls (controller/pfc.py: tbf starts afresh when its rate changes, where
     htb would keep the debt of a packet charged at the paused rate). ``frame_bytes``: the largest
-    frame the run sends, which sets the burst (:func:`~topologies.kernel.shaper_burst_bytes`)."""
+    frame the run sends, which sets the burst (:func:`~emulation.kernel.shaper_burst_bytes`)."""
     rate = f"{mbps}mbit"
     burst = kernel.shaper_burst_bytes(frame_bytes)  # as the host ports' tbf
     low_leaf = (f"qdisc replace dev {intf} parent {CLASS_LOW} handle 20: {tbf_leaf(mbps, low_packets, frame_bytes)}"
@@ -339,7 +339,7 @@ def htb_lines(intf: str, mbps: float, low_packets: int, high_packets: int, lossl
 
 def tbf_leaf(mbps: float | None, packets: int, frame_bytes: int = 0) -> str:
     """The tbf a lossless port's low class drains through: at ``mbps`` (None: paused, 8 bit/s), a
-    burst of :func:`~topologies.kernel.shaper_burst_bytes` for frames of up to ``frame_bytes`` (a
+    burst of :func:`~emulation.kernel.shaper_burst_bytes` for frames of up to ``frame_bytes`` (a
     larger frame would be dropped), ``packets`` frames of 1,600 bytes (or ``frame_bytes``) of
     queue. Under htb it is a non-work-conserving leaf (the kernel says so once): htb asks again
     when tbf's timer fires."""

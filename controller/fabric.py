@@ -27,21 +27,21 @@ from concurrent.futures import ThreadPoolExecutor
 from mrclab.controller import bpf, seg6, thrift
 from mrclab.controller.backends import Bmv2Faults, LinuxFaults
 from mrclab.controller.bpf import PortConfig, SwitchBpf, htb_lines
-from mrclab.controller.pfc import PauseAgent, lever_lines
 from mrclab.controller.compiler import compile_p4
 from mrclab.controller.faults import FaultInjector
 from mrclab.controller.p4runtime import MAX_PORTS, P4Info, P4Switch
+from mrclab.controller.pfc import PauseAgent, lever_lines
 from mrclab.controller.queues import DEFAULT_FRAME_BYTES, PortQueue, QueueSettings, queue_plan
 from mrclab.controller.routeplan import RoutePlan, route_plan
 from mrclab.controller.thrift import THRIFT_PORT, SwitchThrift
+from mrclab.emulation import kernel
+from mrclab.emulation.network import Emulation
+from mrclab.emulation.nodes import default_dataplane
+from mrclab.emulation.placement import Placement
+from mrclab.emulation.servers import Ssh
 from mrclab.p4src import MRCLAB_P4
-from mrclab.topologies import kernel
 from mrclab.topologies.addressing import AddressPlan
-from mrclab.topologies.emulation import Emulation
 from mrclab.topologies.errors import RunFailed
-from mrclab.topologies.nodes import default_dataplane
-from mrclab.topologies.placement import Placement
-from mrclab.topologies.servers import Ssh
 from mrclab.topologies.spec import ClosSpec, is_host
 
 #: Every bmv2 switch is checked for its pipeline once in this many seconds (the watchdog), one
@@ -71,7 +71,7 @@ FEATURES = {
 }
 
 
-#: What a fabric whose planes run on other servers lacks (topologies/cluster.py), with the reason:
+#: What a fabric whose planes run on other servers lacks (emulation/cluster.py), with the reason:
 #: linux's switch queues and gray loss live in this process's eBPF map descriptors, and bmv2's
 #: queues need its Thrift runtime, which listens inside the switch's namespace.
 REMOTE_MISSING = {
@@ -114,13 +114,13 @@ class Fabric:
                  bmv2_build: str | None = None, placement: Placement | None = None,
                  ssh: Ssh | None = None) -> None:
         """Plan the fabric (address, route and queue plans) and its emulation; builds nothing until
-        :meth:`start`. ``dataplane`` None: :func:`~topologies.nodes.default_dataplane`;
+        :meth:`start`. ``dataplane`` None: :func:`~emulation.nodes.default_dataplane`;
         ``watchdog``: on bmv2, give a switch that lost its pipeline everything again; ``queues``,
         ``frame_bytes``: the queue plan's settings and frame size (controller/queues.py), used
         where this machine gives the data plane switch queues; ``bmv2_build``: "forwarding" or
-        "logging" (topologies/nodes.py bmv2_binary; None: as ``debug`` says); ``placement``, ``ssh``:
-        planes on other servers (topologies/cluster.py), where the switches have no queue program
-        (:data:`REMOTE_MISSING`). Raises as :class:`~topologies.emulation.Emulation` does."""
+        "logging" (emulation/nodes.py bmv2_binary; None: as ``debug`` says); ``placement``, ``ssh``:
+        planes on other servers (emulation/cluster.py), where the switches have no queue program
+        (:data:`REMOTE_MISSING`). Raises as :class:`~emulation.network.Emulation` does."""
         self.spec = spec
         self.plan = AddressPlan(spec)
         self.routes: RoutePlan = route_plan(self.plan)

@@ -70,11 +70,11 @@ import time
 from dataclasses import dataclass
 
 from mrclab.controller.bpf import tbf_leaf
-from pyroute2 import IPRoute
 from mrclab.controller.thrift import QOCC_REGISTER, SwitchThrift, ThriftError
-from mrclab.topologies import kernel
-from mrclab.topologies.emulation import nic_queue_bytes
+from mrclab.emulation import kernel
+from mrclab.emulation.network import nic_queue_bytes
 from mrclab.topologies.spec import is_host
+from pyroute2 import IPRoute
 
 #: How often the agent looks at the lossless queues (s): a packet every 1-10 ms on a lab port.
 PERIOD_S = 0.001

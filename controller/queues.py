@@ -42,6 +42,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from mrclab.protocol.headers import DEFAULT_FRAME_BYTES, TRIM_BYTES
 from mrclab.topologies.addressing import AddressPlan
 from mrclab.topologies.schema import rule
 from mrclab.topologies.spec import is_host
@@ -55,10 +56,8 @@ QUEUE_SLACK = 8
 HIGH_DEPTH_FACTOR = 4
 #: A lossless (PFC) port's real queue holds this many times the queue limit (the headroom).
 HEADROOM_FACTOR = 4
-#: A full data frame of the default 1 KiB payload: 1024 + 154 bytes (traffic/headers.py DATA_OVERHEAD).
-DEFAULT_FRAME_BYTES = 1178  # bound to payload_bytes + DATA_OVERHEAD by tests/test_wire_constants.py
-#: A trimmed packet: its first 150 bytes (p4src/mrclab.p4 TRIM_BYTES, traffic/headers.py TRIM_BYTES).
-TRIM_FRAME_BYTES = 150
+#: A trimmed packet: its first 150 bytes (p4src/mrclab.p4 TRIM_BYTES, protocol/headers.py TRIM_BYTES).
+TRIM_FRAME_BYTES = TRIM_BYTES
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,7 @@ For each switch (docs/mrc.md: "Linux implements the same behaviour"):
 
 * the uN SID: ``ip -6 route replace <block:uSID::/48> encap seg6local action End
   flavors next-csid lblen 32 nflen 16 count dev sid0`` (RFC 9800 NEXT-C-SID; ``sid0`` is the
-  anchor device :data:`topologies.nodes.SID_DEV`; ``count`` keeps per-SID packet
+  anchor device :data:`emulation.nodes.SID_DEV`; ``count`` keeps per-SID packet
   counters, the per-switch evidence of which probes crossed it);
 * each route: ``ip -6 route replace <prefix> via fe80::1 dev <port intf>`` with a permanent
   neighbour ``fe80::1 -> peer MAC`` on that interface, so no neighbour discovery is needed.
@@ -21,8 +21,8 @@ import ipaddress
 from dataclasses import dataclass
 
 from mrclab.controller.routeplan import SwitchEntries
-from mrclab.topologies import kernel
-from mrclab.topologies.nodes import SID_DEV
+from mrclab.emulation import kernel
+from mrclab.emulation.nodes import SID_DEV
 
 NEXTHOP = "fe80::1"
 
@@ -98,7 +98,7 @@ def apply(netns: str, entries: SwitchEntries, block: ipaddress.IPv6Network,
     want = expected(entries)
     stale = [r for r in read_back(netns, block) if r.key() not in want]
     lines = [f"route del {r.prefix} dev {r.dev}" for r in stale] + batch_lines(entries)
-    kernel.ip_batch(netns, lines)  # bulk, and uN's next-csid flavour (topologies/kernel.py)
+    kernel.ip_batch(netns, lines)  # bulk, and uN's next-csid flavour (emulation/kernel.py)
     return len(lines)
 
 

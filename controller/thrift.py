@@ -20,7 +20,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from mrclab.topologies import kernel
+from mrclab.emulation import kernel
 from mrclab.topologies.errors import RunFailed
 
 #: The Thrift port of every switch (one per namespace, so they never clash).

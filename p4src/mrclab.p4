@@ -86,8 +86,8 @@ const bit<32> DROP_QUEUE_FULL = 5;
 const bit<16> ROCE_UDP_PORT  = 4791;
 const bit<8>  OP_WRITE       = 0xC6;
 const bit<8>  OP_WRITE_IMM   = 0xC7;
-const bit<8>  F_TRIM         = 0x02;   /* BTH byte 4, MRC's flags (traffic/headers.py) */
-const bit<6>  TRIM_DSCP      = 0x2A;   /* traffic/headers.py TRIM_DSCP */
+const bit<8>  F_TRIM         = 0x02;   /* BTH byte 4, MRC's flags (protocol/headers.py) */
+const bit<6>  TRIM_DSCP      = 0x2A;   /* protocol/headers.py TRIM_DSCP */
 /* A trimmed packet: Ethernet 14 + IPv6 40 + IPv6 40 + UDP 8 + BTH 12 + MRCX 20 + RETH 16 */
 const bit<32> TRIM_BYTES     = 150;
 const bit<16> TRIM_OUTER_LEN = 96;     /* outer IPv6 payload length: TRIM_BYTES - 14 - 40 */

@@ -11,7 +11,7 @@ queue: they overtake the packets of their EV), ``ce`` the share of data packets 
 s: the receiving host is not scheduled meanwhile, so whatever reaches it waits in its socket until
 ``end``, and what it sends meanwhile leaves at ``end``. ``hold_ev`` = (EVs, start, end) s: data
 packets sent on those EVs meanwhile are held on the way (an emulator's switch thread that did not
-run) and arrive after ``end``, in order. Data packets get their send stamp (traffic/headers.py
+run) and arrive after ``end``, in order. Data packets get their send stamp (protocol/headers.py
 ``STAMP_HZ``) on the channel's clock. All randomness comes from the seeded ``rng``.
 """
 
@@ -22,7 +22,7 @@ import heapq
 import random
 from dataclasses import dataclass, field
 
-from mrclab.traffic import headers as H
+from mrclab.protocol import headers as H
 
 _DATA_OPS = (H.OP_WRITE, H.OP_WRITE_IMM)
 

@@ -34,7 +34,7 @@ def _clear_the_ground(config) -> str | None:
     """Removes what *crashed* runs left behind (as ``mrclab clean`` does) so one killed session
     cannot fail the next; returns a skip reason while another run is live (its namespaces would
     collide with ours)."""
-    from mrclab.topologies.cleanup import clean, live_runs
+    from mrclab.emulation.cleanup import clean, live_runs
 
     live = live_runs()
     if live:
@@ -67,7 +67,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.fixture
 def no_leftovers():
     """Asserts that a test leaves no namespace, run directory or process of mrclab behind."""
-    from mrclab.topologies.cleanup import RUN_ROOT, list_netns
+    from mrclab.emulation.cleanup import RUN_ROOT, list_netns
 
     before = {n for n in list_netns() if n.startswith("mrclab-")}
     yield
@@ -91,7 +91,7 @@ def decided_run():
     VOID_TRIES times, each into ``folder/try<n>``; when every try was void the test FAILS with the
     fidelity faults: a shipped scenario this machine (the documented 2-core one) cannot decide is a
     defect of the scenario (too heavy for it), never a skip the suite would accept."""
-    from mrclab.experiments import runner
+    from mrclab.experiments.run import runner
 
     def run(scn, folder, with_data=False):
         why = []

@@ -4,8 +4,8 @@ the numbers (exit 3), or fitted by scaling every link rate; no calibration, no c
 import dataclasses
 
 import pytest
-from mrclab.experiments import admission
-from mrclab.experiments.scenario import load_scenario
+from mrclab.experiments.model.scenario import load_scenario
+from mrclab.experiments.run import admission
 from mrclab.topologies.spec import load_spec
 
 

@@ -5,7 +5,7 @@ behind it gives each class the link's rate on its own."""
 import pytest
 from mrclab.controller import bpf
 from mrclab.controller.bpf import CFG, BpfError, PortConfig, compile_bpf, htb_lines
-from mrclab.topologies import emulation, kernel
+from mrclab.emulation import kernel, network
 from mrclab.topologies.spec import LinkParams
 
 needs_clang = pytest.mark.skipif(bpf.bpf_missing() is not None, reason=f"needs clang and libbpf: {bpf.bpf_missing()}")
@@ -70,7 +70,7 @@ def test_every_shaper_lets_the_runs_largest_frame_through():
     assert bursts(big) == [8500] * 3 and "limit 170000" in big[-1]  # 40 frames of 4,250 bytes
     assert kernel.tbf(1.5, 24000) == "tbf rate 1.5mbit burst 3000 limit 24000"
     assert kernel.tbf(1.5, 24000, 4250) == "tbf rate 1.5mbit burst 8500 limit 24000"
-    assert emulation.nic_queue_bytes(LinkParams(bandwidth_mbps=1.5, queue_packets=16), 4250) == 16 * 4250
+    assert network.nic_queue_bytes(LinkParams(bandwidth_mbps=1.5, queue_packets=16), 4250) == 16 * 4250
 
 
 def test_the_asm_headers_are_found_without_gcc(tmp_path, monkeypatch):

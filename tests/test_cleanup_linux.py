@@ -5,7 +5,7 @@ import subprocess
 import sys
 
 import pytest
-from mrclab.topologies.cleanup import list_netns
+from mrclab.emulation.cleanup import list_netns
 
 pytestmark = pytest.mark.root
 

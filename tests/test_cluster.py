@@ -1,4 +1,4 @@
-"""A fabric whose planes run on other servers (topologies/cluster.py): placement, the kernel calls
+"""A fabric whose planes run on other servers (emulation/cluster.py): placement, the kernel calls
 routed to a server, the agent that runs them there, and, on namespace servers with their own sshd
 (tests/nsservers.py), a fabric probed clean, the quickstart passing with its fault on a remote
 plane, and cleanup after a kill -9 leaving nothing on any server."""
@@ -14,10 +14,10 @@ import time
 
 import pytest
 from mrclab.controller.fabric import REMOTE_MISSING, Fabric, available, missing_features
-from mrclab.topologies import kernel
-from mrclab.topologies import placement as P
-from mrclab.topologies import servers as S
-from mrclab.topologies.cluster import VXLAN_OVERHEAD, vxlan_lines
+from mrclab.emulation import kernel
+from mrclab.emulation import placement as P
+from mrclab.emulation import servers as S
+from mrclab.emulation.cluster import VXLAN_OVERHEAD, vxlan_lines
 from mrclab.topologies.spec import load_spec
 from mrclab.traffic.pathprobe import probe_paths
 from nsservers import servers as ns_servers
@@ -291,8 +291,8 @@ def test_bmv2_has_a_queue_for_every_priority_the_program_sets_with_or_without_th
     import re
     from pathlib import Path as P
 
-    from mrclab.topologies import nodes
-    from mrclab.topologies.cluster import RemoteBmv2Switch
+    from mrclab.emulation import nodes
+    from mrclab.emulation.cluster import RemoteBmv2Switch
 
     highest = max(int(v) for v in re.findall(r"const bit<3>\s+PRIO_\w+\s*=\s*(\d+);",
                                              (P(nodes.__file__).parent.parent / "p4src" / "mrclab.p4").read_text()))
@@ -362,7 +362,7 @@ class Here:
 
 
 def test_a_switch_on_a_server_is_watched_for_starvation_through_its_pid_file(tmp_path):
-    from mrclab.experiments import monitor
+    from mrclab.experiments.run import monitor
 
     pid_file, gone = tmp_path / "sw.pid", tmp_path / "gone.pid"
     pid_file.write_text(str(os.getpid()))

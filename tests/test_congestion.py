@@ -7,7 +7,7 @@ import random
 
 import pytest
 from channel import Channel
-from mrclab.traffic import headers as H
+from mrclab.protocol import headers as H
 from mrclab.traffic.cc import DELAY_EWMA, GAMMA, REF_BDP_BYTES, FixedWindow, Nscc
 from mrclab.traffic.dcqcn import F_STAGES, RAI_FRACTION, Dcqcn, G
 from mrclab.traffic.receiver import MrcReceiver

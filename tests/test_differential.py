@@ -4,7 +4,7 @@ toolchain and the linux plane's queue program."""
 
 import pytest
 from mrclab.controller.fabric import missing_features
-from mrclab.experiments.scenario import load_scenario
+from mrclab.experiments.model.scenario import load_scenario
 
 pytestmark = [pytest.mark.root, pytest.mark.bmv2]
 COMPRESS_TO_S = 14.0

@@ -2,7 +2,7 @@
 
 import shutil
 
-from mrclab.experiments import doctor
+from mrclab.experiments.run import doctor
 
 
 def test_a_machine_without_the_toolchain_is_told_how_to_get_it(monkeypatch):
@@ -13,7 +13,7 @@ def test_a_machine_without_the_toolchain_is_told_how_to_get_it(monkeypatch):
     assert not by["p4c"].found and "build-toolchain.sh" in by["p4c"].install
     assert not by["simple_switch_grpc"].found and "BMv2 Thrift runtime (bmv2 queues)" not in by
     assert not by["tshark"].found and by["tshark"].install == "apt-get install -y tshark"
-    from mrclab.topologies import nodes
+    from mrclab.emulation import nodes
 
     monkeypatch.setattr(nodes.shutil, "which",
                         lambda name: None if name in ("p4c", "simple_switch_grpc") else real(name))
@@ -34,7 +34,7 @@ def test_a_missing_clang_takes_the_linux_queues_and_says_why(monkeypatch):
 def test_the_forwarding_build_runs_and_debug_takes_the_logging_build(tmp_path, monkeypatch):
     """simple_switch_grpc on PATH is the forwarding build; --debug takes the logging build that
     vagrant/build-toolchain.sh installs beside it, and says which it took."""
-    from mrclab.topologies import nodes
+    from mrclab.emulation import nodes
 
     prefix = tmp_path / "usr"
     fwd = prefix / "bin" / "simple_switch_grpc"

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from mrclab.experiments.scenario import SCENARIO_DIR
-from mrclab.topologies.cleanup import list_netns
+from mrclab.emulation.cleanup import list_netns
+from mrclab.experiments.model.scenario import SCENARIO_DIR
 
 ROOT = Path(__file__).resolve().parent.parent
 QUICK = yaml.safe_load((SCENARIO_DIR / "quickstart.yaml").read_text())
@@ -171,7 +171,7 @@ def test_an_endpoint_that_dies_is_an_error_one_line_exit_2_never_a_verdict(tmp_p
     import dataclasses
 
     from mrclab.cli import main as cli
-    from mrclab.experiments import endpoints
+    from mrclab.experiments.run import endpoints
 
     real = endpoints.configs
 
@@ -231,7 +231,7 @@ def test_every_command_that_builds_a_fabric_tears_down_on_a_signal(cmd, sig, tmp
 def test_clean_leaves_alone_a_process_whose_pid_was_reused(tmp_path, monkeypatch):
     """A crashed run recorded two processes; one pid now belongs to another process (a different
     start time). `mrclab clean` stops the one that is still the run's and leaves the other alone."""
-    from mrclab.topologies import cleanup
+    from mrclab.emulation import cleanup
 
     monkeypatch.setattr(cleanup, "RUN_ROOT", tmp_path)
     # hermetic: the namespaces of a fabric running meanwhile belong to no run under tmp_path, and

@@ -177,7 +177,7 @@ def test_every_fault_kind_says_what_it_does_to_the_fabric():
     """The fault table alone decides what the verdicts read: every event that fails an element has
     exactly one repair that undoes it, every repair undoes a failing event, a loss has a rate, and
     each event that touches the fabric names its elements."""
-    from mrclab.experiments.faults import EFFECTS, FAULTS, UNDO
+    from mrclab.experiments.model.faults import EFFECTS, FAULTS, UNDO
     from mrclab.topologies.addressing import AddressPlan
     from mrclab.topologies.spec import load_spec
 
@@ -200,8 +200,8 @@ def test_every_fault_kind_says_what_it_does_to_the_fabric():
 def test_the_timeline_follows_the_fault_table():
     """A fault kind's effect is all FabricTimeline needs: a fail opens, its repair closes, a loss
     at rate 0 closes, an event of effect none fails nothing."""
-    from mrclab.experiments.fabricstate import FabricTimeline
-    from mrclab.experiments.faults import Fault
+    from mrclab.experiments.analysis.fabricstate import FabricTimeline
+    from mrclab.experiments.model.faults import Fault
     from mrclab.topologies.addressing import AddressPlan
     from mrclab.topologies.spec import load_spec
 

@@ -11,13 +11,14 @@ import sys
 import time
 
 import pytest
-from mrclab.experiments import fidelity, monitor
-from mrclab.experiments.endpoints import GO_LEAD_S
-from mrclab.experiments.expectations import windows
-from mrclab.experiments.metrics import RunData
-from mrclab.experiments.runner import exit_code
+from mrclab.emulation.cleanup import netns_name
+from mrclab.experiments.analysis import fidelity
+from mrclab.experiments.analysis.expectations import windows
+from mrclab.experiments.analysis.metrics import RunData
+from mrclab.experiments.run import monitor
+from mrclab.experiments.run.endpoints import GO_LEAD_S
+from mrclab.experiments.run.runner import exit_code
 from mrclab.topologies.addressing import ev_plane, ev_t1, make_ev
-from mrclab.topologies.cleanup import netns_name
 from mrclab.traffic.nicqueue import NicQueues
 
 
@@ -33,13 +34,13 @@ def test_a_slow_fabric_starves_only_when_its_waits_are_a_share_of_its_frame_time
     # lab64 on bmv2 (4 KiB frames at 0.25 Mb/s: 136 ms each) waited 0.5-2 ms per wake-up and read
     # void under the fixed 0.5 ms; a twentieth of its frame time is 6.8 ms. Every shipped scenario
     # runs fast enough to keep 0.5 ms
-    from mrclab.experiments.runner import fastest_frame_s
-    from mrclab.experiments.scenario import SCENARIO_DIR, load_scenario
-    from mrclab.traffic.headers import DATA_OVERHEAD
+    from mrclab.experiments.model.scenario import SCENARIO_DIR, load_scenario
+    from mrclab.experiments.run.runner import fastest_frame_s
+    from mrclab.protocol.headers import DATA_OVERHEAD
 
     assert fidelity.sched_delay_limit(0.0) == fidelity.SCHED_DELAY_MAX_S
     lab64 = load_scenario(SCENARIO_DIR / "large" / "lab64-quickstart.yaml", dataplane="bmv2")
-    frame_s = fastest_frame_s(lab64.spec_for("bmv2"), lab64.settings.payload_bytes + DATA_OVERHEAD)
+    frame_s = fastest_frame_s(lab64.spec_for("bmv2"), lab64.settings.frame_bytes)
     assert frame_s == pytest.approx((4096 + DATA_OVERHEAD) * 8 / 0.25e6)
     limit = fidelity.sched_delay_limit(frame_s)
     assert limit == pytest.approx(0.05 * frame_s)
@@ -49,7 +50,7 @@ def test_a_slow_fabric_starves_only_when_its_waits_are_a_share_of_its_frame_time
     for f in sorted(SCENARIO_DIR.glob("*.yaml")):
         for dp in ("linux", "bmv2"):
             scn = load_scenario(f.stem, dataplane=dp)
-            fs = fastest_frame_s(scn.spec_for(dp), scn.settings.payload_bytes + DATA_OVERHEAD)
+            fs = fastest_frame_s(scn.spec_for(dp), scn.settings.frame_bytes)
             assert fidelity.sched_delay_limit(fs) == fidelity.SCHED_DELAY_MAX_S, (f.stem, dp, fs)
 
 
@@ -86,7 +87,7 @@ def test_a_verdict_is_void_only_when_its_window_overlaps_a_fault():
 
 
 def _judged(found, metric, args, d=None):
-    from mrclab.experiments.expectations import judge
+    from mrclab.experiments.analysis.expectations import judge
 
     d = d or RunData(duration_s=24.0, first_fault_s=8.0, traffic_start_s=0.0)
     d.fidelity_windows = [(f.t0, f.t1) for f in found]
@@ -135,7 +136,7 @@ def test_a_count_bounded_below_is_void_only_where_what_met_its_bound_fell_inside
 
 
 def test_a_stall_counts_only_its_time_outside_the_machines_faults():
-    from mrclab.experiments.metrics import BIN_S
+    from mrclab.experiments.analysis.metrics import BIN_S
 
     d = RunData(duration_s=10.0)
     d.qp_src = {"q": "h0"}
@@ -151,7 +152,7 @@ def test_a_stall_counts_only_its_time_outside_the_machines_faults():
 
 
 def test_a_windowed_verdict_is_void_only_where_a_fault_meets_its_window_and_the_run_is_undecided():
-    from mrclab.experiments.runner import run_passed
+    from mrclab.experiments.run.runner import run_passed
 
     f = [fidelity.FidelityFault("late timers", "endpoint h0", 16.5, 16.8, 0.3, 0.05)]
     d = RunData(duration_s=24.0, first_fault_s=8.0, traffic_start_s=0.0)
@@ -357,7 +358,7 @@ def test_the_port_sampler_reads_one_switch_at_a_time_spread_over_its_period():
     """A round reads each switch once, the reads spread evenly over the period (not all at once:
     a burst of reads wakes every switch's control threads together), and stamps the round's rows
     with one time; a round where a read failed is dropped whole."""
-    from mrclab.experiments.runner import PortSampler
+    from mrclab.experiments.run.runner import PortSampler
 
     class Fab:
         dataplane = "bmv2"

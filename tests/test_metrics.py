@@ -3,8 +3,8 @@
 import math
 
 import pytest
-from mrclab.experiments.expectations import evaluate
-from mrclab.experiments.metrics import RunData, baseline_mbps, recovery_time_s
+from mrclab.experiments.analysis.expectations import evaluate
+from mrclab.experiments.analysis.metrics import RunData, baseline_mbps, recovery_time_s
 
 
 def run_with_rate(rate_mbps, duration=20.0, step=0.1):
@@ -61,8 +61,8 @@ def test_worst_qp_ratio_sees_a_stalled_qp_that_total_goodput_hides():
 
 
 def test_retire_metrics_and_intact():
-    from mrclab.experiments.fabricstate import FabricTimeline
-    from mrclab.experiments.faults import Fault
+    from mrclab.experiments.analysis.fabricstate import FabricTimeline
+    from mrclab.experiments.model.faults import Fault
     from mrclab.topologies.addressing import AddressPlan
     from mrclab.topologies.spec import load_spec
 
@@ -95,10 +95,10 @@ def test_the_metric_registry_is_the_one_list_docs_help_and_dispatch_read():
     import re
     from pathlib import Path
 
-    from mrclab.experiments.claims import ARGS, CLAIMS, metric_help, metric_table
-    from mrclab.experiments.expectations import VALUES, evaluate
-    from mrclab.experiments.fabricstate import FabricTimeline
-    from mrclab.experiments.metrics import RunData
+    from mrclab.experiments.analysis.expectations import VALUES, evaluate
+    from mrclab.experiments.analysis.fabricstate import FabricTimeline
+    from mrclab.experiments.analysis.metrics import RunData
+    from mrclab.experiments.model.claims import ARGS, CLAIMS, metric_help, metric_table
     from mrclab.topologies.addressing import AddressPlan
     from mrclab.topologies.spec import load_spec
 
@@ -117,7 +117,7 @@ def test_the_metric_registry_is_the_one_list_docs_help_and_dispatch_read():
 
 def test_the_regime_says_bdp_thresholds_and_timer_floor_and_what_they_weaken():
     from mrclab.controller.queues import PortQueue
-    from mrclab.experiments.regime import PAPER_BDP_PACKETS, regime
+    from mrclab.experiments.analysis.regime import PAPER_BDP_PACKETS, regime
     from mrclab.topologies.spec import load_spec
     from mrclab.traffic.settings import TransportSettings
 

@@ -5,7 +5,7 @@ same run without PFC drops at the congested queue."""
 import pytest
 import yaml
 from mrclab.controller.queues import QueueSettings, queue_plan
-from mrclab.experiments.scenario import load_scenario
+from mrclab.experiments.model.scenario import load_scenario
 from mrclab.topologies.addressing import AddressPlan
 
 # One plane, two T0s under one T1: h1 (beside h0) and h2, h3 (across the T1) write to h0 at the
@@ -56,7 +56,7 @@ def test_pauses_spread_hop_by_hop_and_nothing_is_dropped(dp, tmp_path, no_leftov
     """linux: the tc eBPF program's virtual queues and htb's tbf leaves; bmv2: the qocc and
     pfc_feeds registers read over Thrift and a tbf on each switch's wire (controller/pfc.py)."""
     from mrclab.controller.fabric import missing_features
-    from mrclab.experiments import runner
+    from mrclab.experiments.run import runner
 
     if why := missing_features(dp).get("congestion"):
         pytest.skip(f"the {dp} data plane has no switch queues here: {why}")

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ["__init__.py", "topologies", "p4src", "controller", "traffic", "experiments", "bench", "cli"]
+PACKAGES = ["__init__.py", "topologies", "protocol", "emulation", "p4src", "controller", "traffic", "experiments", "bench", "cli"]
 
 
 def _tool(name: str) -> str | None:

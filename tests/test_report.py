@@ -4,7 +4,7 @@ import json
 import types
 
 import pytest
-from mrclab.experiments.report import ReportError, load_result, main
+from mrclab.experiments.analysis.report import ReportError, load_result, main
 
 
 def make_result(folder, transport, mbps):

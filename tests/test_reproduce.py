@@ -5,11 +5,11 @@ import json
 import zlib
 
 import pytest
-from mrclab.experiments.collectives import CollectiveRun, iterations, summary
-from mrclab.experiments.metrics import RunData
-from mrclab.experiments.reproduce import ORDER, report_md
-from mrclab.experiments.scenario import SCENARIO_DIR, ScenarioError, load_scenario, parse_scenario
-from mrclab.experiments.sweep import judge, point
+from mrclab.experiments.analysis.collectives import CollectiveRun, iterations, summary
+from mrclab.experiments.analysis.metrics import RunData
+from mrclab.experiments.model.scenario import SCENARIO_DIR, ScenarioError, load_scenario, parse_scenario
+from mrclab.experiments.run.reproduce import ORDER, report_md
+from mrclab.experiments.run.sweep import judge, point
 from mrclab.traffic.collective import bus_factor, expected_result
 
 RANKS = ("h0", "h4", "h1", "h5")
@@ -124,7 +124,7 @@ def _sized_raw(sizes=(8192, 131072)):
 
 
 def test_a_sweep_over_message_sizes_runs_every_size_and_judges_each_claim_at_its_own(tmp_path):
-    from mrclab.experiments.sweep import folder_name, write
+    from mrclab.experiments.run.sweep import folder_name, write
 
     scn = parse_scenario(_sized_raw(), "s.yaml")
     sw = scn.sweep
@@ -152,7 +152,7 @@ def test_a_sweep_over_message_sizes_runs_every_size_and_judges_each_claim_at_its
 def test_a_void_sweep_point_is_void_in_the_sweeps_verdict_never_passed(tmp_path, monkeypatch):
     """One point whose run was void (and no claim reading it, nor any point, FAILed): the sweep is
     undecided, ``passed`` None, never True; a point that FAILed makes it FAIL whatever else was void."""
-    from mrclab.experiments import runner
+    from mrclab.experiments.run import runner
 
     scn = parse_scenario(_sized_raw(), "s.yaml")
     verdicts: dict = {}
@@ -202,7 +202,7 @@ def test_every_paper_scenario_is_in_the_reproduce_table_and_the_report_has_a_row
 @pytest.mark.root
 def test_reproduce_quick_on_linux_runs_the_whole_table_and_writes_its_report(tmp_path, no_leftovers):
     from mrclab.controller.fabric import missing_features
-    from mrclab.experiments.reproduce import reproduce
+    from mrclab.experiments.run.reproduce import reproduce
 
     if missing_features("linux"):
         pytest.skip(f"the linux data plane lacks {missing_features('linux')}")
@@ -239,8 +239,8 @@ def test_reproduce_quick_on_linux_runs_the_whole_table_and_writes_its_report(tmp
 def test_a_row_that_cannot_run_is_void_and_the_report_is_still_written(tmp_path, monkeypatch):
     """One scenario's endpoints never get ready (this machine's limit): its row is void with the
     reason; the other row keeps its verdict and report.md has both."""
-    from mrclab.experiments import reproduce as R
-    from mrclab.experiments.endpoints import EndpointsNotReady
+    from mrclab.experiments.run import reproduce as R
+    from mrclab.experiments.run.endpoints import EndpointsNotReady
 
     ok = {"passed": True, "void": [], "expectations": [
         {"expectation": "goodput_ratio(window=[1, 2])", "metric": "goodput_ratio", "value": 1.0, "bound": ">= 0.9",
@@ -266,8 +266,8 @@ def test_a_row_that_cannot_run_is_void_and_the_report_is_still_written(tmp_path,
 def test_a_row_whose_endpoint_crashed_is_an_error_never_void(tmp_path, monkeypatch):
     """An endpoint that died is the transport's (or the lab's) defect, not the machine's: the row
     reads ``error`` with its reason, the report says so in its header and reproduce exits 2."""
-    from mrclab.experiments import reproduce as R
-    from mrclab.experiments.endpoints import EndpointDied
+    from mrclab.experiments.run import reproduce as R
+    from mrclab.experiments.run.endpoints import EndpointDied
 
     def fake_run(scn, out, live=False, cluster=None):
         raise EndpointDied("endpoint on h2 exited with 1: Traceback ... ZeroDivisionError")
@@ -284,7 +284,7 @@ def test_a_row_whose_endpoint_crashed_is_an_error_never_void(tmp_path, monkeypat
 def test_a_failed_row_names_the_expectations_that_failed(tmp_path, monkeypatch):
     """A FAIL row says which expectation failed, with its value and bound, in the summary and in
     report.md's table; the expectations that passed or were void are not named."""
-    from mrclab.experiments import reproduce as R
+    from mrclab.experiments.run import reproduce as R
 
     def v(expectation, value, bound, passed, void=None):
         return {"expectation": expectation, "metric": expectation.split("(")[0], "value": value, "bound": bound,
@@ -311,7 +311,7 @@ def test_a_failed_row_names_the_expectations_that_failed(tmp_path, monkeypatch):
 
 
 def test_repeats_report_the_median_and_hold_only_when_it_meets_the_bound():
-    from mrclab.experiments.repeat import aggregate, figure
+    from mrclab.experiments.run.repeat import aggregate, figure
 
     def run(seed, value, passed, void=None):
         return {"seed": seed, "passed": passed, "void": [], "fidelity_faults": [], "expectations": [
@@ -346,7 +346,7 @@ def test_update_reruns_rows_into_a_report_and_keeps_what_it_replaced(tmp_path, m
     """``reproduce --update``: the re-run row replaces the old one in the table; the old row stays
     in summary.json's ``superseded`` and its runs move to superseded/; other rows are untouched;
     a report made with other settings is refused."""
-    from mrclab.experiments import reproduce as R
+    from mrclab.experiments.run import reproduce as R
 
     verdict = {"quickstart": False, "incast": True}
 

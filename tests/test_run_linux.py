@@ -6,8 +6,8 @@ import json
 
 import pytest
 import yaml
-from mrclab.experiments import endpoints, runner
-from mrclab.experiments.scenario import SCENARIO_DIR, load_scenario
+from mrclab.experiments.model.scenario import SCENARIO_DIR, load_scenario
+from mrclab.experiments.run import endpoints, runner
 
 pytestmark = pytest.mark.root
 
@@ -83,7 +83,7 @@ def test_the_path_delay_adds_twice_itself_to_the_rtt_and_loses_nothing(tmp_path,
 def test_a_fast_fabric_s_shapers_send_no_burst_its_switches_trim(tmp_path, no_leftovers, decided_run):
     # at 32 Mb/s a shaper whose burst grew with the rate (4 ms of it: 16 KB) sent 13 frames back to
     # back into the next hop, over its trim threshold (4 packets): thousands of trims, a third of
-    # the goodput. Two frames (topologies.kernel.SHAPER_BURST_BYTES) trim nothing
+    # the goodput. Two frames (emulation.kernel.SHAPER_BURST_BYTES) trim nothing
     raw = yaml.safe_load((SCENARIO_DIR / "quickstart.yaml").read_text())
     raw.update(name="fast", faults=[], fabric_bmv2=None, duration_s=5, expect_roce=None, demonstrates={},
                fabric={"topo": "lab", "link": {"bandwidth_mbps": 32, "queue_packets": 16, "path_delay_ms": 5}},

@@ -5,8 +5,8 @@ import copy
 
 import pytest
 import yaml
-from mrclab.experiments.runner import RunRefused, choose_dataplane
-from mrclab.experiments.scenario import SCENARIO_DIR, ScenarioError, load_scenario, parse_scenario
+from mrclab.experiments.model.scenario import SCENARIO_DIR, ScenarioError, load_scenario, parse_scenario
+from mrclab.experiments.run.runner import RunRefused, choose_dataplane
 
 BASE = yaml.safe_load((SCENARIO_DIR / "quickstart.yaml").read_text())
 

@@ -1,4 +1,4 @@
-"""Servers a fabric may span (topologies/servers.py): named on the command line, checked over ssh
+"""Servers a fabric may span (emulation/servers.py): named on the command line, checked over ssh
 before anything is built on them, one clear line per problem. The root tests run against servers
 on this machine: network namespaces with their own sshd (tests/nsservers.py)."""
 
@@ -9,7 +9,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from mrclab.topologies import servers as S
+from mrclab.emulation import servers as S
 from mrclab.topologies.errors import BadInput
 from nsservers import fake_bin
 from nsservers import servers as ns_servers

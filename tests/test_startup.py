@@ -9,7 +9,7 @@ import threading
 import time
 
 import pytest
-from mrclab.experiments import endpoints
+from mrclab.experiments.run import endpoints
 from mrclab.traffic import contract as C
 
 

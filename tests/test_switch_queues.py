@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 from mrclab.controller.fabric import Fabric
 from mrclab.controller.queues import QueueSettings, mbps_to_pps
+from mrclab.protocol import headers as H
 from mrclab.topologies.spec import ClosSpec
-from mrclab.traffic import headers as H
 from mrclab.traffic.packet import Pkt, rkey_for
 from mrclab.traffic.wire import Wire
 
@@ -180,9 +180,9 @@ def test_gray_loss_drops_its_share(dp, tmp_path):
 
 @pytest.mark.parametrize("dp", DATAPLANES)
 def test_ev_loss_hits_only_that_evs_path(dp, tmp_path):
-    """Two EVs from h0 to h2 through different T1s; the ``ev_loss`` fault (experiments/faults.py)
+    """Two EVs from h0 to h2 through different T1s; the ``ev_loss`` fault (experiments/model/faults.py)
     on one: it loses about its rate, the other nothing."""
-    from mrclab.experiments.faults import FAULTS
+    from mrclab.experiments.model.faults import FAULTS
 
     needs_queues(dp)
     rate = 0.5 * mbps_to_pps(16.0)  # each path at a quarter of its uplink's rate: no queue

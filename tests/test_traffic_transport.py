@@ -10,8 +10,8 @@ import pytest
 from channel import Channel
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mrclab.protocol import headers as H
 from mrclab.topologies.addressing import ev_plane, make_ev
-from mrclab.traffic import headers as H
 from mrclab.traffic.host import HostStack
 from mrclab.traffic.packet import Pkt
 from mrclab.traffic.receiver import SACK_COALESCE_MAX, MrcReceiver
@@ -424,7 +424,7 @@ def test_a_packet_held_past_its_timer_and_delivered_is_reported_as_a_spurious_ti
     other EVs, and then arrives, after its resend: a duplicate, which the receiver echoes at once
     on the EV it came by. Each tells the sender the timer gave up on a packet that was only late: a
     spurious timeout (RFC 3522), on a held EV, at least a timer after it was sent. The fidelity
-    watch voids the verdicts that overlap it (experiments/fidelity.py, "held packets")."""
+    watch voids the verdicts that overlap it (experiments/analysis/fidelity.py, "held packets")."""
     chan = Channel(random.Random(5), delay_s=(0.001, 0.001))
     held: set[int] = set()
 

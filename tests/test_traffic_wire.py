@@ -12,9 +12,9 @@ import zlib
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from mrclab.protocol import headers as H
 from mrclab.topologies.addressing import AddressPlan, ev_plane, make_ev
 from mrclab.topologies.spec import load_spec
-from mrclab.traffic import headers as H
 from mrclab.traffic import layers  # noqa: F401 (binds the MRC layers to UDP 4791 for Ether())
 from mrclab.traffic.host import HostStack
 from mrclab.traffic.packet import Pkt
@@ -272,7 +272,7 @@ def test_a_round_trip_longer_than_the_probe_timeout_keeps_its_reverse_evs_once_t
     # a slow fabric (lab64 on bmv2: 0.54 s RTT) answered every reverse probe after its 0.2 s
     # timeout: each counted as lost, every reverse EV left the rotation, and rounds every 50 ms
     # sent more probes than data. The runner raises the probe timers to the retransmission floor
-    from mrclab.experiments.runner import slow_path_timers
+    from mrclab.experiments.run.runner import slow_path_timers
 
     slow = dataclasses.replace(S, min_rto_s=1.2)
     r, sent_default = _reverse_evs_over_a_slow_path(slow, 0.25, 3.0)

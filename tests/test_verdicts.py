@@ -7,14 +7,14 @@ import re
 
 import pytest
 from mrclab.controller.fabric import available
-from mrclab.experiments.fabricstate import FabricTimeline
-from mrclab.experiments.faults import Fault, roce_path
-from mrclab.experiments.metrics import RunData
-from mrclab.experiments.regime import BDP_GOAL_PACKETS
-from mrclab.experiments.scenario import SCENARIO_DIR, SWITCH_MECHANISMS, ScenarioError, load_scenario
-from mrclab.experiments.verdicts import capacity_ratio, false_retirements, retire_time_rtts, revival_s
+from mrclab.emulation.nodes import toolchain_missing
+from mrclab.experiments.analysis.fabricstate import FabricTimeline
+from mrclab.experiments.analysis.metrics import RunData
+from mrclab.experiments.analysis.regime import BDP_GOAL_PACKETS
+from mrclab.experiments.analysis.verdicts import capacity_ratio, false_retirements, retire_time_rtts, revival_s
+from mrclab.experiments.model.faults import Fault, roce_path
+from mrclab.experiments.model.scenario import SCENARIO_DIR, SWITCH_MECHANISMS, ScenarioError, load_scenario
 from mrclab.topologies.addressing import AddressPlan, make_ev
-from mrclab.topologies.nodes import toolchain_missing
 from mrclab.traffic.settings import TransportSettings
 
 SHIPPED = sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml"))
@@ -51,7 +51,7 @@ def test_a_scenario_with_trim_off_runs_on_switches_that_drop_instead_and_bad_dem
 
 
 def _qps(scn):
-    """(src, dst, qp) of every QP, numbered per sending host as experiments/endpoints.py does."""
+    """(src, dst, qp) of every QP, numbered per sending host as experiments/run/endpoints.py does."""
     n: dict[str, int] = {}
     for f in scn.flows:
         for _ in range(f.qps):
@@ -191,7 +191,7 @@ def test_scenario_passes_as_shipped_and_fails_with_each_mechanism_it_demonstrate
     assert written <= {f.name for f in out.iterdir() if f.stat().st_size > 0}
     if off is None:
         assert m["passed"] and not m["void"], f"{name} as shipped failed: {failed}"
-        if scn.faults:  # the regime the lab sets itself (experiments/regime.py)
+        if scn.faults:  # the regime the lab sets itself (experiments/analysis/regime.py)
             bdp = m["regime"]["bdp_packets"]
             assert bdp is not None, f"{name} measured no RTT"
             if name in BELOW_BDP_GOAL:  # a claim too: once it holds the goal, it leaves the list

@@ -1,5 +1,5 @@
 """The wire constants that live three times, in P4 (p4src/mrclab.p4), in C (bpfsrc/port_queue.bpf.c)
-and in Python (traffic/headers.py, controller/queues.py, controller/p4runtime.py, controller/bpf.py),
+and in Python (protocol/headers.py, controller/queues.py, controller/p4runtime.py, controller/bpf.py),
 read from each source and held equal: a change in one that the others miss fails here, not in a
 capture three weeks later."""
 
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 from mrclab.controller import bpf, p4runtime, queues
-from mrclab.traffic import headers as H
+from mrclab.protocol import headers as H
 
 ROOT = Path(__file__).resolve().parents[1]
 

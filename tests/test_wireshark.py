@@ -24,9 +24,9 @@ from pathlib import Path
 
 import pytest
 import yaml
+from mrclab.protocol import headers as H
 from mrclab.topologies.addressing import AddressPlan
 from mrclab.topologies.spec import load_spec
-from mrclab.traffic import headers as H
 from mrclab.traffic import layers as L
 from mrclab.traffic.packet import Pkt
 from mrclab.traffic.wire import Wire
@@ -334,7 +334,7 @@ def test_a_capture_of_mrc_and_roce_transfers_dissects_as_the_decoder_reads_it(tm
 
     if shutil.which("tcpdump") is None:
         pytest.skip("needs tcpdump")
-    from mrclab.experiments.captures import Captures
+    from mrclab.experiments.run.captures import Captures
 
     with Fabric(load_spec(), "linux") as fab:
         ports = [f"h2-eth{p}" for p in range(fab.spec.planes)]

@@ -7,9 +7,9 @@ import random
 from dataclasses import dataclass
 
 from channel import Channel
+from mrclab.protocol import headers as H
 from mrclab.topologies.addressing import AddressPlan, make_ev
 from mrclab.topologies.spec import load_spec
-from mrclab.traffic import headers as H
 from mrclab.traffic.contract import event_fields
 from mrclab.traffic.receiver import MrcReceiver, probe_reply
 from mrclab.traffic.region import RegionRing

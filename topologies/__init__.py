@@ -1,2 +1,3 @@
-"""The fabric: its spec (YAML), sizing, address plan, and the emulation that runs it in network
-namespaces (Mininet nodes, veths, the kernel calls, the run state that cleanup reads)."""
+"""The fabric's model: its spec (YAML -> frozen dataclasses, validated), its address plan (locator
+block, uSIDs, EVs -> paths), sizing and the errors every layer raises. Pure: nothing here touches
+the kernel. Its emulation is ``mrclab.emulation``."""

@@ -35,7 +35,7 @@ DEFAULT_TOPO = Path(__file__).with_name("lab.yaml")
 
 MAX_PLANES = 16  # 4 plane bits in every uSID
 #: Planes a fabric may have: one NIC port per plane, and MRC's port-state bitmap (every data
-#: packet, SACK and probe carries it; traffic/headers.py) is one byte on the wire, so 8, the
+#: packet, SACK and probe carries it; protocol/headers.py) is one byte on the wire, so 8, the
 #: paper's own count, although the uSID has room for MAX_PLANES.
 MAX_NIC_PORTS = 8
 MAX_INDEX = 1023  # 10 index bits in every uSID (T0 group, T1 number, host in group)
@@ -203,7 +203,7 @@ def load_spec(path: str | Path | None = None) -> ClosSpec:
         data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise SpecError(f"{p}: not valid YAML ({e})") from None
-    if isinstance(data, dict):  # where it runs, not its shape: topologies/servers.py reads it
+    if isinstance(data, dict):  # where it runs, not its shape: emulation/servers.py reads it
         data = {k: v for k, v in data.items() if k != "servers"}
     return ClosSpec.from_dict(data or {}, source=str(p))
 

@@ -192,9 +192,9 @@ class SpuriousTimeout(Event):
     arrival (``psn`` on ``ev``, the EV of the transmission that timed out) ``age_s`` after it was
     sent, having waited ``nic_wait_s`` in its own NIC port's queue (the sending host's model of
     it, traffic/nicqueue.py; None where the port rate is unknown), and ``wire_s`` between its send
-    stamp and its receiving endpoint (the one-way time the SACK echoed, traffic/headers.py
+    stamp and its receiving endpoint (the one-way time the SACK echoed, protocol/headers.py
     ``STAMP_HZ``; None where the echoed arrival had no stamp). One longer on its way than the
-    model allows it (experiments/fidelity.py ``HeldLimits``: the switch queues, the NIC queue, the
+    model allows it (experiments/analysis/fidelity.py ``HeldLimits``: the switch queues, the NIC queue, the
     propagation) was held outside the model, by the emulator (a switch thread, a veth, a qdisc):
     "held packets". Spurious timeouts: RFC 3522 (Eifel detection)."""
 
@@ -335,7 +335,7 @@ class Sample:
     between the starts of two turns (runnable, not running: the kernel's run-queue delay): the
     time the machine took from its timers. The loop's own work and its chosen sleeps are not in
     it: a transport that spends its CPU shows that in its results, never here
-    (experiments/fidelity.py reads it); and ``rss_bytes``, the endpoint's resident memory (bytes,
+    (experiments/analysis/fidelity.py reads it); and ``rss_bytes``, the endpoint's resident memory (bytes,
     /proc/self/statm) when the sample was taken (0: unknown)."""
 
     tx: tuple[TxQp, ...]

@@ -20,8 +20,8 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from mrclab.protocol import headers as H
 from mrclab.topologies.addressing import AddressPlan, ev_entropy, ev_plane, ev_t1, make_ev
-from mrclab.traffic import headers as H
 from mrclab.traffic.contract import Event, PortsChanged, ReverseEvChanged
 from mrclab.traffic.evs import EvState
 from mrclab.traffic.nicqueue import NicQueues

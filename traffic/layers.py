@@ -1,11 +1,11 @@
 """The MRC headers as scapy layers, for dissecting captures and tests (the wire format's reference
-beside the struct layouts of :mod:`traffic.headers`, which the endpoint uses alone): importing this
+beside the struct layouts of :mod:`protocol.headers`, which the endpoint uses alone): importing this
 module binds them to UDP port 4791, so ``Ether(frame)`` dissects BTH, MRCX, RETH, ImmDt, SACK,
 probe and CNP bodies."""
 
 from __future__ import annotations
 
-from mrclab.traffic.headers import OP_ACK, OP_CNP, OP_NACK, OP_PROBE, OP_SACK, OP_WRITE, OP_WRITE_IMM, UDP_PORT
+from mrclab.protocol.headers import OP_ACK, OP_CNP, OP_NACK, OP_PROBE, OP_SACK, OP_WRITE, OP_WRITE_IMM, UDP_PORT
 from scapy.fields import BitField, ByteField, FlagsField, IntField, LongField, ShortField, XByteField, XIntField
 from scapy.layers.inet import UDP
 from scapy.packet import Packet, bind_layers

@@ -2,10 +2,10 @@
 behind the frames it sent before, port by port.
 
 On a shaped fabric every host NIC port is a FIFO drained at the port's rate (the ``tbf`` of
-topologies/emulation.py, and behind it the endpoint's backlog of frames the qdisc had no room for).
+emulation/network.py, and behind it the endpoint's backlog of frames the qdisc had no room for).
 A packet's round trip includes its wait there, up to a full queue (``queue_packets`` frames: 96 ms
 for 32 packets at 4 Mb/s), and a watch that judges whether the emulator held a packet
-(experiments/fidelity.py, "held packets") needs the wait the packet actually met, not the worst
+(experiments/analysis/fidelity.py, "held packets") needs the wait the packet actually met, not the worst
 case. The host knows it: it sent everything in front. Each port is modelled as a queue with no
 limit drained at the port rate since the last frame (a token bucket's burst lets frames leave
 sooner, so the model's wait is an upper bound), and the wait is remembered per millisecond for the

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from mrclab.traffic import headers as H
+from mrclab.protocol import headers as H
 from mrclab.traffic.region import RegionRing
 from mrclab.traffic.settings import TransportSettings
 from mrclab.traffic.stats import SenderStats

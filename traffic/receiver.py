@@ -29,8 +29,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from mrclab.protocol import headers as H
 from mrclab.topologies.addressing import ev_t1
-from mrclab.traffic import headers as H
 from mrclab.traffic.contract import Event, MessageCorrupt, Trimmed
 from mrclab.traffic.packet import PSN_MOD, SACK_BITMAP_BITS, Pkt, rkey_for
 from mrclab.traffic.ports import ALL_UP

@@ -14,7 +14,7 @@ import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from mrclab.traffic import headers as H
+from mrclab.protocol import headers as H
 from mrclab.traffic.stats import ReceiverStats
 
 #: Messages a receiver assembles at once beyond the next one to complete (an MSN window).

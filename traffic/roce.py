@@ -20,8 +20,8 @@ import hashlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from mrclab.protocol import headers as H
 from mrclab.topologies.addressing import AddressPlan
-from mrclab.traffic import headers as H
 from mrclab.traffic.contract import Event, Nacked, TimedOut
 from mrclab.traffic.dcqcn import Dcqcn, Pacer
 from mrclab.traffic.evs import EvState
@@ -67,7 +67,7 @@ class RoceSender:
         #: what :meth:`poll` returns for a data packet, from its fields in DATA_FIELDS order: a
         #: :class:`Pkt`, or the frame where the host stack gives its wire's framer (as MrcSender's)
         self.make_data: Callable[..., Any] = Pkt
-        mss = settings.payload_bytes + H.DATA_OVERHEAD
+        mss = settings.frame_bytes
         line = settings.port_mbps * 1e6
         self.dcqcn = Dcqcn(line, mss, settings.dcqcn_timer_s) if settings.roce_cc == "dcqcn" and line > 0 else None
         self._timer_from_rtt = settings.dcqcn_timer_s == 0  # 5 base RTTs, once an RTT is known
@@ -99,7 +99,7 @@ class RoceSender:
     @property
     def window_bytes(self) -> float:
         """The fixed window: ``window_packets`` full packets on the wire, in bytes."""
-        return float(self.s.window_packets * (self.s.payload_bytes + H.DATA_OVERHEAD))
+        return float(self.s.window_packets * self.s.frame_bytes)
 
     @property
     def rate_bps(self) -> float | None:

@@ -37,8 +37,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from mrclab.protocol import headers as H
 from mrclab.topologies.addressing import AddressPlan, ev_plane
-from mrclab.traffic import headers as H
 from mrclab.traffic.cc import FixedWindow, Nscc
 from mrclab.traffic.contract import (
     Event,
@@ -105,7 +105,7 @@ class MrcSender:
         self.rtt = RttEstimator(settings)
         self.probes: ProbeScheduler[int] = ProbeScheduler(settings.probe_interval_s, settings.probe_timeout_s)
         self.ports = PortState()
-        self.mss = settings.payload_bytes + H.DATA_OVERHEAD  # a full data packet on the wire
+        self.mss = settings.frame_bytes  # a full data packet on the wire
         self._planes = {e.plane for e in evs.evs.values()}  # the planes this QP sprays over
         if settings.nscc:
             planes = len(self._planes)

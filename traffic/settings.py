@@ -9,11 +9,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from mrclab.protocol.headers import DEFAULT_PAYLOAD_BYTES, MAX_PAYLOAD_BYTES, frame_bytes
 from mrclab.topologies.errors import BadInput
 from mrclab.topologies.schema import Problems, build, rule
-
-#: Largest payload a data packet carries: jumbo frames of 9000 bytes hold 8 KiB plus the headers.
-MAX_PAYLOAD_BYTES = 8192
 
 
 def _pos(doc: str, **kw: Any) -> dict:
@@ -73,7 +71,7 @@ class TransportSettings:
     """
 
     window_packets: int = field(default=16, metadata=_pos("unacknowledged data packets per QP"))
-    payload_bytes: int = field(default=1024, metadata=rule(lo=1, hi=MAX_PAYLOAD_BYTES, doc="data bytes per packet"))
+    payload_bytes: int = field(default=DEFAULT_PAYLOAD_BYTES, metadata=rule(lo=1, hi=MAX_PAYLOAD_BYTES, doc="data bytes per packet"))
     evs_per_plane: int = field(default=4, metadata=_pos("active EVs per plane"))
     backup_per_plane: int = field(default=2, metadata=_pos("backup EVs per plane"))
     reverse_evs_per_plane: int = field(default=1, metadata=_pos("reverse (SACK) EVs per plane, minus one"))
@@ -103,6 +101,12 @@ class TransportSettings:
 
     #: the switchable mechanisms, by name
     MECHANISMS = ("ev_health", "probes", "port_state", "nack", "ecn_lb", "nscc", "spray")
+
+    @property
+    def frame_bytes(self) -> int:
+        """A full data packet on the wire (bytes): ``payload_bytes`` plus its headers and ICRC
+        (protocol/headers.py :func:`frame_bytes`)."""
+        return frame_bytes(self.payload_bytes)
 
     @classmethod
     def from_dict(cls, d: Any, source: str = "transport") -> TransportSettings:

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from time import monotonic as _monotonic
 from typing import TypeVar, overload
 
+from mrclab.protocol import headers as H
 from mrclab.topologies.addressing import AddressPlan, PathTemplate
-from mrclab.traffic import headers as H
 from mrclab.traffic.packet import Pkt
 
 _U32 = struct.Struct("!I")

@@ -1,7 +1,7 @@
 --[[
 mrc.lua: a Wireshark / tshark (4.0, Lua 5.2) dissector for mrclab's MRC wire format.
 
-Frame (docs/protocol.md; traffic/headers.py holds the authoritative struct layouts):
+Frame (docs/protocol.md; protocol/headers.py holds the authoritative struct layouts):
 
   Ethernet | outer IPv6 (dst = SRv6 uSID container, flow label = EV[31:16], traffic class =
   DSCP|ECN, DSCP 0x2A = trimmed by a switch) | inner IPv6 | UDP (sport = EV[15:0], dport 4791)
@@ -70,7 +70,7 @@ local OPNAMES = {
     [OP_CNP] = "CNP",
 }
 
--- sizes (traffic/headers.py)
+-- sizes (protocol/headers.py)
 local BTH_SIZE, MRCX_SIZE, RETH_SIZE, IMM_SIZE = 12, 20, 16, 4
 local SACK_SIZE, PROBE_SIZE, CNP_SIZE, ICRC_SIZE = 36, 20, 16, 4
 

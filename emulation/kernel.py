@@ -1,0 +1,352 @@
+"""Every call mrclab makes into the kernel's network configuration, in one module, per concern:
+namespaces, links, qdiscs, routes, sysctls and commands run inside a namespace.
+
+pyroute2 where it serves: listing, naming (attaching), deleting network namespaces and finding
+the processes inside one, all done in this process with no fork. Anything that has to *enter* a
+namespace stays on iproute2, which forks and execs: pyroute2 enters one by forking without exec
+(``NetNS``, ``netns.create``), which deadlocks in a process with other threads (gRPC's, in a bmv2
+fabric's controller: ``mrclab bench fabric`` hung in its first trial reading a link's counters)
+and costs 16.2 ms a call here against 2.7 ms for ``ip`` (20 link flips each, one namespace). So
+iproute2 does, each for that reason or its own:
+
+* creating a namespace and a veth pair, setting a link up / down / its MTU and reading its
+  counters (:func:`netns_add`, :func:`veth_add`, :func:`link_set`, :func:`link_stats`);
+* bulk writes, ``ip -batch`` and ``tc -batch`` (:func:`ip_batch`, :func:`tc_batch`): a switch's
+  seg6 routes use the ``next-csid`` flavour of ``End`` (uN, RFC 9800), which pyroute2 0.9 cannot
+  encode, and a switch's htb classes, pfifo leaves and tbf shapers are written by the hundreds in
+  one fork and one netlink conversation;
+* a command run inside a namespace (:func:`netns_exec`, :func:`netns_popen`): ``ip netns exec``
+  also gives the command the namespace's own ``/sys`` and ``/etc/netns`` (tcpdump, sysctl and
+  ethtool read them), where pyroute2's ``setns`` moves only the calling thread's network namespace;
+* sysctls (:func:`sysctl`), which ``/proc/sys/net`` shows per namespace only to a process inside it.
+
+Every failure is a :class:`KernelError` naming the namespace, the command and the kernel's words.
+
+A namespace may live on another server (a plane placed there, emulation/cluster.py). Once
+:func:`place` has named the :class:`Remote` that reaches it, every call here on that namespace runs
+its ``ip`` / ``tc`` / ``sysctl`` on that server over ssh: the same command line, batched the same
+way (one ssh round trip per batch), so callers never know where a node is. What cannot cross a
+machine refuses with a KernelError: entering a remote namespace from this process (:func:`inside`:
+sockets and eBPF map descriptors are this machine's).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shlex
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from typing import Protocol
+
+from mrclab.topologies.errors import RunFailed
+from pyroute2 import netns as pr_netns
+
+
+class KernelError(RunFailed):
+    """The kernel (or iproute2) refused a network configuration call; the message says where and why."""
+
+
+class Remote(Protocol):
+    """How a namespace on another server is reached: ``run`` a command line there to completion
+    (text output, ``input`` fed to its stdin; never raising for the command's own failure) and
+    ``popen`` one (``subprocess.Popen`` keywords pass through). ``name`` names the server in errors."""
+
+    name: str
+
+    def run(self, argv: list[str], input: str | None = None) -> subprocess.CompletedProcess:
+        """``argv`` to completion on the server (text output captured)."""
+        ...
+
+    def popen(self, argv: list[str], **kw) -> subprocess.Popen:
+        """Start ``argv`` on the server."""
+        ...
+
+
+#: Bytes every shaper (tbf, and the switch ports' htb classes) may send back to back at the
+#: interface's own speed: two full frames of the default payload. It was 4 ms of line rate
+#: (rate / HZ, tc-tbf(8)'s rule for timers that tick at HZ; the qdisc watchdog here is an
+#: hrtimer): at 18.8 Mb/s that let 8 frames through at once, twice the trim threshold of the
+#: next hop, and the quickstart trimmed 3,572 packets and moved a third of its goodput; at 3,000
+#: bytes it trimmed none (docs/fidelity.md, "Shaper bursts").
+SHAPER_BURST_BYTES = 3000
+
+
+def shaper_burst_bytes(frame_bytes: int = 0) -> int:
+    """The burst (bytes) of a shaper whose link carries frames of up to ``frame_bytes``: two such
+    frames, at least :data:`SHAPER_BURST_BYTES`. tbf drops outright a frame larger than its burst
+    (tc-tbf(8): "burst ... must be at least as large as the MTU"): with a fixed 3,000 bytes, a run
+    of 4 KiB payloads (the paper's frame size) delivered nothing over shaped links."""
+    return max(SHAPER_BURST_BYTES, 2 * frame_bytes)
+
+
+def tbf(mbps: float | str, limit_bytes: int, frame_bytes: int = 0) -> str:
+    """A tbf qdisc's parameters: ``mbps`` (Mb/s, or a tc rate such as ``"8bit"``), a burst of
+    :func:`shaper_burst_bytes` for frames of up to ``frame_bytes``, ``limit_bytes`` of queue
+    (raised to hold one burst: tbf needs its queue to hold a whole frame)."""
+    rate = mbps if isinstance(mbps, str) else f"{mbps}mbit"
+    burst = shaper_burst_bytes(frame_bytes)
+    return f"tbf rate {rate} burst {burst} limit {max(limit_bytes, burst)}"
+
+
+#: namespace name -> the server it lives on (:func:`place`); absent: this machine
+_REMOTE: dict[str, Remote] = {}
+
+
+def place(netns: str, remote: Remote | None) -> None:
+    """From now on, calls on namespace ``netns`` run on ``remote`` (None: on this machine again)."""
+    if remote is None:
+        _REMOTE.pop(netns, None)
+    else:
+        _REMOTE[netns] = remote
+
+
+def where(netns: str) -> Remote | None:
+    """The server namespace ``netns`` was placed on (:func:`place`), None for this machine."""
+    return _REMOTE.get(netns)
+
+
+def _run_on(remote: Remote | None, argv: list[str], input: str | None = None) -> subprocess.CompletedProcess:
+    """``argv`` to completion on ``remote`` (None: this machine); text output captured."""
+    if remote is not None:
+        return remote.run(argv, input=input)
+    return subprocess.run(argv, input=input, capture_output=True, text=True)
+
+
+def _run(netns: str, argv: list[str], input: str | None = None) -> subprocess.CompletedProcess:
+    """``argv`` to completion on the machine that holds ``netns``; text output captured."""
+    return _run_on(_REMOTE.get(netns), argv, input)
+
+
+def _on(netns: str) -> str:
+    remote = _REMOTE.get(netns)
+    return f" on {remote.name}" if remote is not None else ""
+
+
+# ---- namespaces -------------------------------------------------------------------------------------
+def netns_list() -> list[str]:
+    """Names of the network namespaces under /run/netns (``ip netns list``)."""
+    return sorted(pr_netns.listnetns())
+
+
+def netns_exists(name: str) -> bool:
+    """Whether namespace ``name`` exists on the machine that holds it (:func:`place`)."""
+    if name in _REMOTE:
+        return name in _run(name, ["ip", "netns", "list"]).stdout.split()
+    return name in pr_netns.listnetns()
+
+
+def netns_add(name: str) -> None:
+    """Create the named network namespace. Raises :class:`KernelError` if it exists or cannot be made."""
+    r = _run(name, ["ip", "netns", "add", name])
+    if r.returncode != 0:
+        raise KernelError(f"cannot create namespace {name}{_on(name)}: {r.stderr.strip()}")
+
+
+def netns_attach(name: str, pid: int) -> None:
+    """Name the network namespace of process ``pid`` ``name`` (``ip netns attach``). Raises
+    :class:`KernelError` when the name exists or the process is gone. On a remote namespace
+    ``pid`` is the process's pid on that server."""
+    if name in _REMOTE:
+        r = _run(name, ["ip", "netns", "attach", name, str(pid)])
+        if r.returncode != 0:
+            raise KernelError(f"cannot name namespace {name}{_on(name)} (pid {pid}): {r.stderr.strip()}")
+        return
+    try:
+        pr_netns.attach(name, pid)
+    except OSError as e:
+        raise KernelError(f"cannot name namespace {name} (pid {pid}): {e.strerror or e}") from None
+
+
+@contextlib.contextmanager
+def inside(netns: str):
+    """Run the ``with`` block's calling thread inside namespace ``netns`` (pyroute2's ``pushns``;
+    other threads stay where they are), back where it was after, however the block ends. A socket
+    opened in the block stays in ``netns`` for good. Raises :class:`KernelError` for a namespace on
+    another server."""
+    if netns in _REMOTE:
+        raise KernelError(f"namespace {netns} is on {_REMOTE[netns].name}: this process cannot enter it")
+    pr_netns.pushns(netns)
+    try:
+        yield
+    finally:
+        pr_netns.popns()
+
+
+def netns_delete(name: str) -> None:
+    """Remove the name ``name`` (the namespace goes with its last process). Idempotent."""
+    if name in _REMOTE:
+        _run(name, ["ip", "netns", "delete", name])
+        return
+    with contextlib.suppress(FileNotFoundError, OSError):
+        pr_netns.remove(name)
+
+
+def netns_pids(name: str) -> list[int]:
+    """Processes whose network namespace is the named one (``ip netns pids``); [] if none or unknown.
+    On a remote namespace these are that server's pids."""
+    if name in _REMOTE:
+        return sorted(int(p) for p in _run(name, ["ip", "netns", "pids", name]).stdout.split() if p.isdigit())
+    try:
+        return sorted(pr_netns.ns_pids().get(name, []))
+    except OSError:
+        return []
+
+
+# ---- links --------------------------------------------------------------------------------------------
+def veth_add(netns_a: str, name_a: str, netns_b: str, name_b: str) -> None:
+    """A veth pair, ``name_a`` in ``netns_a`` and ``name_b`` in ``netns_b`` (both down)."""
+    ip(netns_a, ["link", "add", name_a, "type", "veth", "peer", "name", name_b, "netns", netns_b])
+
+
+def link_set(netns: str, ifname: str, *, up: bool | None = None, mtu: int | None = None) -> None:
+    """Set ``ifname`` in ``netns`` administratively up or down and / or its MTU (bytes). Raises
+    :class:`KernelError` (no such interface, a refused MTU)."""
+    args = ["link", "set", ifname] + (["mtu", str(mtu)] if mtu is not None else []) + \
+        ([] if up is None else ["up" if up else "down"])
+    ip(netns, args)
+
+
+def link_stats(netns: str, ifname: str) -> dict[str, int]:
+    """The link's 64-bit counters as ``ip -s link`` shows them, flattened: ``rx_packets``,
+    ``tx_packets``, ``rx_bytes``, ``rx_dropped``, ``tx_dropped``, ... Raises :class:`KernelError`."""
+    got = ip_json(netns, ["-s", "link", "show", ifname])
+    if not got:
+        raise KernelError(f"no interface {ifname} in namespace {netns}")
+    stats = got[0].get("stats64", {})
+    return {f"{d}_{k}": int(v) for d in ("rx", "tx") for k, v in stats.get(d, {}).items() if isinstance(v, int)}
+
+
+# ---- bulk writes: routes and qdiscs --------------------------------------------------------------------
+def ip_batch(netns: str, lines: list[str]) -> None:
+    """``ip -n NETNS -batch -``: many link / neighbour / route commands in one process (see the module
+    docstring for why routes stay here). Raises :class:`KernelError` with iproute2's first error."""
+    _batch(["ip", "-n", netns, "-batch", "-"], lines)
+
+
+def tc_batch(netns: str, lines: list[str]) -> None:
+    """``tc -n NETNS -batch -``: a switch's qdiscs and classes in one process. Raises
+    :class:`KernelError` with tc's first error."""
+    _batch(["tc", "-n", netns, "-batch", "-"], lines)
+
+
+def _batch(argv: list[str], lines: list[str]) -> None:
+    if not lines:
+        return
+    r = _run(argv[2], argv, input="\n".join(lines) + "\n")
+    if r.returncode != 0:
+        said = r.stderr.strip().splitlines()
+        raise KernelError(f"{' '.join(argv[:3])}{_on(argv[2])}: {said[0] if said else f'exit {r.returncode}'}")
+
+
+def underlay_batch(remote: Remote | None, lines: list[str]) -> None:
+    """``ip -batch -`` in the own namespace of ``remote`` (None: this process's): the underlay
+    where tunnels between servers are made. Raises :class:`KernelError` with iproute2's first error."""
+    if not lines:
+        return
+    r = _run_on(remote, ["ip", "-batch", "-"], "\n".join(lines) + "\n")
+    if r.returncode != 0:
+        said = r.stderr.strip().splitlines()
+        where = f" on {remote.name}" if remote is not None else ""
+        raise KernelError(f"ip -batch{where}: {said[0] if said else f'exit {r.returncode}'}")
+
+
+def configure_many(items: list[tuple[str, list[str], list[str]]]) -> None:
+    """For each (namespace, sysctls, ``ip -batch`` lines): :func:`sysctl`, then :func:`ip_batch`.
+    Namespaces on this machine go one by one; those on a server in one shell script per server
+    (one round trip, however many). Raises :class:`KernelError` naming the namespace that refused."""
+    by_remote: dict[Remote, list[tuple[str, list[str], list[str]]]] = {}
+    for item in items:
+        remote = _REMOTE.get(item[0])
+        if remote is None:
+            if item[1]:
+                sysctl(item[0], item[1])
+            ip_batch(item[0], item[2])
+        else:
+            by_remote.setdefault(remote, []).append(item)
+    def configure(remote: Remote, todo: list[tuple[str, list[str], list[str]]]) -> None:
+        script = []
+        for ns, settings, lines in todo:
+            fail = shlex.quote(f"in {ns}: ")
+            if settings:
+                script.append(f"ip netns exec {shlex.quote(ns)} sysctl -qw {shlex.join(settings)} "
+                              f"|| {{ echo {fail}sysctl >&2; exit 1; }}")
+            if lines:
+                script.append(f"ip -n {shlex.quote(ns)} -batch - <<'MRCLAB_END' || {{ echo {fail}ip >&2; exit 1; }}")
+                script += lines + ["MRCLAB_END"]
+        r = remote.run(["sh", "-s"], input="\n".join(script) + "\n")
+        if r.returncode != 0:
+            said = r.stderr.strip().splitlines()
+            raise KernelError(f"configuring namespaces on {remote.name}: {' / '.join(said[-2:]) or f'exit {r.returncode}'}")
+
+    if by_remote:  # the servers work in parallel
+        with ThreadPoolExecutor(max_workers=len(by_remote)) as pool:
+            list(pool.map(lambda item: configure(*item), by_remote.items()))
+
+
+def route_to(address: str, remote: Remote | None = None) -> tuple[str, str, int]:
+    """(device, source address, device MTU in bytes) of the route from ``remote``'s own namespace
+    (None: this process's) to ``address`` (``ip route get``, ``ip link show``). Raises
+    :class:`KernelError` when there is no route."""
+    where = f" on {remote.name}" if remote is not None else ""
+    r = _run_on(remote, ["ip", "-j", "route", "get", address])
+    try:
+        route = json.loads(r.stdout)[0]
+        link = json.loads(_run_on(remote, ["ip", "-j", "link", "show", "dev", route["dev"]]).stdout)[0]
+        return route["dev"], route.get("prefsrc", ""), int(link["mtu"])
+    except (ValueError, LookupError):
+        raise KernelError(f"no route to {address}{where}: {r.stderr.strip() or 'ip route get said nothing'}") from None
+
+
+def ip(netns: str, args: list[str], *, check: bool = True) -> str:
+    """One ``ip -n NETNS ARGS...`` (a policy rule, a read-back in JSON); its stdout. With ``check``,
+    raises :class:`KernelError` on failure, else returns "" then."""
+    r = _run(netns, ["ip", "-n", netns, *args])
+    if r.returncode != 0:
+        if check:
+            raise KernelError(f"ip -n {netns} {' '.join(args)}{_on(netns)}: {r.stderr.strip()}")
+        return ""
+    return r.stdout
+
+
+def ip_json(netns: str, args: list[str]) -> list:
+    """``ip -j -n NETNS ARGS...`` parsed ([] when it prints nothing)."""
+    out = ip(netns, ["-j", *args])
+    return json.loads(out) if out.strip() else []
+
+
+def tc(netns: str, args: list[str]) -> None:
+    """One ``tc -n NETNS ARGS...``. Raises :class:`KernelError` with tc's words."""
+    r = _run(netns, ["tc", "-n", netns, *args])
+    if r.returncode != 0:
+        raise KernelError(f"tc -n {netns} {' '.join(args)}{_on(netns)}: {r.stderr.strip()}")
+
+
+# ---- inside a namespace --------------------------------------------------------------------------------
+def sysctl(netns: str, settings: list[str]) -> None:
+    """``sysctl -w`` each ``key=value`` inside ``netns``. Raises :class:`KernelError`."""
+    r = _run(netns, ["ip", "netns", "exec", netns, "sysctl", "-qw", *settings])
+    if r.returncode != 0:
+        raise KernelError(f"sysctl in {netns}{_on(netns)}: {r.stderr.strip()}")
+
+
+def netns_exec(netns: str, argv: list[str], **kw) -> subprocess.CompletedProcess:
+    """Run ``argv`` inside ``netns`` to completion (``subprocess.run`` keywords pass through; on a
+    remote namespace the output is captured as text whatever they say)."""
+    if netns in _REMOTE:
+        return _REMOTE[netns].run(["ip", "netns", "exec", netns, *argv], input=kw.get("input"))
+    return subprocess.run(["ip", "netns", "exec", netns, *argv], **kw)
+
+
+def netns_popen(netns: str, argv: list[str], **kw) -> subprocess.Popen:
+    """Start ``argv`` inside ``netns`` (``subprocess.Popen`` keywords pass through; on a remote
+    namespace the process here is the ssh client that runs it there)."""
+    if netns in _REMOTE:
+        return _REMOTE[netns].popen(["ip", "netns", "exec", netns, *argv], **kw)
+    return subprocess.Popen(["ip", "netns", "exec", netns, *argv], **kw)
+
+
+def command_line(argv: list[str]) -> str:
+    """``argv`` as one shell command line (what ssh hands the remote shell)."""
+    return shlex.join(argv)
+

@@ -1,0 +1,104 @@
+"""A collective's figures from a run, as nccl-tests reports them (nccl-tests doc/PERFORMANCE.md);
+the scenario's ``collective:`` block itself is experiments/model/collective.py's.
+
+Every host reports each iteration it finished (traffic/contract.py ``collective_iteration``: its
+start and end on the wall clock and the CRC-32 of its buffer). An iteration of the collective
+ends when its last host ends it; its time is that end minus the previous iteration's end (the
+first: minus the earliest start), the pace a training step sees. Per iteration:
+
+* ``algbw = S / t`` (S: ``message_bytes``, the buffer per host), in Mb/s here (nccl-tests prints
+  GB/s; an emulated fabric runs a thousand times slower);
+* ``busbw = algbw x 2(n-1)/n`` (all-reduce) or ``x (n-1)/n`` (all-gather, all-to-all): the
+  bandwidth each link would carry, comparable across kinds and host counts.
+
+Correctness: each host's CRC after each iteration against the buffer the collective defines for it
+(traffic/collective.py ``expected_result``), so a run shows the transport delivered every byte
+of every step, in the right place.
+
+Expectation metrics: ``busbw_mbps`` (over the whole run: every finished iteration's bytes over
+the time from the first start to the last end), ``iteration_s(percentile)``, ``iterations`` (how many the collective finished),
+``collective_correct`` (every host's every finished iteration; bound ``iterations`` too, for a
+run that must finish some).
+"""
+
+from __future__ import annotations
+
+import statistics
+import zlib
+from dataclasses import dataclass
+
+from mrclab.experiments.analysis.metrics import RunData, percentile
+from mrclab.traffic.collective import bus_factor, expected_result
+
+
+@dataclass(frozen=True)
+class CollectiveRun:
+    """What the runner knows of a run's collective: its kind, ranks, bytes per host and seed."""
+
+    kind: str
+    hosts: tuple[str, ...]
+    message_bytes: int
+    seed: int
+    qps_per_peer: int = 1
+
+
+def iterations(d: RunData, c: CollectiveRun) -> list[dict]:
+    """One row per iteration every host finished: ``index``, ``end_s`` (from the timeline's
+    start), ``time_s``, ``algbw_mbps``, ``busbw_mbps``, ``correct``."""
+    by_index: dict[int, dict[str, dict]] = {}
+    for e in d.events:
+        if e.get("kind") == "collective_iteration":
+            by_index.setdefault(e["index"], {})[e["host"]] = e
+    rows, prev_end = [], None
+    n = len(c.hosts)
+    for k in sorted(by_index):
+        got = by_index[k]
+        if set(got) != set(c.hosts):
+            break  # some host never finished it: the collective stalled here
+        end = max(e["end_s"] for e in got.values())
+        start = prev_end if prev_end is not None else min(e["start_s"] for e in got.values())
+        t = max(end - start, 1e-9)
+        algbw = c.message_bytes * 8 / t / 1e6
+        correct = all(got[h]["crc"] == zlib.crc32(expected_result(c.kind, c.seed, n, r, k, c.message_bytes))
+                      for r, h in enumerate(c.hosts))
+        rows.append({"index": k, "end_s": end, "time_s": t, "algbw_mbps": algbw,
+                     "busbw_mbps": algbw * bus_factor(c.kind, n), "correct": correct})
+        prev_end = end
+    return rows
+
+
+def summary(d: RunData, c: CollectiveRun) -> dict:
+    """The collective's line of the run's metrics, nccl-tests' columns: the time per iteration
+    (median, and p99) and the bandwidths over the whole run: ``iterations x S`` over the time from
+    the first start to the last end (a mean, steady with few iterations, where the median of a
+    handful of iterations is not: a late iteration can finish at once behind a stalled one)."""
+    rows = iterations(d, c)
+    times = sorted(r["time_s"] for r in rows)
+    starts = [e["start_s"] for e in d.events if e.get("kind") == "collective_iteration" and e["index"] == 0]
+    span = rows[-1]["end_s"] - min(starts) if rows and starts else 0.0
+    algbw = len(rows) * c.message_bytes * 8 / span / 1e6 if span > 0 else 0.0
+    return {
+        "kind": c.kind, "hosts": len(c.hosts), "bytes": c.message_bytes, "qps_per_peer": c.qps_per_peer,
+        "iterations": len(rows),
+        "time_s": statistics.median(times) if times else None,
+        "time_p99_s": percentile(times, 99) if times else None,
+        "algbw_mbps": algbw, "busbw_mbps": algbw * bus_factor(c.kind, len(c.hosts)),
+        "correct": all(r["correct"] for r in rows),  # every iteration that finished (none: vacuously)
+    }
+
+
+def evaluate(d: RunData, c: CollectiveRun | None, metric: str, args: dict) -> float:
+    """The value of a collective expectation metric (0 when the run had no collective)."""
+    if c is None:
+        return 0.0
+    s = summary(d, c)
+    if metric == "busbw_mbps":
+        return s["busbw_mbps"]
+    if metric == "iterations":
+        return float(s["iterations"])
+    if metric == "iteration_s":
+        times = sorted(r["time_s"] for r in iterations(d, c))
+        return percentile(times, args["percentile"]) if times else float("inf")
+    if metric == "collective_correct":
+        return 1.0 if s["correct"] else 0.0
+    raise KeyError(metric)

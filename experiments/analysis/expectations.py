@@ -1,0 +1,218 @@
+"""An expectation's value and verdict from a run: each claim's value function (:data:`VALUES`, one
+per metric of experiments/model/claims.py's ``CLAIMS``, in its order), the dispatcher (:func:`evaluate`)
+and the judge (:func:`judge`: pass, FAIL or void, and what a run-long count left out). A value that
+is a new concept gets its function where that concept lives (goodput, completion times and EV
+counts in :mod:`mrclab.experiments.analysis.metrics`, what the faults left of the fabric in
+:mod:`mrclab.experiments.analysis.verdicts`, a collective's figures in :mod:`mrclab.experiments.analysis.collectives`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from mrclab.experiments.analysis import collectives, fidelity, verdicts
+from mrclab.experiments.analysis.metrics import (
+    RETIRE_CAUSE_S,
+    RunData,
+    baseline_mbps,
+    baseline_window,
+    ev_share,
+    in_fidelity_fault,
+    recovery_time_s,
+    retired,
+    retransmit_fraction,
+    rss_growth,
+    stalls,
+    window_mean,
+    worst_qp_ratio,
+)
+from mrclab.experiments.model.claims import LEAVES_OUT, NEVER_VOID
+
+
+@dataclass(frozen=True)
+class Counted:
+    """A run-long count that left out what happened inside the run's fidelity faults: ``value``,
+    ``whole`` (the count with nothing left out), and how many ``left_out`` of ``what``
+    (``"retirements"``, ``"stalls shortened"``)."""
+
+    value: float
+    whole: float
+    left_out: int
+    what: str
+
+
+#: A metric's value: the run and the expectation's arguments -> a number, a :class:`Counted`, or
+#: (number, passed, bound text) for a metric that judges itself rather than being bounded by min / max.
+Value = Callable[[RunData, dict], "float | Counted | tuple[float, bool, str]"]
+
+
+def _goodput_ratio(d: RunData, a: dict) -> float:
+    g = d.goodput_mbps(a.get("host"))
+    base = window_mean(g, *a["baseline"]) if "baseline" in a else baseline_mbps(d, a.get("host"))
+    return window_mean(g, *a["window"]) / base if base > 0 else 0.0
+
+
+def _retransmit_fraction(d: RunData, a: dict) -> float:
+    return retransmit_fraction(d.totals)
+
+
+def _messages_intact(d: RunData, a: dict) -> tuple[float, bool, str]:
+    done = sum(t.get("messages_delivered", 0) for t in d.totals.values())
+    bad = sum(t.get("messages_corrupt", 0) for t in d.totals.values())
+    return float(done - bad), bad == 0 and done > 0, f"all intact ({done} delivered, {bad} corrupt)"
+
+
+def _evs_retired(d: RunData, a: dict) -> Counted:
+    after = a.get("after", d.first_fault_s or 0.0) if "after" in a or "within_s" in a else 0.0
+    within = a.get("within_s", d.duration_s)
+    seen = retired(d, after, within)
+    kept = [e for e in seen if not in_fidelity_fault(d, e["t"], RETIRE_CAUSE_S)]
+    evs = {(e.get("host"), e.get("qp"), e.get("ev")) for e in kept}
+    every = {(e.get("host"), e.get("qp"), e.get("ev")) for e in seen}
+    return Counted(float(len(evs)), float(len(every)), len(every - evs), "retired EVs")
+
+
+def _false_retirements(d: RunData, a: dict) -> Counted:
+    n, left = verdicts.false_retirements(d)
+    return Counted(n, n + left, left, "retirements")
+
+
+def _longest_stall(d: RunData, a: dict) -> Counted:
+    lo_hi = a["window"] if "window" in a else ()
+    worst, met = stalls(d, *lo_hi)
+    whole, _ = stalls(dataclasses.replace(d, fidelity_windows=[]), *lo_hi)
+    return Counted(worst, whole, met, "stalls shortened")
+
+
+def _after(d: RunData, a: dict) -> float:
+    return a.get("after", d.first_fault_s or 0.0)
+
+
+def _collective(name: str) -> Value:
+    def value(d: RunData, a: dict) -> float:
+        return collectives.evaluate(d, d.collective, name, a)  # type: ignore[arg-type]
+    return value
+
+
+def _collective_correct(d: RunData, a: dict) -> tuple[float, bool, str]:
+    v = collectives.evaluate(d, d.collective, "collective_correct", a)  # type: ignore[arg-type]
+    return v, v == 1.0, "every host's buffer as the collective defines it, every iteration"
+
+
+#: How each claim's value is computed from a run (experiments/model/claims.py, ``CLAIMS``, names the same
+#: metrics in the same order; a test holds them together).
+VALUES: dict[str, Value] = {
+    "goodput_ratio": _goodput_ratio,
+    "goodput_mbps": lambda d, a: window_mean(d.goodput_mbps(a.get("host")), *a["window"]),
+    "goodput_ports": lambda d, a: window_mean(d.goodput_mbps(a.get("host")), *a["window"]) / d.port_mbps
+           if d.port_mbps else math.inf,
+    "mct_s": lambda d, a: d.mct_percentiles(a.get("host")).get(f"p{a['percentile']:g}", math.inf),
+    "ev_share": lambda d, a: ev_share(d, a["host"], a["plane"], a.get("t1"), *a["window"]),
+    "port_total": lambda d, a: float(d.port_totals(a.get("switch")).get(a["counter"], 0)),
+    "worst_qp_ratio": lambda d, a: worst_qp_ratio(d, *a["window"]),
+    "longest_stall_s": _longest_stall,
+    "rss_growth": lambda d, a: rss_growth(d, a["after"]),
+    "recovery_time_s": lambda d, a: recovery_time_s(d, a["after"], a.get("fraction", 0.9), a.get("host")),
+    "retransmit_fraction": _retransmit_fraction,
+    "messages_intact": _messages_intact,
+    "evs_retired": _evs_retired,
+    "retire_time_rtts": lambda d, a: verdicts.retire_time_rtts(d, _after(d, a)),
+    "false_retirements": _false_retirements,
+    "revival_s": lambda d, a: verdicts.revival_s(d, a["after"]),
+    "capacity_ratio": lambda d, a: verdicts.capacity_ratio(d, a["window"][0], a["window"][1], a.get("host")),
+    "busbw_mbps": _collective("busbw_mbps"),
+    "iteration_s": _collective("iteration_s"),
+    "iterations": _collective("iterations"),
+    "collective_correct": _collective_correct,
+}
+
+
+#: Metrics judged against the goodput before the first fault when no ``baseline`` window is given.
+_READS_BASELINE = ("goodput_ratio", "recovery_time_s", "capacity_ratio")
+
+
+def windows(d: RunData, metric: str, args: dict) -> list[tuple[float, float]]:
+    """The stretches of the run (s from t = 0) an expectation's value is read from: its
+    ``window`` and ``baseline``; the baseline before the first fault where the metric compares
+    against it; [after, after + within_s] (or to the end) for ``after``; the whole run otherwise.
+    A fidelity fault inside any of them voids the verdict (experiments/analysis/fidelity.py)."""
+    out: list[tuple[float, float]] = []
+    if "window" in args:
+        out.append((float(args["window"][0]), float(args["window"][1])))
+    if "baseline" in args:
+        out.append((float(args["baseline"][0]), float(args["baseline"][1])))
+    elif metric in _READS_BASELINE:
+        out.append(baseline_window(d))
+    if "after" in args or (metric == "evs_retired" and "within_s" in args):
+        after = float(args.get("after", d.first_fault_s or 0.0))
+        out.append((after, after + float(args["within_s"]) if "within_s" in args else d.duration_s))
+    return out or [(0.0, d.duration_s)]
+
+
+def evaluate(d: RunData, metric: str, args: dict) -> tuple[float, bool | None, str]:
+    """(value, passed or None when unbounded, bound text) of one expectation. Raises KeyError for
+    a metric not in :data:`VALUES` (the scenario loader refuses those before a run)."""
+    v, ok, bound, _ = _evaluate(d, metric, args)
+    return v, ok, bound
+
+
+def _evaluate(d: RunData, metric: str, args: dict) -> tuple[float, bool | None, str, Counted | None]:
+    got = VALUES[metric](d, args)
+    if isinstance(got, tuple):
+        return (*got, None)
+    counted = got if isinstance(got, Counted) else None
+    v = got.value if isinstance(got, Counted) else got
+    lo, hi = args.get("min"), args.get("max")
+    if lo is None and hi is None:
+        return v, None, "reported", counted
+    ok = _within(v, lo, hi)
+    bound = " and ".join(x for x in [f">= {lo}" if lo is not None else "", f"<= {hi}" if hi is not None else ""] if x)
+    return v, ok, bound, counted
+
+
+def _within(v: float, lo: float | None, hi: float | None) -> bool:
+    return (lo is None or v >= lo) and (hi is None or v <= hi)
+
+
+def judge(d: RunData, metric: str, args: dict, found: list) -> dict:
+    """One expectation's verdict in a run whose fidelity faults are ``found``
+    (experiments/analysis/fidelity.py :class:`FidelityFault`; ``d.fidelity_windows`` their spans):
+    ``{value (None: infinite), bound, passed (True, False, or None: reported or void), void (the
+    reason, or None), left_out (events the count left out inside faults, and whole: the count with
+    them; both absent where it left none out)}``.
+
+    Void only where the machine could have changed the verdict: a windowed verdict whose window
+    (:func:`windows`) a fault meets. Never void: correctness (:data:`NEVER_VOID`), and a figure that
+    is only reported. The run-long counts (:data:`LEAVES_OUT`) are judged on what they count outside
+    the faults: a count over its ``max`` FAILs whatever the faults held (more than it counts is
+    more still), and one within its bounds passes; void only where the count outside the faults is
+    under its ``min`` and the whole count is not (what met the bound happened inside a fault)."""
+    v, ok, bound, counted = _evaluate(d, metric, args)
+    if counted is not None and ok is False and _within(counted.whole, args.get("min"), args.get("max")):
+        # the faults that reach what it left out: up to RETIRE_CAUSE_S before its window
+        broke = fidelity.overlapping([(lo - RETIRE_CAUSE_S, hi) for lo, hi in windows(d, metric, args)], found)
+    elif metric in NEVER_VOID or metric in LEAVES_OUT or ok is None:
+        broke = []
+    else:
+        broke = fidelity.overlapping(windows(d, metric, args), found)
+    out = {"value": None if math.isinf(v) else v, "bound": bound, "passed": None if broke else ok,
+           "void": fidelity.void_reason(broke)}
+    if counted is not None and counted.left_out:
+        out["left_out"] = f"{counted.left_out} {counted.what} in fidelity faults left out"
+        out["whole"] = counted.whole  # the count with nothing left out
+    return out
+
+
+def verdict_word(passed: bool | None, *, rich: bool = False, void: str | None = None) -> str:
+    """How a verdict reads: ``pass``, ``FAIL``, ``-`` for a reported (unbounded) figure, or
+    ``void (<why>)`` when a fidelity fault overlapped its window (``void`` given); with ``rich``, in
+    the terminal's colours (rich markup)."""
+    if void:
+        return f"[yellow]void ({void})[/yellow]" if rich else f"void ({void})"
+    word = {True: "pass", False: "FAIL", None: "-"}[passed]
+    if rich and passed is not None:
+        return f"[{'green' if passed else 'red'}]{word}[/{'green' if passed else 'red'}]"
+    return word

@@ -1,0 +1,278 @@
+"""Did the emulator keep up? The invariants of the emulation, watched during every run.
+
+An emulated result counts only while the machine that runs it keeps up (Mininet-HiFi: Handigol et
+al., "Reproducible Network Experiments Using Container-Based Emulation", CoNEXT 2012, which
+monitors the emulation's own invariants during each run and discards a run that broke them).
+mrclab watches two, each sampled into the results folder (``fidelity.csv``):
+
+* **CPU starvation** (experiments/run/monitor.py): every endpoint's and every BMv2 switch's time
+  runnable but not running (a switch on another server read there, by its server's agent, one
+  round trip per server and sample), from the scheduler's own account (``/proc/PID/task/*/schedstat``:
+  run-queue delay in ns and the number of times it ran, summed over the process's threads; psutil
+  does not read them). In each sample interval the *scheduling delay* is run-queue delay per run:
+  how long, on average, the process waited for a CPU each time it became runnable. A process
+  starved when that delay was over :data:`SCHED_DELAY_MAX_S` while it waited at least
+  :data:`MIN_WAIT` of the interval: its packets left, or were forwarded, that much late each time.
+  (A share of waiting alone says nothing here: ten endpoints that each wake a thousand times a
+  second share two cores with short waits that no packet notices.)
+* **Late timers** (the endpoints' telemetry): the longest an endpoint's loop waited for a CPU
+  between the starts of two of its turns, in each telemetry interval (``loop_gap_max_s`` of its
+  samples; the kernel's run-queue delay of the loop's thread, read at every turn). That is time
+  the machine took: the loop's own work (a long turn) and the sleeps it chose are the transport's
+  cost, which shows in its results and FAILs where it hurts, and are never counted here. Its
+  timers, pacing and retransmission deadlines fire that much later than they would have; later than
+  the run's retransmission timer floor (:func:`loop_gap_limit`, at least :data:`LOOP_GAP_MIN_S`)
+  late enough to change what the transport does: a timeout that should not have fired, or one
+  that fired a whole timer late.
+
+* **Held packets** (the senders' events): a data packet the retransmission timer gave up on that
+  arrived after all, the SACK of its arrival echoing it on the EV it timed out on (a *spurious
+  timeout*, traffic/sender.py). Its time on its way is measured from stamps: the sender stamps
+  every data packet as it hands it to its NIC port, the receiver echoes that arrival's one-way time
+  in the SACK (protocol/headers.py ``STAMP_HZ``), so neither the receiver's SACK delay nor the
+  reverse path nor another copy of the same PSN counts. Longer than the model allows it
+  (:meth:`HeldLimits.one_way`: the NIC queue it met, switch queues, serialisation, propagation),
+  it waited outside the model: in a switch's threads, a veth or a qdisc, where neither the CPU
+  samples (a thread held by another's lock is not runnable) nor the loop gaps see it. Its fault
+  covers its way there. A hold shorter than the timer goes unseen: it changed no verdict's
+  mechanism. (The arrival is when the receiving endpoint read it: a receiver busy with its own
+  work reads late, which a kernel receive stamp would leave out.)
+
+A sample interval where an invariant broke is a :class:`FidelityFault`; overlapping faults of one
+invariant merge. A verdict whose window overlaps a fault reads ``void (<invariant>, <where>,
+<how long>)``: neither pass nor FAIL (experiments/run/runner.py), and a run with a void verdict and no
+failed one exits 3, "this machine could not".
+
+Not watched yet (named so nobody reads the silence as a pass): each backlogged port's drain rate
+against its configured rate, a hold shorter than the retransmission timer, and packets lost
+outside the model (veth, qdisc or BMv2 input drops
+that neither the P4 nor the eBPF program counts).
+
+Thresholds: :data:`SCHED_DELAY_MAX_S` (:func:`sched_delay_limit` on a slow fabric) and
+:func:`loop_gap_limit`; docs/fidelity.md says where each sits and why, and docs/benchmarks.md has
+the ``mrclab bench fidelity`` tables that set them.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from mrclab.topologies.addressing import ev_plane, ev_t1
+
+#: A process starved: it waited longer than this for a CPU each time it became runnable (s) ...
+#: ``mrclab bench fidelity`` (docs/benchmarks.md, 2026-11-27) puts it between what untouched
+#: endpoints wait (at worst 0.13-0.20 ms in the quickstart on linux, 0.31-0.46 ms in incast on
+#: bmv2) and the least starvation that moved a verdict out of its spread (0.61 ms: the quickstart's
+#: capacity on linux; 0.56 ms: incast's victim on bmv2, which FAILed its bound at 0.94 ms). A limit
+#: of a quarter of a host port's frame (2.4 ms for incast's 1 Mb/s ports) stayed silent there.
+SCHED_DELAY_MAX_S = 0.0005
+#: ... or, on a slow fabric, longer than this share of one frame's time on its fastest link, if that
+#: is more (:func:`sched_delay_limit`). Mininet-HiFi (CoNEXT 2012) judges an emulation by whether
+#: packets leave within a packet's transmission time of when the model says; a packet wakes about
+#: five threads a BMv2 hop (receive, ingress, egress, transmit, the next switch's receive), so
+#: waits of a twentieth of a frame each keep a hop within a quarter of a frame.
+SCHED_DELAY_FRAME_SHARE = 0.05
+#: ... while it waited at least this share of the sample interval (thread-seconds per second).
+MIN_WAIT = 0.3
+#: The least loop gap that counts as late timers (s), whatever the run's timer floor.
+LOOP_GAP_MIN_S = 0.025
+
+
+def sched_delay_limit(frame_s: float) -> float:
+    """The scheduling delay per run (s) over which a process starved, in a run whose frames take
+    ``frame_s`` on its fastest link (0: unshaped): :data:`SCHED_DELAY_MAX_S`, or
+    :data:`SCHED_DELAY_FRAME_SHARE` of a frame where that is more (slower than 0.94 Mb/s with the
+    default 1 KiB payload; the shipped scenarios all run faster). At 0.25 Mb/s a 4 KiB frame
+    takes 136 ms and a wait of 2 ms is 1.5% of it, where the fixed 0.5 ms voided every verdict of
+    the 64-switch fabric on bmv2 (`mrclab bench scale`, docs/benchmarks.md)."""
+    return max(SCHED_DELAY_MAX_S, SCHED_DELAY_FRAME_SHARE * frame_s)
+
+
+def loop_gap_limit(min_rto_s: float) -> float:
+    """The loop gap (s) over which an endpoint's timers fired late for a run whose retransmission
+    timer floor is ``min_rto_s``: the floor itself, at least :data:`LOOP_GAP_MIN_S`."""
+    return max(LOOP_GAP_MIN_S, min_rto_s)
+#: The least age (s) at arrival that makes a timed-out packet a held one, whatever the queues allow
+#: (traffic/settings.py's default timer floor).
+HELD_MIN_S = 0.02
+
+
+@dataclass(frozen=True)
+class HeldLimits:
+    """What the model lets a data packet's round trip take, so that an older one was held outside
+    it. Fields: ``queue_bound_s``, the longest a path's switch queues hold a data packet
+    (controller/queues.py ``path_queue_bound_s``); ``path_delay_s``, the propagation one way (the
+    spec's ``path_delay_ms``); ``nic_queue_s``, a full host NIC queue (emulation/network.py
+    ``nic_queue_s``, the tbf of a host port); ``frame_s``, one data frame's time on a host port;
+    ``data_senders``, the hosts that send data (None: any may)."""
+
+    queue_bound_s: float = 0.0
+    path_delay_s: float = 0.0
+    nic_queue_s: float = 0.0
+    frame_s: float = 0.0
+    data_senders: frozenset[str] | None = None
+
+    def limit(self, peer: str | None = None, nic_wait_s: float | None = None) -> float:
+        """The age at arrival (s) past which a packet to host ``peer`` that waited ``nic_wait_s``
+        in its sender's NIC queue (the sender's model of it, traffic/nicqueue.py) was held: the sum of
+
+        * twice the switch queues' bound, the runner's rule for the timer's floor (the second half
+          covers the hops' serialisation and the reverse path, whose packets are an eighth of a
+          data packet and queue above it), at least :data:`HELD_MIN_S`;
+        * the propagation both ways;
+        * the sender's NIC: the wait the packet met there and its own frame time; a full queue
+          where the wait is unknown (the port rate was not);
+        * the receiver's NIC, where its SACK waits: a full queue when the receiver sends data too
+          (one FIFO, no priorities), else one frame (SACKs are an eighth of a data packet and
+          come at most one per two arrivals, so they queue behind little but each other)."""
+        sender = self.nic_queue_s if nic_wait_s is None else nic_wait_s + self.frame_s
+        receiver = self.nic_queue_s if self.data_senders is None or peer in self.data_senders else self.frame_s
+        return max(HELD_MIN_S, 2 * self.queue_bound_s) + 2 * self.path_delay_s + sender + receiver
+
+    def one_way(self, nic_wait_s: float | None = None) -> float:
+        """The time (s) past which a data packet that waited ``nic_wait_s`` in its sender's NIC queue
+        was held on its way from its send stamp to its receiving endpoint: the wait and its frame
+        time (a full queue where the wait is unknown), the path's switch queues (their bound), a
+        frame's time on each of the :data:`HOPS` links a path crosses (the host port's: no fabric
+        link is slower), and the propagation one way; at least :data:`HELD_MIN_S`."""
+        sender = self.nic_queue_s if nic_wait_s is None else nic_wait_s + self.frame_s
+        return max(HELD_MIN_S, sender + self.queue_bound_s + HOPS * self.frame_s + self.path_delay_s)
+
+
+#: Links a data packet crosses on the longest path (host -> T0 -> T1 -> T0 -> host).
+HOPS = 4
+
+
+def held_packets(events: list[dict], limits: HeldLimits) -> list[tuple[float, str, float, float]]:
+    """``(t, path, time s, its limit s)`` of every spurious timeout among a run's ``events`` (the
+    time it covers ends at ``t``;
+    runner's event dicts: ``kind``, ``t``, ``host``, ``peer``, ``ev``, ``age_s``, ``nic_wait_s``,
+    ``wire_s``): its one-way time from its send stamp to its receiving endpoint (``wire_s``, as the
+    SACK echoed it) against :meth:`HeldLimits.one_way`, or where it had no stamp its age when its
+    SACK came back against the round trip's :meth:`HeldLimits.limit`. The one-way time leaves out
+    the receiver's SACK delay and the reverse path, and is that of the very copy the SACK echoed. The
+    path reads ``h0->h2 plane 1 T1 0``."""
+    out = []
+    for e in events:
+        if e.get("kind") != "spurious_timeout":
+            continue
+        path = f"{e.get('host', '?')}->{e.get('peer', '?')} plane {ev_plane(e['ev'])} T1 {ev_t1(e['ev'])}"
+        if e.get("wire_s") is not None:  # t: when it reached its receiver (sent at t - age_s)
+            out.append((round(e["t"] - e["age_s"] + e["wire_s"], 6), path, e["wire_s"],
+                        limits.one_way(e.get("nic_wait_s"))))
+        else:
+            out.append((e["t"], path, e["age_s"], limits.limit(e.get("peer"), e.get("nic_wait_s"))))
+    return out
+
+
+#: How often the monitor samples the processes (s).
+PERIOD_S = 0.25
+
+
+#: Places a fault's description names before "and N more" (a 64-switch fabric's starved sample can
+#: name 25 switches: a verdict cell, and the run's last line, stay readable).
+PLACES_SHOWN = 3
+
+
+def places(where: str, shown: int = PLACES_SHOWN) -> str:
+    """``where`` (places joined by ", ") with at most ``shown`` named: ``a, b, c and 22 more``."""
+    parts = where.split(", ")
+    return where if len(parts) <= shown else f"{', '.join(parts[:shown])} and {len(parts) - shown} more"
+
+
+def void_reason(broke: list[FidelityFault]) -> str | None:
+    """What a void verdict says of the faults that overlapped its window: the longest described,
+    then how many more (fidelity.csv and metrics.json have them all); None for none."""
+    if not broke:
+        return None
+    worst = max(broke, key=lambda f: f.t1 - f.t0)
+    more = len(broke) - 1
+    return worst.describe() + (f"; and {more} more fault{'s' if more > 1 else ''}" if more else "")
+
+
+@dataclass(frozen=True)
+class FidelityFault:
+    """An interval [t0, t1] (s from t = 0) where ``invariant`` broke at ``where``; ``worst`` is the
+    worst value seen against ``limit`` (same unit)."""
+
+    invariant: str
+    where: str
+    t0: float
+    t1: float
+    worst: float
+    limit: float
+
+    def describe(self) -> str:
+        """``<invariant>, <where>, <how long>`` as a void verdict says it (at most
+        :data:`PLACES_SHOWN` places named; metrics.json's ``where`` has them all)."""
+        unit = "s"
+        return (f"{self.invariant}, {places(self.where)}, {self.t1 - self.t0:.2f} s at {self.t0:.1f}-{self.t1:.1f} s "
+                f"(worst {self.worst:.3g}{unit} against {self.limit:g}{unit})")
+
+    def as_dict(self) -> dict:
+        """The fault as metrics.json records it (times rounded to ms)."""
+        return {"invariant": self.invariant, "where": self.where, "t0": round(self.t0, 3), "t1": round(self.t1, 3),
+                "worst": self.worst, "limit": self.limit}
+
+
+def faults(cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[float, str, float]], *,
+           period_s: float = PERIOD_S, gap_period_s: float = 0.1, sched_delay_max_s: float = SCHED_DELAY_MAX_S,
+           min_wait: float = MIN_WAIT, loop_gap_max_s: float = LOOP_GAP_MIN_S,
+           held: Sequence[tuple[float, str, float, float]] = ()) -> list[FidelityFault]:
+    """The fidelity faults of a run: from the monitor's CPU samples ``(t, label, scheduling delay
+    per run (s), waited share of the interval, interval s)``, each covering the interval before
+    ``t`` (a starved sample's fault is the whole of it: the monitor cannot say when in it the
+    process waited), the endpoints' loop gaps ``(t, host, gap s)``,
+    each covering the ``gap_period_s`` before ``t``, and the held packets (:func:`held_packets`:
+    ``(t, path, age s, limit s)``), those older than their limit each covering its round trip. Intervals of one invariant that overlap, or
+    are less than half a sample period apart (the samples' own jitter), merge (their ``where``
+    lists every place)."""
+    raw: list[FidelityFault] = []
+    for t, label, delay, waited, span in cpu:
+        if delay > sched_delay_max_s and waited >= min_wait:
+            raw.append(FidelityFault("CPU starvation", label, t - max(span, period_s), t, delay, sched_delay_max_s))
+    for t, host, gap in gaps:
+        if gap > loop_gap_max_s:
+            raw.append(FidelityFault("late timers", f"endpoint {host}", t - max(gap, gap_period_s), t, gap,
+                                     loop_gap_max_s))
+    for t, path, age, limit in held:
+        if age > limit:
+            raw.append(FidelityFault("held packets", path, t - age, t, age, limit))
+    merged: list[FidelityFault] = []
+    for f in sorted(raw, key=lambda f: (f.invariant, f.t0)):
+        last = merged[-1] if merged else None
+        if last is not None and last.invariant == f.invariant and f.t0 <= last.t1 + period_s / 2:
+            wheres = last.where.split(", ")
+            where = ", ".join(wheres + ([f.where] if f.where not in wheres else []))
+            merged[-1] = FidelityFault(f.invariant, where, last.t0, max(last.t1, f.t1), max(last.worst, f.worst),
+                                       f.limit)
+        else:
+            merged.append(f)
+    return sorted(merged, key=lambda f: f.t0)
+
+
+def overlapping(windows: list[tuple[float, float]], found: list[FidelityFault]) -> list[FidelityFault]:
+    """The faults that overlap any of ``windows`` ([lo, hi] in s)."""
+    return [f for f in found if any(f.t0 < hi and f.t1 > lo for lo, hi in windows)]
+
+
+def write_csv(path: Path, cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[float, str, float]],
+              loop_gap_max_s: float = LOOP_GAP_MIN_S, held: Sequence[tuple[float, str, float, float]] = (),
+              sched_delay_max_s: float = SCHED_DELAY_MAX_S) -> None:
+    """``fidelity.csv``: one row per sample: t_s, invariant, where, value, limit, interval_s (the
+    interval before t_s a CPU sample covers; empty for a loop gap, which covers its telemetry
+    interval, and for a spurious timeout's age at arrival, which covers its round trip)."""
+    with open(path, "w", newline="") as fh:
+        w = csv.writer(fh)
+        w.writerow(["t_s", "invariant", "where", "value", "limit", "interval_s"])
+        for t, label, delay, waited, span in cpu:
+            w.writerow([f"{t:.3f}", "scheduling delay per run (s)", label, f"{delay:.6f}", sched_delay_max_s,
+                        f"{span:.3f}"])
+            w.writerow([f"{t:.3f}", "waited share of interval", label, f"{waited:.4f}", MIN_WAIT, f"{span:.3f}"])
+        for t, host, gap in gaps:
+            w.writerow([f"{t:.3f}", "loop gap (s)", f"endpoint {host}", f"{gap:.4f}", loop_gap_max_s, ""])
+        for t, where, age, limit in held:
+            w.writerow([f"{t:.3f}", "timed-out packet's time on its way (s)", where, f"{age:.4f}", f"{limit:.4f}", ""])

@@ -1,0 +1,251 @@
+"""Metrics of a run and the expectations a scenario can bound.
+
+Input is the normalised record the runner builds from the endpoints' telemetry (a
+:class:`RunData`): per-QP cumulative delivered bytes sampled over time, per-QP totals and the event
+log (faults, EV state changes, retransmits, losses). Times are seconds from the start of the
+timeline. Goodput is bytes delivered into the receiver's memory region per second, in Mb/s, in
+:data:`BIN_S` bins.
+
+``baseline``: mean total goodput from ``warmup_s`` after traffic starts until the first fault;
+ratios are taken against it (or against a ``baseline=[a, b]`` window where an expectation names one).
+
+Which metrics exist, their arguments, units and one-line definitions are not listed here: they
+are rows of one table, :data:`experiments.analysis.expectations.METRICS`, which the scenario validator, the
+dispatcher, ``mrclab run --help`` and docs/design.md's metric table all read (a list here went
+stale as metrics joined). This module holds the value functions of the goodput, retransmission,
+EV, port-counter and message metrics; verdicts against what the faults left of the fabric are in
+experiments/analysis/verdicts.py, the collective's in experiments/analysis/collectives.py.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from mrclab.experiments.analysis.fabricstate import FabricTimeline
+from mrclab.experiments.analysis.fidelity import HeldLimits
+
+BIN_S = 0.1
+
+
+@dataclass
+class RunData:
+    """What a run produced, normalised. ``samples[qp] = [(t_s, delivered_bytes_cumulative), ...]``;
+    ``qp_src[qp]`` the sending host; ``events`` dicts with at least ``t`` and ``kind``."""
+
+    duration_s: float
+    samples: dict[str, list[tuple[float, int]]] = field(default_factory=dict)
+    qp_src: dict[str, str] = field(default_factory=dict)
+    totals: dict[str, dict] = field(default_factory=dict)
+    events: list[dict] = field(default_factory=list)
+    rtt_us: float | None = None
+    first_fault_s: float | None = None
+    traffic_start_s: float = 0.0
+    #: qp -> [(t_s, window bytes, rate bits/s or None)]
+    windows: dict[str, list[tuple[float, float | None, float | None]]] = field(default_factory=dict)
+    #: qp -> [(t_s, {ev: data packets sent so far})]
+    ev_packets: dict[str, list[tuple[float, dict[int, int]]]] = field(default_factory=dict)
+    #: qp -> completion time of each message (s)
+    completion_s: dict[str, list[float]] = field(default_factory=dict)
+    #: the run's collective (experiments/analysis/collectives.py CollectiveRun), if it ran one
+    collective: object | None = None
+    #: switch port samples: {t, switch, port, peer, queue, marked, trimmed, queue_full[, gray (linux)]}
+    ports: list[dict] = field(default_factory=list)
+    port_mbps: float = 0.0  # one NIC port's rate (the fabric's host links), 0: unshaped
+    flows: list[tuple[str, str]] = field(default_factory=list)  # (src, dst) of every flow
+    timeline: FabricTimeline | None = None  # the faults as played (experiments/analysis/fabricstate.py)
+    #: (t_s, host, the most its loop began a turn later than due in the telemetry interval before t, s)
+    loop_gaps: list[tuple[float, str, float]] = field(default_factory=list)
+    #: (t_s, "endpoint h0" | "switch t1-0-0", scheduling delay per run (s), waited share of the interval
+    #: before t, that interval (s))
+    run_delays: list[tuple[float, str, float, float, float]] = field(default_factory=list)
+    #: what the model lets a round trip take (experiments/analysis/fidelity.py): a packet older when it
+    #: arrived was held outside the model
+    held_limits: HeldLimits = field(default_factory=HeldLimits)
+    #: (t_s, host, the endpoint's resident memory in bytes) at each of its telemetry samples
+    rss: list[tuple[float, str, int]] = field(default_factory=list)
+    #: [t0, t1] (s) of every fidelity fault of the run (experiments/analysis/fidelity.py): the run-long counts
+    #: leave out what happened inside them (experiments/analysis/expectations.py ``LEAVES_OUT``)
+    fidelity_windows: list[tuple[float, float]] = field(default_factory=list)
+
+    def mct_percentiles(self, host: str | None = None) -> dict[str, float]:
+        """p50 / p99 / p99.9 message completion time (s), of ``host``'s QPs if given ({} if none)."""
+        xs = sorted(x for qp, v in self.completion_s.items() if host is None or qp.startswith(f"{host}->") for x in v)
+        return {f"p{p:g}": percentile(xs, p) for p in (50, 99, 99.9)} if xs else {}
+
+    def port_totals(self, switch: str | None = None) -> dict[str, int]:
+        """Packets marked, trimmed and dropped at a full queue over the run, all ports ({} if none);
+        and ``pauses``, PFC pauses received, where ports are lossless."""
+        last: dict[tuple[str, int], dict] = {}
+        for r in self.ports:
+            if switch is None or r["switch"] == switch:
+                last[(r["switch"], r["port"])] = r
+        if not last:
+            return {}
+        out = {k: sum(r[k] for r in last.values()) for k in ("marked", "trimmed", "queue_full")}
+        if any("pauses" in r for r in last.values()):
+            out["pauses"] = sum(r.get("pauses", 0) for r in last.values())
+        return out
+
+    def bins(self) -> list[float]:
+        """Start time (s) of every :data:`BIN_S` bin of the run."""
+        n = int(math.ceil(self.duration_s / BIN_S))
+        return [round(i * BIN_S, 6) for i in range(n)]
+
+    def goodput_mbps(self, host: str | None = None) -> list[float]:
+        """Goodput per bin (Mb/s), all QPs or those sent by ``host``; bin i covers [i, i+1) x BIN_S."""
+        nb = len(self.bins())
+        total = [0.0] * nb
+        for qp, pts in self.samples.items():
+            if host is not None and self.qp_src.get(qp) != host:
+                continue
+            for (t0, b0), (t1, b1) in zip(pts, pts[1:]):
+                if t1 <= t0 or b1 < b0:
+                    continue
+                # spread the bytes of each sampling interval over the bins it covers
+                rate = (b1 - b0) / (t1 - t0)
+                i = max(0, int(t0 / BIN_S))
+                while i < nb and i * BIN_S < t1:
+                    lo, hi = max(t0, i * BIN_S), min(t1, (i + 1) * BIN_S)
+                    if hi > lo:
+                        total[i] += rate * (hi - lo) * 8 / 1e6 / BIN_S
+                    i += 1
+        return total
+
+    def qp_goodput_mbps(self) -> dict[str, list[float]]:
+        """Goodput (Mb/s) per QP in :data:`BIN_S` bins: QP name -> series."""
+        out = {}
+        for qp in self.samples:
+            sub = RunData(self.duration_s, {qp: self.samples[qp]}, {qp: "x"})
+            out[qp] = sub.goodput_mbps("x")
+        return out
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+def percentile(sorted_xs: list[float], p: float) -> float:
+    """The ``p``-th percentile (nearest rank) of an ascending list."""
+    k = max(0, min(len(sorted_xs) - 1, math.ceil(p / 100 * len(sorted_xs)) - 1))
+    return sorted_xs[k]
+
+
+def ev_share(d: RunData, host: str, plane: int, t1: int | None, lo: float, hi: float) -> float:
+    """Share of ``host``'s data packets in [lo, hi] sent on EVs of (plane, T1)."""
+    on = total = 0
+    for qp, pts in d.ev_packets.items():
+        if not qp.startswith(f"{host}->"):
+            continue
+        before = next((c for t, c in reversed(pts) if t <= lo), {})
+        after = next((c for t, c in reversed(pts) if t <= hi), {})
+        for ev, n in after.items():
+            k = n - before.get(ev, 0)
+            total += k
+            if (ev >> 12) & 0xF == plane and (t1 is None or ev & 0xFFF == t1):
+                on += k
+    return on / total if total else 0.0
+
+
+def window_mean(series: list[float], lo: float, hi: float) -> float:
+    """Mean of a per-bin ``series`` over [lo, hi) seconds (0.0 for an empty window)."""
+    i, j = int(round(lo / BIN_S)), int(round(hi / BIN_S))
+    return _mean(series[i:j])
+
+
+def baseline_window(d: RunData, warmup_s: float = 1.0) -> tuple[float, float]:
+    """From ``warmup_s`` after traffic starts to the first fault (or the end)."""
+    lo = d.traffic_start_s + warmup_s
+    hi = d.first_fault_s if d.first_fault_s is not None else d.duration_s
+    if hi - lo < 2 * BIN_S:
+        lo = max(0.0, hi - 1.0)
+    return lo, hi
+
+
+def worst_qp_ratio(d: RunData, lo: float, hi: float) -> float:
+    """min over QPs of (the QP's mean goodput in [lo, hi]) / (the mean of every QP's): 1.0 when each
+    QP got an equal part, 0.0 when one delivered nothing; 0.0 when no QP delivered anything."""
+    per_qp = [window_mean(g, lo, hi) for g in d.qp_goodput_mbps().values()]
+    mean = _mean(per_qp)
+    return min(per_qp) / mean if per_qp and mean > 0 else 0.0
+
+
+def rss_growth(d: RunData, after: float) -> float:
+    """The endpoints' memory growth: max over hosts of (resident memory at its last sample) / (its
+    resident memory at its first sample at or after ``after`` s). 1.0 is flat; ``math.inf`` when
+    no host has samples both there and later (a run that never sampled memory cannot be flat)."""
+    first: dict[str, int] = {}
+    last: dict[str, tuple[float, int]] = {}
+    for t, host, rss in sorted(d.rss):
+        if t >= after:
+            first.setdefault(host, rss)
+            last[host] = (t, rss)
+    growth = [last[h][1] / first[h] for h in first if first[h] > 0]
+    return max(growth) if growth else math.inf
+
+
+def longest_stall_s(d: RunData, lo: float = 0.0, hi: float | None = None) -> float:
+    """The longest time (s) any QP delivered nothing between two bins in which it delivered, within
+    [lo, hi] (the whole run by default), in :data:`BIN_S` steps: a QP stuck behind a fault it never
+    maps out shows the fault's whole length; one that goes on shows a bin or two at most."""
+    return stalls(d, lo, hi)[0]
+
+
+def stalls(d: RunData, lo: float = 0.0, hi: float | None = None) -> tuple[float, int]:
+    """(:func:`longest_stall_s` with the time inside the run's fidelity faults (``fidelity_windows``)
+    left out of every stall, how many stalls met a fault): a stall the machine lengthened counts only
+    its time outside the machine's fault, so a transport that stalls on its own still shows it."""
+    end = d.duration_s if hi is None else hi
+    worst, met = 0.0, 0
+    for g in d.qp_goodput_mbps().values():
+        busy = [i for i, x in enumerate(g) if x > 0 and lo <= i * BIN_S < end]
+        for a, b in zip(busy, busy[1:]):
+            if b - a - 1 <= 0:
+                continue
+            s0, s1 = (a + 1) * BIN_S, b * BIN_S  # the empty bins
+            inside = sum(max(0.0, min(s1, f1) - max(s0, f0)) for f0, f1 in d.fidelity_windows)
+            met += inside > 0
+            worst = max(worst, s1 - s0 - min(inside, s1 - s0))
+    return round(worst, 6), met
+
+
+def baseline_mbps(d: RunData, host: str | None = None, warmup_s: float = 1.0) -> float:
+    """Mean goodput (Mb/s) over :func:`baseline_window` (of ``host``'s flows if given)."""
+    return window_mean(d.goodput_mbps(host), *baseline_window(d, warmup_s))
+
+
+def recovery_time_s(d: RunData, after: float, fraction: float = 0.9, host: str | None = None) -> float:
+    """Seconds from ``after`` until the 0.5 s moving mean of goodput is back above ``fraction`` x
+    the baseline (0 if it never fell; inf if it never came back)."""
+    g = d.goodput_mbps(host)
+    base = baseline_mbps(d, host)
+    k = int(round(0.5 / BIN_S))
+    start = int(round(after / BIN_S))
+    for i in range(start, len(g) - k + 1):
+        if _mean(g[i : i + k]) >= fraction * base:
+            return max(0.0, i * BIN_S - after)
+    return math.inf
+
+
+def retransmit_fraction(totals: dict[str, dict]) -> float:
+    """Retransmitted data packets over data packets sent, summed over ``totals`` (QP -> the
+    endpoint's per-QP totals, as in metrics.json); 0.0 when nothing was sent."""
+    sent = sum(t.get("data_packets", 0) for t in totals.values())
+    rtx = sum(t.get("retransmits", 0) for t in totals.values())
+    return rtx / sent if sent else 0.0
+
+
+def retired(d: RunData, after: float, within_s: float) -> list[dict]:
+    """EV state changes to ASSUMED_BAD in [after, after + within_s] (s)."""
+    return [e for e in d.events if e.get("kind") == "ev_state" and e.get("new") == "ASSUMED_BAD"
+            and after <= e["t"] <= after + within_s]
+
+
+#: A retirement at t answers losses in [t - RETIRE_CAUSE_S, t] (s): a retransmission timeout is at
+#: most the timer's ceiling, ``max_rto_s`` (1 s, traffic/settings.py), and a probe round's much less.
+RETIRE_CAUSE_S = 1.0
+
+
+def in_fidelity_fault(d: RunData, t: float, before_s: float = 0.0) -> bool:
+    """Whether [t - before_s, t] (s) meets one of the run's fidelity faults (``fidelity_windows``)."""
+    return any(f0 <= t and f1 >= t - before_s for f0, f1 in d.fidelity_windows)

@@ -1,0 +1,118 @@
+"""Verdicts that judge a run against what its faults left of the fabric (experiments/analysis/fabricstate.py):
+an EV retired while its path was whole, an EV through a repaired element still retired, the time an
+EV through a failed element took to be retired, goodput against the capacity the faults left.
+
+Each function takes the run's :class:`~experiments.analysis.metrics.RunData` (its events and its
+``timeline``) and returns one number; the metric registry (experiments/analysis/expectations.py) names them.
+"""
+
+from __future__ import annotations
+
+import math
+
+from mrclab.experiments.analysis.fabricstate import FabricTimeline
+from mrclab.experiments.analysis.metrics import RETIRE_CAUSE_S, RunData, baseline_window, in_fidelity_fault, window_mean
+from mrclab.topologies.addressing import Path
+
+#: A retirement answers a loss that may have happened up to this long before it (a retransmission
+#: timeout is at most max_rto_s, 1 s, and is usually a few RTTs): a path failed in [t - grace, t]
+#: explains a retirement at t.
+RETIRE_GRACE_S = RETIRE_CAUSE_S
+#: A repair and a failure are matched to an expectation's ``after`` within this much.
+MATCH_S = 0.5
+#: How long after an EV's retirement the loss that retired it may be written (s): the sender
+#: writes it right after the retirement, and a busy machine can deschedule it in between (1.3 ms
+#: seen on bmv2). Later losses on the EV are of packets sent after the first, so they never move it.
+LOSS_WRITTEN_S = 0.05
+
+
+def _ev_changes(d: RunData) -> dict[tuple, list[tuple[float, str]]]:
+    """(host, peer, qp, ev) -> [(t, new state)] in time order."""
+    out: dict[tuple, list[tuple[float, str]]] = {}
+    for e in d.events:
+        if e.get("kind") == "ev_state":
+            out.setdefault((e["host"], e["peer"], e["qp"], e["ev"]), []).append((e["t"], str(e["new"])))
+    return out
+
+
+def _timeline(d: RunData) -> FabricTimeline:
+    """The run's fault timeline; ValueError for run data made without one (a bug of the caller)."""
+    if d.timeline is None:
+        raise ValueError("run data without a fault timeline: verdicts judge a run against its faults")
+    return d.timeline
+
+
+def _path(d: RunData, host: str, peer: str, ev: int) -> Path:
+    return _timeline(d).plan.path_for_ev(host, peer, ev)
+
+
+def false_retirements(d: RunData) -> tuple[float, int]:
+    """(EVs retired (ASSUMED_BAD) while their path crossed no failed element in the last
+    :data:`RETIRE_GRACE_S`: healthy paths taken for broken ones; how many such retirements were left
+    out because a fidelity fault of the run met that last :data:`RETIRE_GRACE_S`: the machine, not
+    the transport, may have lost or held what retired them)."""
+    n = left_out = 0
+    for (host, peer, _qp, ev), changes in _ev_changes(d).items():
+        for t, new in changes:
+            if new == "ASSUMED_BAD" and not _timeline(d).path_failed(_path(d, host, peer, ev), t - RETIRE_GRACE_S, t):
+                if in_fidelity_fault(d, t, RETIRE_GRACE_S):
+                    left_out += 1
+                else:
+                    n += 1
+    return float(n), left_out
+
+
+def revival_s(d: RunData, after: float) -> float:
+    """Seconds from the repair at ``after`` until every EV retired through a repaired element is
+    GOOD again (the slowest); inf when one never is; 0 when no such EV was retired."""
+    repaired = set(_timeline(d).repaired_at(after, MATCH_S))
+    worst = 0.0
+    for (host, peer, _qp, ev), changes in _ev_changes(d).items():
+        state = next((s for t, s in reversed(changes) if t <= after), "GOOD")
+        if state != "ASSUMED_BAD":
+            continue
+        if not repaired & set(_timeline(d).path_elements(_path(d, host, peer, ev))):
+            continue
+        back = next((t for t, s in changes if t > after and s == "GOOD"), None)
+        worst = max(worst, math.inf if back is None else back - after)
+    return worst
+
+
+def retire_time_rtts(d: RunData, after: float) -> float:
+    """For every EV retired whose path crosses an element that failed at ``after``: the time from
+    the first packet lost on it (sent, that is: the loss events say how long before they were
+    found each packet had left) to its retirement, in smoothed RTTs; the slowest (inf if none was
+    retired)."""
+    failed = set(_timeline(d).failed_at(after, MATCH_S))
+    lost: dict[tuple, list[tuple[float, float]]] = {}  # EV -> [(found at, sent at)]
+    for e in d.events:
+        if e.get("kind") == "loss":
+            lost.setdefault((e["host"], e["peer"], e["qp"], e["ev"]), []).append((e["t"], e["t"] - e.get("age_s", 0)))
+    times = []
+    for key, changes in _ev_changes(d).items():
+        host, peer, _qp, ev = key
+        if not failed & set(_timeline(d).path_elements(_path(d, host, peer, ev))):
+            continue
+        t = next((t for t, s in changes if t >= after and s == "ASSUMED_BAD"), None)
+        if t is None:
+            continue
+        sent = [s for found, s in lost.get(key, []) if s >= after - MATCH_S and found <= t + LOSS_WRITTEN_S]
+        times.append(t - (min(sent) if sent else after))
+    if not times or not d.rtt_us:
+        return math.inf
+    return max(times) * 1e6 / d.rtt_us
+
+
+def capacity_ratio(d: RunData, lo: float, hi: float, host: str | None = None) -> float:
+    """Goodput in [lo, hi] as a share of the capacity the faults left there, relative to the same
+    share before the first fault: 1.0 means the transport used all that was left as well as it used
+    the whole fabric (paper: goodput steps down by 1/P per NIC port, not at all for a T1 of two)."""
+    flows = [f for f in d.flows if host is None or f[0] == host]
+    g = d.goodput_mbps(host)
+    b0, b1 = baseline_window(d)
+    cap_base = _timeline(d).capacity(flows, b0, b1)
+    cap = _timeline(d).capacity(flows, lo, hi)
+    base = window_mean(g, b0, b1)
+    if not cap or not base or not cap_base:
+        return 0.0
+    return (window_mean(g, lo, hi) / cap) / (base / cap_base)
