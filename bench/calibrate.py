@@ -32,11 +32,11 @@ from pathlib import Path
 import psutil
 from mrclab.bench import endpoint as bench_endpoint
 from mrclab.bench import fabric as bench_fabric
+from mrclab.controller.dataplanes import dataplane, here
 from mrclab.controller.fabric import Fabric
 from mrclab.emulation.cleanup import stop_processes
-from mrclab.emulation.nodes import toolchain_missing
 from mrclab.experiments.run import endpoints
-from mrclab.experiments.run.admission import Calibration, bmv2_build, machine_key, save_calibration
+from mrclab.experiments.run.admission import Calibration, machine_key, save_calibration
 from mrclab.topologies.spec import load_spec
 from mrclab.traffic import contract as C
 from rich.console import Console
@@ -98,7 +98,7 @@ def _switch_figures(dataplane: str, log) -> dict:
     """Per-hop and idle CPU of the switches of the default fabric."""
     with Fabric(load_spec(), dataplane, watchdog=False) as fab:
         hops = len(bench_fabric.path_hops(fab))
-        if dataplane == "bmv2":
+        if fab.plane.switch_processes:  # each switch a process: its own CPU
             per_hop = bench_fabric.cpu_us_per_packet(fab, RATE_PPS)
             pids = [sw.proc.pid for sw in fab.emu.switches()]
             before = [bench_fabric._cpu_s(p) for p in pids]
@@ -128,7 +128,7 @@ def calibrate(dataplanes: list[str], log=lambda m: console.print(f"[dim]{m}[/dim
     ep = _endpoint_figures(log)
     for dp in dataplanes:
         sw = _switch_figures(dp, log)
-        c = Calibration(machine=machine_key(), dataplane=dp, build=bmv2_build() if dp == "bmv2" else "",
+        c = Calibration(machine=machine_key(), dataplane=dp, build=dataplane(dp).build_id(),
                         cores=psutil.cpu_count() or 1, endpoint_start_cpu_s=round(start, 3),
                         endpoint_idle_cores=round(ep["endpoint_idle_cores"], 4),
                         endpoint_tx_us=round(ep["endpoint_tx_us"], 2), endpoint_rx_us=round(ep["endpoint_rx_us"], 2),
@@ -141,7 +141,7 @@ def calibrate(dataplanes: list[str], log=lambda m: console.print(f"[dim]{m}[/dim
 
 def main(args) -> int:
     """``mrclab calibrate [--dataplane D]``: prints and caches the figures."""
-    planes = args.dataplane or (["linux", "bmv2"] if toolchain_missing() is None else ["linux"])
+    planes = args.dataplane or [p.name for p in reversed(here())]
     for c in calibrate(planes):
         console.print(json.dumps(c.as_dict(), indent=1))
     return 0

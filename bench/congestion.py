@@ -25,8 +25,7 @@ import tempfile
 from pathlib import Path
 
 from mrclab.bench.tables import emit, progress
-from mrclab.controller.fabric import available, missing_features
-from mrclab.emulation.nodes import toolchain_missing
+from mrclab.controller.dataplanes import available, here, missing_features
 from mrclab.experiments.analysis.metrics import BIN_S, percentile
 from mrclab.experiments.model.scenario import parse_scenario
 from mrclab.experiments.run import runner
@@ -95,7 +94,7 @@ def main(args=None) -> int:
     """``mrclab bench congestion``: a run per N of :data:`FLOWS` and window control, on the first data
     plane of ``args.dataplane`` (default: bmv2 where its toolchain is installed, else linux), then
     one table. Returns 0; raises NotAvailable when that data plane has no switch queues here."""
-    dps = getattr(args, "dataplane", None) or (["bmv2"] if toolchain_missing() is None else ["linux"])
+    dps = getattr(args, "dataplane", None) or [here()[0].name]
     dp = dps[0]
     if "congestion" not in available(dp):
         why = missing_features(dp).get("congestion", f"the {dp} data plane has no switch queues")

@@ -39,10 +39,12 @@ from collections.abc import Iterator
 import psutil
 from mrclab.bench.tables import emit, progress
 from mrclab.controller.compiler import compile_p4
+from mrclab.controller.dataplanes import dataplane as resolve
+from mrclab.controller.dataplanes import here
 from mrclab.controller.fabric import Fabric
 from mrclab.controller.p4runtime import DesiredEntry, EntryKey, P4Info, P4Switch
 from mrclab.emulation import kernel
-from mrclab.emulation.nodes import bmv2_binary, toolchain_missing
+from mrclab.emulation.nodes import bmv2_binary
 from mrclab.p4src import FORWARD_P4
 from mrclab.topologies.errors import NotAvailable
 from mrclab.topologies.spec import load_spec
@@ -242,10 +244,10 @@ def measure(dataplane: str, log, build: str | None = None) -> dict:
         res["timings"] = dict(fab.timings)
         res["entries"] = fab.routes.n_entries
         log(f"{dataplane}: up and verified in {fab.timings['total_s']:.2f} s")
-        res["entries_per_s"] = (bulk_entries_bmv2 if dataplane == "bmv2" else bulk_entries_linux)(fab)
+        res["entries_per_s"] = (bulk_entries_bmv2 if fab.plane.p4runtime else bulk_entries_linux)(fab)
         log(f"{dataplane}: {res['entries_per_s']:.0f} entries/s")
         route = " -> ".join([PATH[0], *(sw for sw, _, _ in path_hops(fab)), PATH[1]])
-        if dataplane != "bmv2":
+        if not fab.plane.switch_processes:  # the kernel forwards: with and without the queue program
             if not fab.bpf:  # no queue program on this machine: the kernel's forwarding alone
                 log(f"{dataplane}: searching the highest <1%-loss rate over {route}")
                 res["path_pps"], res["trials"] = max_rate(fab, log=log)
@@ -291,14 +293,15 @@ def main(args=None) -> int:
     """``mrclab bench fabric``: :func:`measure` for each data plane of ``args.dataplane`` (default:
     bmv2 and linux where the P4 toolchain is installed, else linux), then one table. Returns 0, or
     3 when bmv2 is asked for and its toolchain is missing."""
-    dps = getattr(args, "dataplane", None) or (["bmv2", "linux"] if toolchain_missing() is None else ["linux"])
-    if "bmv2" in dps and (why := toolchain_missing()):
-        console.print(f"[red]bmv2: {why}[/red]")
-        return 3
+    dps = getattr(args, "dataplane", None) or [p.name for p in here()]
+    for dp in dps:
+        if why := resolve(dp).missing():
+            console.print(f"[red]{dp}: {why}[/red]")
+            return 3
     # bmv2 twice where both builds are installed: the forwarding build mrclab runs and the logging
     # build --debug runs, side by side in one run (vagrant/build-toolchain.sh builds both)
     runs = [(dp, b) for dp in dps for b in ((["forwarding", "logging"] if _has_logging_build() else [None])
-                                             if dp == "bmv2" else [None])]
+                                             if resolve(dp).switch_processes else [None])]
     results = [measure(dp, lambda m: console.print(f"[dim]{m}[/dim]"), b) for dp, b in runs]
     t = Table(title="mrclab bench fabric (default fabric: 4 hosts, 16 switches)")
     t.add_column("figure")

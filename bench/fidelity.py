@@ -36,8 +36,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mrclab.bench.tables import header
-from mrclab.controller.fabric import available
-from mrclab.emulation.nodes import toolchain_missing
+from mrclab.controller.dataplanes import DATAPLANES, available, here
+from mrclab.controller.dataplanes import dataplane as resolve
 from mrclab.experiments.analysis.expectations import verdict_word
 from mrclab.experiments.model.claims import NEVER_VOID
 from mrclab.experiments.model.scenario import load_scenario
@@ -239,7 +239,7 @@ def main(args=None) -> int:
     """``mrclab bench fidelity [--dataplane D] [--target endpoint|switch] [--only S ...] [--markdown]``:
     the tables above. Returns 0; raises BadInput for a target the data plane has no process of and
     NotAvailable without a CPU cgroup or data plane."""
-    dps = getattr(args, "dataplane", None) or (["bmv2"] if toolchain_missing() is None else ["linux"])
+    dps = getattr(args, "dataplane", None) or [here()[0].name]
     target = getattr(args, "target", None) or "endpoint"
     names = getattr(args, "only", None) or list(SCENARIOS)
     markdown = bool(getattr(args, "markdown", False))
@@ -249,11 +249,13 @@ def main(args=None) -> int:
     if markdown:
         out_md.append(header() + "\n")
     for dp in dps:
-        if target == "switch" and dp != "bmv2":
+        plane = resolve(dp)
+        if target == "switch" and not plane.switch_processes:
             raise BadInput(f"--target switch on {dp}: its switches are the kernel's, no process to starve; "
-                           "allowed: --target endpoint, or --dataplane bmv2")
-        if dp == "bmv2" and toolchain_missing() is not None:
-            raise NotAvailable(f"bench fidelity on bmv2: {toolchain_missing()}")
+                           "allowed: --target endpoint, or --dataplane "
+                           + " | ".join(p.name for p in DATAPLANES.values() if p.switch_processes))
+        if why := plane.missing():
+            raise NotAvailable(f"bench fidelity on {dp}: {why}")
         for name in names:
             if not load_scenario(name).needs <= available(dp):
                 console.print(f"[dim]{name}: needs what {dp} lacks here; skipped[/dim]")

@@ -32,7 +32,8 @@ from pathlib import Path
 
 import psutil
 from mrclab.bench.tables import emit, progress
-from mrclab.emulation.nodes import toolchain_missing
+from mrclab.controller.dataplanes import dataplane as resolve
+from mrclab.controller.dataplanes import here
 from mrclab.experiments.model.scenario import parse_scenario
 from mrclab.experiments.run import runner
 from mrclab.topologies.errors import MrclabError
@@ -90,8 +91,9 @@ class SwitchCpu:
     time (system + softirq + irq) from start to stop."""
 
     def __init__(self, dp: str) -> None:
-        """The counter of data plane ``dp`` (``bmv2`` or ``linux``), not started yet."""
+        """The counter of data plane ``dp`` (a name of controller/dataplanes.py), not started yet."""
         self.dp = dp
+        self.processes = resolve(dp).switch_processes
         self.seen: dict[int, float] = {}
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, daemon=True)
@@ -111,14 +113,14 @@ class SwitchCpu:
 
     def __enter__(self) -> SwitchCpu:
         """Start counting (bmv2: the sampling thread)."""
-        if self.dp == "bmv2":
+        if self.processes:
             self._thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
         """Stop counting; ``total_s`` holds the CPU seconds."""
         self._stop.set()
-        if self.dp == "bmv2":
+        if self.processes:
             self._thread.join(timeout=5)
             self.total_s = sum(self.seen.values())
         else:
@@ -181,7 +183,7 @@ def ladder(dp: str, work: Path, say=console.print) -> list[dict]:
 
 def table(dp: str, rows: list[dict]) -> Table:
     """The printed table of one data plane's ladder."""
-    cost = "switch CPU / data packet / hop" if dp == "bmv2" else "kernel CPU / data packet / hop (upper bound)"
+    cost = resolve(dp).hop_cost_words
     t = Table(title=f"mrclab bench scale ({dp}: every host writing across the T1s for {DURATION_S:g} s; the highest "
                     "host-port rate with no fidelity fault)")
     for c in ("switches", "hosts", "planes x T0 x T1", "host-port rate", "aggregate goodput", "of the NIC ports", cost,
@@ -202,12 +204,12 @@ def table(dp: str, rows: list[dict]) -> Table:
 def main(args=None) -> int:
     """``mrclab bench scale``: the ladder on every data plane asked for (default: every one this
     machine has), then one table each. Returns 0."""
-    dps = getattr(args, "dataplane", None) or (["bmv2", "linux"] if toolchain_missing() is None else ["linux"])
+    dps = getattr(args, "dataplane", None) or [p.name for p in here()]
     tables = []
     with tempfile.TemporaryDirectory(prefix="mrclab-bench-scale-") as d:
         for dp in dps:
-            if dp == "bmv2" and toolchain_missing():
-                console.print(f"[yellow]bmv2: skipped ({toolchain_missing()})[/yellow]")
+            if why := resolve(dp).missing():
+                console.print(f"[yellow]{dp}: skipped ({why})[/yellow]")
                 continue
             tables.append(table(dp, ladder(dp, Path(d))))
     emit(tables, [], bool(getattr(args, "markdown", False)))

@@ -35,9 +35,10 @@ from mrclab.bench import endpoint as bench_endpoint
 from mrclab.bench import fabric as bench_fabric
 from mrclab.bench import fidelity as bench_fidelity
 from mrclab.bench import scale as bench_scale
+from mrclab.controller.dataplanes import DATAPLANES, dataplane
 from mrclab.controller.fabric import Fabric
 from mrclab.emulation.cleanup import clean, live_runs
-from mrclab.emulation.nodes import bmv2_device, bmv2_grpc_addr, default_dataplane, need_root, toolchain_missing
+from mrclab.emulation.nodes import bmv2_device, bmv2_grpc_addr, need_root
 from mrclab.emulation.placement import open_cluster
 from mrclab.emulation.servers import parse_servers
 from mrclab.experiments.analysis import report
@@ -124,14 +125,14 @@ def _choose_dataplane(requested: str | None, remote: bool = False) -> str:
     """The data plane to run: ``requested``, else the best here (bmv2 where the toolchain is; the
     servers of a fabric over servers, ``remote``, need it too: `mrclab doctor --servers` checks).
     Raises NotAvailable for bmv2 without the toolchain."""
+    plane = dataplane(requested)
     if requested is None:
-        dp = default_dataplane()
-        why = toolchain_missing()
-        console.print(f"data plane: [bold]{dp}[/bold]" + (f" (bmv2 unavailable: {why})" if why else " (P4 toolchain found)"))
-        return dp
-    if requested == "bmv2" and (why := toolchain_missing()):
-        raise NotAvailable(f"data plane bmv2 needs the P4 toolchain: {why}")
-    return requested
+        away = [f"{p.name} unavailable: {p.missing()}" for p in DATAPLANES.values() if p.missing()]
+        console.print(f"data plane: [bold]{plane.name}[/bold]" + (f" ({'; '.join(away)})" if away else
+                                                                  " (P4 toolchain found)"))
+    elif why := plane.missing():
+        raise NotAvailable(f"data plane {plane.name} needs the P4 toolchain: {why}")
+    return plane.name
 
 
 # ---- probe ----------------------------------------------------------------------------------------
@@ -237,7 +238,7 @@ def cmd_clean(args) -> int:
 
 def cmd_shell(args) -> int:
     """``mrclab shell SWITCH``: replace this process by p4runtime-shell on a switch of the running bmv2 fabric."""
-    runs = [r for r in live_runs() if r.dataplane == "bmv2"]
+    runs = [r for r in live_runs() if dataplane(r.dataplane).p4runtime]
     if not runs:
         raise NotAvailable("no bmv2 fabric is running; start one with `mrclab up --dataplane bmv2`")
     st = runs[0]

@@ -19,6 +19,7 @@ class LinuxFaults:
     switch's entries again (a diff)."""
 
     fresh_on_restart = False
+    switch_ports_follow = True
 
     def __init__(self, fab) -> None:
         """The linux backend of running fabric ``fab``."""
@@ -62,6 +63,7 @@ class Bmv2Faults:
     blackhole (the fault mode in ``my_sid``), and killing / restarting the switch process."""
 
     fresh_on_restart = True
+    switch_ports_follow = False
 
     def __init__(self, fab) -> None:
         """The bmv2 backend of running fabric ``fab``."""

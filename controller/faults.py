@@ -62,14 +62,16 @@ class Desired:
     blackhole: dict[str, bool]
 
 
-def desired(state: FaultState, plan: AddressPlan, dataplane: str) -> Desired:
-    """What every element must be under ``state`` on ``dataplane`` (see the module docstring)."""
+def desired(state: FaultState, plan: AddressPlan, ports_follow: bool) -> Desired:
+    """What every element must be under ``state`` (see the module docstring): ``ports_follow``, the
+    switches' interfaces follow their links and their own death (linux), else a cut between switches
+    is a drop and a dead switch a dead process (bmv2; the backend's ``switch_ports_follow``)."""
     spec = plan.spec
     iface: dict[tuple[str, str], bool] = {}
     drop: dict[tuple[str, str], float] = {}
     for a, b in spec.links():
         held = (a, b) in state.links_down
-        if dataplane == "linux":
+        if ports_follow:
             up = not held and a not in state.switches_down and b not in state.switches_down
             iface[(a, b)] = iface[(b, a)] = up
             for sw, peer in ((a, b), (b, a)):
@@ -89,9 +91,12 @@ def desired(state: FaultState, plan: AddressPlan, dataplane: str) -> Desired:
 class FaultBackend(Protocol):
     """What a data plane does for each kind of change (controller/fabric.py has both).
     ``fresh_on_restart``: a switch brought back to life has lost every fault set on it (bmv2: a
-    new process) and is given them again; otherwise (linux) a dead switch keeps them."""
+    new process) and is given them again; otherwise (linux) a dead switch keeps them.
+    ``switch_ports_follow``: a switch's interfaces follow its links and its own death (linux);
+    otherwise a cut between switches is a drop entry and a dead switch a killed process (bmv2)."""
 
     fresh_on_restart: bool
+    switch_ports_follow: bool
 
     def set_iface(self, node: str, peer: str, up: bool) -> None:
         """Set ``node``'s interface facing ``peer`` administratively up or down."""
@@ -113,11 +118,11 @@ class FaultInjector:
     """The faults of one running fabric. Each method adds or removes one hold and applies what
     changed. Raises ValueError for a link or switch the fabric does not have."""
 
-    def __init__(self, plan: AddressPlan, dataplane: str, backend: FaultBackend) -> None:
+    def __init__(self, plan: AddressPlan, backend: FaultBackend) -> None:
         """No holds yet: the healthy state is the one applied."""
-        self.plan, self.dataplane, self.backend = plan, dataplane, backend
+        self.plan, self.backend = plan, backend
         self.state = FaultState()
-        self.healthy = desired(self.state, plan, dataplane)
+        self.healthy = desired(self.state, plan, backend.switch_ports_follow)
         self.applied = self.healthy
         self._links = set(plan.spec.links())
         self._switches = set(plan.spec.switches())
@@ -167,7 +172,7 @@ class FaultInjector:
 
     # ---- applying -------------------------------------------------------------------------------
     def _apply(self) -> None:
-        new, old, b = desired(self.state, self.plan, self.dataplane), self.applied, self.backend
+        new, old, b = desired(self.state, self.plan, self.backend.switch_ports_follow), self.applied, self.backend
         fresh = set()  # switches restarted with none of their faults
         changed = [(key, up) for key, up in new.iface_up.items() if up != old.iface_up[key]]
         # a host's end of a link goes dark first: a NIC loses carrier the moment its switch dies

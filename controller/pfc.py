@@ -124,7 +124,7 @@ class PauseAgent:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.errors: list[str] = []
-        self.side = Bmv2Side(fab) if fab.dataplane == "bmv2" else LinuxSide(fab)
+        self.side = fab.plane.pfc_side(fab)
 
     def start(self) -> None:
         """Run the agent in a daemon thread."""

@@ -23,22 +23,17 @@ from mrclab.emulation.cleanup import RUN_ROOT, RunState, cleanup_run, live_runs,
 from mrclab.emulation.cluster import (
     PreMadeLink,
     RemoteBmv2Switch,
-    RemoteLinuxSrv6Switch,
     check_underlay,
     veth_line,
     vxlan_lines,
 )
+from mrclab.emulation.dataplanes import EMULATED, EmulatedDataPlane
 from mrclab.emulation.nodes import (
-    SID_DEV,
     Bmv2Switch,
     EmulationError,
     FabricBusy,
-    LinuxSrv6Switch,
     NicHost,
-    bmv2_binary,
-    bmv2_device,
     need_root,
-    toolchain_missing,
 )
 from mrclab.emulation.placement import Placement
 from mrclab.emulation.servers import OnServer, Server, ServerError, Ssh, preflight, require
@@ -47,7 +42,6 @@ from mrclab.topologies.addressing import AddressPlan
 from mrclab.topologies.errors import NotAvailable
 from mrclab.topologies.spec import ClosSpec, is_host
 
-DATAPLANES = ("bmv2", "linux")
 #: Remote switch shells started at once (:meth:`Emulation._start_remote_switches`): each waits on
 #: ssh and its server, not on this machine's CPU.
 REMOTE_STARTS = 8
@@ -94,7 +88,7 @@ class Emulation:
     def __init__(
         self,
         spec: ClosSpec,
-        dataplane: str = "linux",
+        dataplane: str | EmulatedDataPlane = "linux",
         *,
         debug: bool = False,
         progress: Callable[[str], None] | None = None,
@@ -117,8 +111,10 @@ class Emulation:
         and queues are sized for (:func:`~emulation.kernel.shaper_burst_bytes`). Raises EmulationError for an unknown data plane, NotAvailable without root or, for
         bmv2, without p4c and simple_switch_grpc, or for ``debug`` with a placement (not built yet).
         """
-        if dataplane not in DATAPLANES:
-            raise EmulationError(f"data plane {dataplane!r}; allowed: {', '.join(DATAPLANES)}")
+        if isinstance(dataplane, str):
+            if dataplane not in EMULATED:
+                raise EmulationError(f"data plane {dataplane!r}; allowed: {', '.join(EMULATED)}")
+            dataplane = EMULATED[dataplane]
         if placement is not None and debug:
             raise NotAvailable("--debug (BMv2's per-packet log) is not built for a fabric over servers; "
                                "drop --debug or --servers")
@@ -126,17 +122,19 @@ class Emulation:
             raise EmulationError("a placement on servers needs the ssh connections to reach them")
         if placement is not None:
             placement.check(spec.planes)
-        if dataplane == "bmv2" and (why := toolchain_missing()):
-            raise NotAvailable(f"data plane bmv2 needs the P4 toolchain: {why}")
+        if why := dataplane.missing():
+            raise NotAvailable(f"data plane {dataplane.name} needs the P4 toolchain: {why}")
         need_root()
         self.spec = spec
         self.plan = AddressPlan(spec)
-        self.dataplane = dataplane
+        #: the data plane's emulation (emulation/dataplanes.py); :attr:`dataplane` is its name
+        self.plane = dataplane
+        self.dataplane = dataplane.name
         self.debug = debug
         self.bmv2_build = bmv2_build
         #: the largest frame the run sends (bytes): shapers' bursts and queues hold it
         self.frame_bytes = max(FRAME_BYTES, frame_bytes)
-        self.thrift_port = thrift_port if dataplane == "bmv2" else None
+        self.thrift_port = dataplane.thrift_port(thrift_port)
         #: the switches queue themselves (bmv2 with Thrift; linux: the controller's htb and eBPF):
         #: only host NIC ports get a tbf
         self.switch_queues = switch_queues or self.thrift_port is not None
@@ -196,7 +194,7 @@ class Emulation:
         placement, ssh, state = self.placement, self.ssh, self.state
         assert placement is not None and ssh is not None and state is not None
         self.progress(f"asking {len(placement.servers)} servers over ssh: {placement.describe(self.spec.planes)}")
-        checks = preflight(ssh, list(placement.servers), self.dataplane)
+        checks = preflight(ssh, list(placement.servers), self.plane.server_tools())
         require(checks)
         self.clock_offset_s = {c.server: c.offset_s or 0.0 for c in checks}
         for c in checks:
@@ -211,12 +209,17 @@ class Emulation:
         for sw in self.spec.switches():
             if (on := placement.server_of(sw)) is not None:
                 kernel.place(netns_name(sw), self.remotes[on])
-        if self.dataplane == "bmv2":  # the switches' sockets live in a folder of the run on each server
-            for server in placement.servers:
-                state.add_remote_dir(server, self.remote_dir(server))
-                r = self.remotes[server].run(["mkdir", "-p", self.remote_dir(server)])
-                if r.returncode != 0:
-                    raise ServerError(f"{server.name}: cannot make {self.remote_dir(server)}: {r.stderr.strip()}")
+        self.plane.prepare_servers(self, state)
+
+    def make_remote_dirs(self, state) -> None:
+        """A folder of the run on each server (recorded for cleanup first). Raises ServerError when a
+        server cannot make it."""
+        assert self.placement is not None
+        for server in self.placement.servers:
+            state.add_remote_dir(server, self.remote_dir(server))
+            r = self.remotes[server].run(["mkdir", "-p", self.remote_dir(server)])
+            if r.returncode != 0:
+                raise ServerError(f"{server.name}: cannot make {self.remote_dir(server)}: {r.stderr.strip()}")
 
     def _build(self) -> None:
         spec, plan = self.spec, self.plan
@@ -233,11 +236,8 @@ class Emulation:
                 node = remote[sw]
                 net.switches.append(node)  # Mininet's addSwitch, for a node made beforehand
                 net.nameToNode[sw] = node
-            elif self.dataplane == "bmv2":
-                node = net.addSwitch(sw, cls=Bmv2Switch, device_id=bmv2_device(spec, sw), run_dir=state.run_dir,
-                                     debug=self.debug, thrift_port=self.thrift_port, build=self.bmv2_build)
             else:
-                node = net.addSwitch(sw, cls=LinuxSrv6Switch)
+                node = self.plane.local_switch(self, net, sw, state)
             self._track(node, server)
         self.progress(f"creating {spec.n_links} links")
         links = []
@@ -274,15 +274,7 @@ class Emulation:
         self._configure_interfaces()
         if spec.link.bandwidth_mbps > 0 or spec.link.t0_t1_bandwidth_mbps > 0:
             self._shape()
-        if self.dataplane == "bmv2":
-            binary, build = bmv2_binary(self.debug, self.bmv2_build)
-            self.progress(f"starting {spec.n_switches} simple_switch_grpc processes ({build}: {binary})")
-            for sw in self.switches():
-                sw.start()
-                if sw.proc is not None:  # a switch on a server is that server's: cleanup goes there
-                    state.add_pid(sw.proc.pid)
-            for sw in self.switches():
-                sw.wait_ready()
+        self.plane.start_switches(self, state)
 
     def _start_remote_switches(self) -> dict:
         """Every remote switch node (:class:`RemoteLinuxSrv6Switch`: a shell on its server over
@@ -303,11 +295,7 @@ class Emulation:
         def start(sw: str):
             server = self.server_of(sw)
             assert server is not None
-            if self.dataplane == "bmv2":
-                return RemoteBmv2Switch(sw, server=server, ssh=ssh, remote=self.remotes[server],
-                                        remote_dir=self.remote_dir(server), device_id=bmv2_device(self.spec, sw),
-                                        run_dir=state.run_dir, thrift_port=None, build=self.bmv2_build)
-            return RemoteLinuxSrv6Switch(sw, server=server, ssh=ssh)
+            return self.plane.remote_switch(self, sw, server, ssh, state)
 
         with ThreadPoolExecutor(max_workers=REMOTE_STARTS) as pool:
             futures = {sw: pool.submit(start, sw) for sw in todo}
@@ -370,12 +358,8 @@ class Emulation:
             intfs = [i.name for i in node.intfList() if i.name != "lo"]
             sysctls = ["net.ipv6.conf.all.forwarding=1", "net.ipv6.conf.default.accept_dad=0"]
             sysctls += [f"net.ipv6.conf.{i}.accept_dad=0" for i in intfs]
-            anchor = []
-            if self.dataplane == "bmv2":  # BMv2 owns the ports: keep the kernel out of the way
-                sysctls += [f"net.ipv6.conf.{i}.disable_ipv6=1" for i in intfs]
-            else:
-                anchor = [f"link add {SID_DEV} type veth peer {SID_DEV}p", f"link set {SID_DEV}p up",
-                          f"link set {SID_DEV} up"]
+            more, anchor = self.plane.switch_setup(intfs)
+            sysctls += more
             items.append((node.netns, sysctls, ["link set lo up"] + anchor + [f"link set {i} mtu {MTU} up" for i in intfs]))
         kernel.configure_many(items)  # one script per server for the switches there
 
@@ -399,9 +383,7 @@ class Emulation:
                 if switch_queues and not is_host(intf):
                     continue
                 per_ns.setdefault(ns, []).append(f"qdisc replace dev {intf} root {kernel.tbf(mbps, limit, self.frame_bytes)}")
-        where = ("host NIC ports (tbf); switch ports are " +
-                 ("BMv2's own queues" if self.dataplane == "bmv2" else "htb fed by the tc eBPF program")) \
-            if switch_queues else "tbf"
+        where = f"host NIC ports (tbf); switch ports are {self.plane.queue_words}" if switch_queues else "tbf"
         self.progress(f"shaping links: hosts {link.bandwidth_mbps or 'unshaped'} Mb/s, T0-T1 "
                       f"{link.t0_t1_bandwidth_mbps or link.bandwidth_mbps or 'unshaped'} Mb/s ({where}, "
                       f"{link.queue_packets} packets of queue)")

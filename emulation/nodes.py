@@ -91,11 +91,6 @@ def bmv2_binary(debug: bool = False, build: str | None = None) -> tuple[str, str
     return found, "the only build installed (its flags unknown: vagrant/build-toolchain.sh builds both)"
 
 
-def default_dataplane() -> str:
-    """``bmv2`` where the P4 toolchain is installed, else ``linux`` (docs/design.md)."""
-    return "bmv2" if toolchain_missing() is None else "linux"
-
-
 class _NsNode:
     """Mixin: the node's namespace under the name ``mrclab-<node>``."""
 

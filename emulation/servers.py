@@ -219,9 +219,10 @@ def clock_offset(ssh: Ssh, server: Server) -> tuple[float, float]:
     return best
 
 
-def check_server(ssh: Ssh, server: Server, dataplane: str) -> ServerCheck:
-    """Ask ``server`` what :func:`preflight` needs (one round trip) and judge it."""
-    tools = dict(TOOLS) | (BMV2_TOOLS if dataplane == "bmv2" else {})
+def check_server(ssh: Ssh, server: Server, more_tools: dict[str, str] | None = None) -> ServerCheck:
+    """Ask ``server`` what :func:`preflight` needs (one round trip) and judge it: :data:`TOOLS`
+    and ``more_tools`` (name -> why; a data plane's, emulation/dataplanes.py ``server_tools``)."""
+    tools = dict(TOOLS) | dict(more_tools or {})
     command = _PROBE.format(tools=" ".join(shlex.quote(t) for t in tools))
     why = ssh.connect(server)
     if why is None:
@@ -249,10 +250,11 @@ def check_server(ssh: Ssh, server: Server, dataplane: str) -> ServerCheck:
     return ServerCheck(server, tuple(problems), offset, rtt)
 
 
-def preflight(ssh: Ssh, servers: list[Server], dataplane: str) -> list[ServerCheck]:
-    """Every server's :class:`ServerCheck`, asked in parallel, in the order given."""
+def preflight(ssh: Ssh, servers: list[Server], more_tools: dict[str, str] | None = None) -> list[ServerCheck]:
+    """Every server's :class:`ServerCheck` (:data:`TOOLS` and ``more_tools``), asked in parallel, in
+    the order given."""
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(servers))) as pool:
-        return list(pool.map(lambda s: check_server(ssh, s, dataplane), servers))
+        return list(pool.map(lambda s: check_server(ssh, s, more_tools), servers))
 
 
 def require(checks: list[ServerCheck]) -> None:

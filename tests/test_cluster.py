@@ -13,7 +13,8 @@ import sys
 import time
 
 import pytest
-from mrclab.controller.fabric import REMOTE_MISSING, Fabric, available, missing_features
+from mrclab.controller.dataplanes import REMOTE_MISSING, available, missing_features
+from mrclab.controller.fabric import Fabric
 from mrclab.emulation import kernel
 from mrclab.emulation import placement as P
 from mrclab.emulation import servers as S

@@ -3,7 +3,7 @@ linux (bpfsrc/port_queue.bpf.c in htb) reaches the same verdict on every expecta
 toolchain and the linux plane's queue program."""
 
 import pytest
-from mrclab.controller.fabric import missing_features
+from mrclab.controller.dataplanes import missing_features
 from mrclab.experiments.model.scenario import load_scenario
 
 pytestmark = [pytest.mark.root, pytest.mark.bmv2]

@@ -21,6 +21,7 @@ class FakeDataPlane:
 
     def __init__(self, dataplane: str) -> None:
         self.fresh_on_restart = dataplane == "bmv2"
+        self.switch_ports_follow = dataplane == "linux"
         self.iface: dict = {}
         self.drop: dict = {}
         self.alive: dict = {s: True for s in PLAN.spec.switches()}
@@ -59,7 +60,7 @@ class FakeDataPlane:
 
     def matches(self, inj: FaultInjector) -> list[str]:
         """Differences between this data plane and what the faults in force want."""
-        want = desired(inj.state, PLAN, inj.dataplane)
+        want = desired(inj.state, PLAN, inj.backend.switch_ports_follow)
         bad = []
         for k, up in want.iface_up.items():
             if self.iface.get(k, True) != up:
@@ -94,7 +95,7 @@ PAIRS = [(dp, a, b) for dp in ("linux", "bmv2") for a, b in itertools.combinatio
 @pytest.mark.parametrize("undo_first", ["first", "second"])
 def test_overlapping_faults_undo_in_any_order(dp, a, b, undo_first):
     fake = FakeDataPlane(dp)
-    inj = FaultInjector(PLAN, dp, fake)
+    inj = FaultInjector(PLAN, fake)
     order = [FAULTS[a][0], FAULTS[b][0]] + ([FAULTS[a][1], FAULTS[b][1]] if undo_first == "first"
                                           else [FAULTS[b][1], FAULTS[a][1]])
     for step, fn in enumerate(order):
@@ -109,7 +110,7 @@ def test_overlapping_faults_undo_in_any_order(dp, a, b, undo_first):
 @pytest.mark.parametrize("dp", ["linux", "bmv2"])
 def test_switch_up_does_not_bring_back_a_link_another_fault_holds_down(dp):
     fake = FakeDataPlane(dp)
-    inj = FaultInjector(PLAN, dp, fake)
+    inj = FaultInjector(PLAN, fake)
     inj.set_link(*LINK, up=False)
     inj.set_switch(SW, False)
     inj.set_switch(SW, True)
@@ -128,7 +129,7 @@ def test_a_dying_switch_takes_its_hosts_carrier_first_and_gives_it_back_last(dp)
     process takes a while to go: meanwhile its hosts would send into it), and sees it come back
     only once the switch is alive again."""
     fake = FakeDataPlane(dp)
-    inj = FaultInjector(PLAN, dp, fake)
+    inj = FaultInjector(PLAN, fake)
     inj.set_switch(SW, False)
     kinds = [(c[0], c[1]) for c in fake.calls]
     host_down = [i for i, c in enumerate(fake.calls) if c[0] == "iface" and c[1].startswith("h") and not c[3]]
@@ -143,7 +144,7 @@ def test_restored_link_gives_back_the_gray_loss_it_covered():
     """A link cut over a gray loss drops everything; restored, it drops the gray share again,
     not nothing (the bug this module fixed)."""
     fake = FakeDataPlane("bmv2")
-    inj = FaultInjector(PLAN, "bmv2", fake)
+    inj = FaultInjector(PLAN, fake)
     inj.set_loss(*LINK, 0.2)
     inj.set_link(*LINK, up=False)
     assert fake.drop[LINK] == 1.0
@@ -153,7 +154,7 @@ def test_restored_link_gives_back_the_gray_loss_it_covered():
 
 def test_a_bmv2_switch_restarted_behind_the_controllers_back_gets_its_faults_again():
     fake = FakeDataPlane("bmv2")
-    inj = FaultInjector(PLAN, "bmv2", fake)
+    inj = FaultInjector(PLAN, fake)
     inj.set_blackhole(SW, True)
     inj.set_loss(*LINK, 0.5)
     fake.set_alive(SW, True)  # the watchdog found it restarted: empty
@@ -163,7 +164,7 @@ def test_a_bmv2_switch_restarted_behind_the_controllers_back_gets_its_faults_aga
 
 
 def test_unknown_elements_are_refused():
-    inj = FaultInjector(PLAN, "linux", FakeDataPlane("linux"))
+    inj = FaultInjector(PLAN, FakeDataPlane("linux"))
     with pytest.raises(ValueError, match="no link between h0 and t1-0-0"):
         inj.set_link("h0", "t1-0-0", up=False)
     with pytest.raises(ValueError, match="unknown switch 't9-0-0'"):

@@ -399,7 +399,7 @@ def test_the_port_sampler_reads_one_switch_at_a_time_spread_over_its_period():
 
 
 def test_a_large_bmv2_fabric_is_read_by_the_runner_16_switches_a_second_at_most():
-    from mrclab.controller.fabric import control_period_s
+    from mrclab.controller.dataplanes import control_period_s
 
     assert control_period_s(3) == control_period_s(16) == 1.0
     assert control_period_s(64) == 4.0

@@ -55,7 +55,7 @@ def _scenario_spec():
 def test_pauses_spread_hop_by_hop_and_nothing_is_dropped(dp, tmp_path, no_leftovers, decided_run):
     """linux: the tc eBPF program's virtual queues and htb's tbf leaves; bmv2: the qocc and
     pfc_feeds registers read over Thrift and a tbf on each switch's wire (controller/pfc.py)."""
-    from mrclab.controller.fabric import missing_features
+    from mrclab.controller.dataplanes import missing_features
     from mrclab.experiments.run import runner
 
     if why := missing_features(dp).get("congestion"):
@@ -111,7 +111,7 @@ def test_incast_hurts_the_roce_victim_over_pfc_and_not_without(pfc, tmp_path, no
     PFC pauses the T1 -> T0 links the victim shares, and its expectations (victim <= 0.75 of its
     rate, pauses counted) pass; the same run lossy leaves the victim alone (0.985 measured) and
     they FAIL: PFC's pause spreading is the mechanism this row demonstrates."""
-    from mrclab.controller.fabric import missing_features
+    from mrclab.controller.dataplanes import missing_features
 
     if why := missing_features("linux").get("congestion"):
         pytest.skip(f"the linux data plane has no switch queues here: {why}")

@@ -201,7 +201,7 @@ def test_every_paper_scenario_is_in_the_reproduce_table_and_the_report_has_a_row
 
 @pytest.mark.root
 def test_reproduce_quick_on_linux_runs_the_whole_table_and_writes_its_report(tmp_path, no_leftovers):
-    from mrclab.controller.fabric import missing_features
+    from mrclab.controller.dataplanes import missing_features
     from mrclab.experiments.run.reproduce import reproduce
 
     if missing_features("linux"):

@@ -81,7 +81,7 @@ def test_gray_loss_is_refused_on_linux_without_its_ebpf_program_before_anything_
     from mrclab.controller import bpf
 
     s = load_scenario("ev-loss", dataplane="linux")
-    assert choose_dataplane(s) == "linux" or bpf.bpf_missing()  # with clang and libbpf: runs
+    assert choose_dataplane(s).name == "linux" or bpf.bpf_missing()  # with clang and libbpf: runs
     monkeypatch.setattr(bpf, "bpf_missing", lambda: "clang is not installed")
     with pytest.raises(RunRefused, match=r"linux data plane cannot do gray_loss \(clang is not installed\).*ev_loss"):
         choose_dataplane(s)

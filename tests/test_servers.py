@@ -52,7 +52,7 @@ def test_doctor_checks_every_server_over_ssh_and_names_what_each_lacks(tmp_path)
     with ns_servers(2, tmp_path, paths={2: path2}) as srv:
         ssh = S.Ssh(Path(tempfile.mkdtemp(prefix="mrclab-ssh-", dir="/tmp")), srv.ssh_config)
         try:
-            one, two, none = S.preflight(ssh, [S.Server(a) for a in srv.addresses + ["198.18.0.99"]], "linux")
+            one, two, none = S.preflight(ssh, [S.Server(a) for a in srv.addresses + ["198.18.0.99"]])
         finally:
             ssh.close()
             shutil.rmtree(ssh.control_dir)
@@ -88,7 +88,7 @@ def test_the_clock_is_read_in_a_process_with_descriptors_past_1023(tmp_path):
         with ns_servers(1, tmp_path) as srv:
             ssh = S.Ssh(Path(tempfile.mkdtemp(prefix="mrclab-ssh-", dir="/tmp")), srv.ssh_config)
             try:
-                (check,) = S.preflight(ssh, [S.Server(srv.addresses[0])], "linux")
+                (check,) = S.preflight(ssh, [S.Server(srv.addresses[0])])
             finally:
                 ssh.close()
                 shutil.rmtree(ssh.control_dir)

@@ -27,7 +27,7 @@ PAYLOAD = 1024
 
 
 def needs_queues(dp: str) -> None:
-    from mrclab.controller.fabric import missing_features
+    from mrclab.controller.dataplanes import missing_features
 
     if why := missing_features(dp).get("congestion"):
         pytest.skip(f"{dp} has no switch queues here: {why}")

@@ -6,7 +6,7 @@ import math
 import re
 
 import pytest
-from mrclab.controller.fabric import available
+from mrclab.controller.dataplanes import available
 from mrclab.emulation.nodes import toolchain_missing
 from mrclab.experiments.analysis.fabricstate import FabricTimeline
 from mrclab.experiments.analysis.metrics import RunData

@@ -130,9 +130,10 @@ class Scenario:
     quick_s: float = QUICK_S
     raw: dict = field(default_factory=dict, hash=False, compare=False)
 
-    def spec_for(self, dataplane: str) -> ClosSpec:
-        """The fabric the scenario runs on ``dataplane`` (``fabric_bmv2`` overrides on bmv2)."""
-        return self.spec_bmv2 if dataplane == "bmv2" else self.spec
+    def spec_for(self, dataplane) -> ClosSpec:
+        """The fabric the scenario runs on ``dataplane`` (a data plane or its name): the file's
+        ``fabric_<name>`` overrides where it has them (``fabric_bmv2``), else ``fabric``."""
+        return {"bmv2": self.spec_bmv2}.get(getattr(dataplane, "name", dataplane), self.spec)
 
     @property
     def needs(self) -> set[str]:

@@ -28,6 +28,7 @@ import shutil
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from mrclab.controller.dataplanes import dataplane as resolve
 from mrclab.experiments.model.scenario import Scenario
 from mrclab.experiments.run.endpoints import process_groups
 from mrclab.topologies.errors import NotAvailable
@@ -102,7 +103,7 @@ def save_calibration(c: Calibration) -> None:
 
 def load_calibration(dataplane: str) -> Calibration | None:
     """This machine's calibration of ``dataplane`` (and of the BMv2 build on PATH), or None."""
-    build = bmv2_build() if dataplane == "bmv2" else ""
+    build = resolve(dataplane).build_id()
     for d in _load_all():
         if (d.get("machine"), d.get("dataplane"), d.get("build")) == (machine_key(), dataplane, build):
             try:
@@ -222,6 +223,6 @@ def _with_spec(scn: Scenario, dataplane: str, new: ClosSpec) -> Scenario:
     """``scn`` with ``new`` as its fabric on ``dataplane``."""
     if scn.spec_bmv2 is scn.spec:  # one spec for both planes: keep it so
         return dataclasses.replace(scn, spec=new, spec_bmv2=new)
-    if dataplane == "bmv2":
+    if scn.spec_for(dataplane) is scn.spec_bmv2:
         return dataclasses.replace(scn, spec_bmv2=new)
     return dataclasses.replace(scn, spec=new)

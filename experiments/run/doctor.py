@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from mrclab.controller import bpf, thrift
-from mrclab.controller.fabric import FEATURES, missing_features
-from mrclab.emulation import kernel, nodes, servers
+from mrclab.controller.dataplanes import DATAPLANES
+from mrclab.emulation import kernel, servers
 from mrclab.experiments.run.admission import load_calibration
 from rich.console import Console
 from rich.table import Table
@@ -110,14 +110,14 @@ def planes() -> dict[str, tuple[bool, str, str]]:
     """data plane -> (can run, features available, what is missing and why)."""
     root_ok = os.geteuid() == 0 and shutil.which("ip") is not None
     out = {}
-    for dp in ("linux", "bmv2"):
+    for plane in DATAPLANES.values():
         why_not = "" if root_ok else "needs root and iproute2"
-        if dp == "bmv2" and (tm := nodes.toolchain_missing()):
+        if tm := plane.missing():
             why_not = tm
-        missing = missing_features(dp)
-        have = sorted(FEATURES[dp] - set(missing))
+        missing = plane.missing_features()
+        have = sorted(plane.features - set(missing))
         said = [why_not] + [f"{k}: {v}" for k, v in sorted(missing.items())]
-        out[dp] = (not why_not, ", ".join(have), "; ".join(x for x in said if x))
+        out[plane.name] = (not why_not, ", ".join(have), "; ".join(x for x in said if x))
     return out
 
 
@@ -128,8 +128,8 @@ def servers_table(servers_text: str, ssh_config: str | None) -> int:
     found = servers.parse_servers(servers_text)
     ssh = servers.Ssh(Path(tempfile.mkdtemp(prefix="mrclab-ssh-")), Path(ssh_config) if ssh_config else None)
     try:
-        linux = servers.preflight(ssh, found, "linux")
-        bmv2 = servers.preflight(ssh, found, "bmv2")
+        linux = servers.preflight(ssh, found, DATAPLANES["linux"].server_tools())
+        bmv2 = servers.preflight(ssh, found, DATAPLANES["bmv2"].server_tools())
     finally:
         ssh.close()
         shutil.rmtree(ssh.control_dir, ignore_errors=True)

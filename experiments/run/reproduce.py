@@ -28,8 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import psutil
-from mrclab.controller.fabric import available
-from mrclab.emulation.nodes import need_root, toolchain_missing
+from mrclab.controller.dataplanes import available, here
+from mrclab.controller.dataplanes import dataplane as resolve
+from mrclab.emulation.nodes import need_root
 from mrclab.emulation.placement import Cluster, open_cluster
 from mrclab.experiments.analysis.expectations import verdict_word
 from mrclab.experiments.analysis.regime import describe as describe_regime
@@ -71,10 +72,10 @@ def _fmt(v: dict | None) -> str:
 
 def _choose(scn: Scenario, dataplane: str | None, remote: bool = False) -> tuple[str | None, str]:
     """The data plane a scenario runs on here (``remote``: over servers), or None and why not."""
-    want = [dataplane] if dataplane else (["bmv2", "linux"] if toolchain_missing() is None else ["linux"])
+    want = [dataplane] if dataplane else [p.name for p in here()]
     needs = set(scn.needs) | ({"gray_loss"} if scn.sweep is not None and any(x > 0 for x in scn.sweep.loss) else set())
     for dp in want:
-        if dp == "bmv2" and toolchain_missing():
+        if resolve(dp).missing():
             continue
         if needs <= available(dp, remote):
             return dp, ""

@@ -36,10 +36,15 @@ from collections.abc import Callable
 from pathlib import Path
 
 import yaml
-from mrclab.controller.fabric import FEATURES, Fabric, available, control_period_s, missing_features
+from mrclab.controller.dataplanes import (
+    DATAPLANES,
+    DataPlane,
+    dataplane,
+)
+from mrclab.controller.fabric import Fabric
 from mrclab.controller.queues import path_queue_bound_s
 from mrclab.emulation.network import nic_queue_s
-from mrclab.emulation.nodes import need_root, toolchain_missing
+from mrclab.emulation.nodes import need_root
 from mrclab.emulation.placement import Cluster, open_cluster
 from mrclab.experiments.analysis import collectives, fidelity
 from mrclab.experiments.analysis.collectives import CollectiveRun
@@ -78,30 +83,28 @@ class RunRefused(NotAvailable):
     """The scenario is valid but this machine or data plane cannot run it."""
 
 
-def choose_dataplane(scn: Scenario, remote: bool = False) -> str:
-    """The data plane to use: the scenario's, or with ``auto`` the first of bmv2 (where the toolchain
-    is) and linux that has every feature it needs; ``remote``: on a fabric over servers (linux
-    only, emulation/cluster.py). Raises :class:`RunRefused` naming what is missing on each
-    candidate and why."""
-    wanted = [scn.dataplane] if scn.dataplane != "auto" else \
-        (["bmv2", "linux"] if toolchain_missing() is None else ["linux"])
+def choose_dataplane(scn: Scenario, remote: bool = False) -> DataPlane:
+    """The data plane to use (controller/dataplanes.py): the scenario's, or with ``auto`` the first
+    of :data:`~controller.dataplanes.DATAPLANES` this machine can emulate that has every feature the
+    scenario needs; ``remote``: on a fabric over servers (emulation/cluster.py). Raises
+    :class:`RunRefused` naming what is missing on each candidate and why, and the data planes that
+    would have it."""
+    wanted = [dataplane(scn.dataplane)] if scn.dataplane != "auto" else list(DATAPLANES.values())
     why_not = []
-    for dp in wanted:
-        if dp == "bmv2" and (why := toolchain_missing()):
-            why_not.append(f"bmv2: {why}")
+    for plane in wanted:
+        if why := plane.missing():
+            why_not.append(f"{plane.name} is unavailable here ({why})")
             continue
-        missing = scn.needs - available(dp, remote)
+        missing = scn.needs - plane.available(remote)
         if not missing:
-            return dp
-        reasons = missing_features(dp, remote)
+            return plane
+        reasons = plane.missing_features(remote)
         said = ", ".join(f"{m} ({reasons[m]})" if m in reasons else m for m in sorted(missing))
         events = sorted({f.event for f in scn.faults if f.event in _events_needing(missing)})
-        hint = "; run it with dataplane: bmv2" if dp == "linux" and scn.dataplane != "auto" and \
-            missing <= FEATURES["bmv2"] else ""
-        why_not.append(f"the {dp} data plane cannot do {said}" + (f" (needed by {', '.join(events)})" if events else "")
-                       + hint)
-    if scn.dataplane == "auto" and toolchain_missing() is not None:
-        why_not.append(f"bmv2 is unavailable here ({toolchain_missing()})")
+        others = [p.name for p in DATAPLANES.values() if p is not plane and missing <= p.features]
+        hint = f"; run it with dataplane: {others[0]}" if others and scn.dataplane != "auto" else ""
+        why_not.append(f"the {plane.name} data plane cannot do {said}"
+                       + (f" (needed by {', '.join(events)})" if events else "") + hint)
     raise RunRefused(f"{scn.source}: " + "; ".join(why_not))
 
 
@@ -128,7 +131,8 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
     ``on_start(pids, t0)``, if given, is called once the endpoints are started, with the pid of
     every local process the fidelity monitor watches (``endpoint h0``, ``switch t1-0-0``) and t = 0
     (monotonic s): bench/fidelity.py starves them on purpose from there."""
-    dp = choose_dataplane(scn, remote=cluster is not None)
+    plane = choose_dataplane(scn, remote=cluster is not None)
+    dp = plane.name
     scn = admission.admit(scn, dp, fit=fit, rates=rates, say=lambda m: console.print(f"[dim]·[/dim] {m}"))
     out = results_folder(out, f"{scn.name}-{scn.transport}-{dp}")
     (out / "endpoints").mkdir(exist_ok=True)
@@ -150,7 +154,7 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
     queues: dict = {}
     bound = 0.0
     try:
-        with Fabric(spec, dp, progress=lambda m: console.print(f"[dim]·[/dim] {m}"), watchdog=dp == "bmv2",
+        with Fabric(spec, plane, progress=lambda m: console.print(f"[dim]·[/dim] {m}"),
                     loss_salt=scn.seed, queues=scn.queues.for_transport(scn.transport),
                     frame_bytes=scn.settings.frame_bytes, debug=debug,
                     placement=cluster.placement if cluster else None, ssh=cluster.ssh if cluster else None) as fab, \
@@ -197,7 +201,7 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
                 if sampler is not None:
                     sampler.stop()
             endpoints.stop(procs)
-            if pcap and debug and dp == "bmv2":
+            if pcap and debug and plane.switch_pcaps:
                 copy_switch_pcaps(fab.emu.run_dir, out / "pcap" / "switches")
     finally:
         endpoints.stop(procs)
@@ -282,7 +286,7 @@ class PortSampler:
         while not self._stop.is_set():
             switches = self.fab.sampled_switches()
             # bmv2: every read costs the switch and this process a P4Runtime and a Thrift call
-            period = control_period_s(len(switches), self.period_s) if self.fab.dataplane == "bmv2" else self.period_s
+            period = self.fab.plane.sample_period_s(len(switches), self.period_s)
             rows: list[dict] | None = []
             for sw in switches:
                 if self._stop.wait(period / max(1, len(switches))):

@@ -1,0 +1,319 @@
+"""A data plane as an object: one class per data plane, chosen once (:func:`dataplane`) from a
+scenario's or a command's ``dataplane`` name and handed to everything that differs by data plane.
+Each class is the emulation's half (emulation/dataplanes.py: how its switches are built) plus the
+controller's: what it can do here (:meth:`DataPlane.missing_features`), how its program is compiled,
+written and read back, how it queues, how faults are realised (controller/backends.py), how the
+PFC agent reaches its queues (controller/pfc.py), what the runner and the benchmarks watch.
+
+* :class:`Bmv2`: P4Runtime (pipeline and table entries), Thrift (egress queue rates and depths), a
+  watchdog that reprograms a switch that lost its pipeline, switch processes to watch for CPU;
+* :class:`Linux`: seg6 routes in each switch's namespace, the tc eBPF queue program behind an htb.
+
+Nothing outside these classes compares a data plane's name.
+"""
+
+from __future__ import annotations
+
+import shutil
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from mrclab.controller import bpf, seg6, thrift
+from mrclab.controller.backends import Bmv2Faults, LinuxFaults
+from mrclab.controller.bpf import SwitchBpf, htb_lines
+from mrclab.controller.compiler import compile_p4
+from mrclab.controller.p4runtime import MAX_PORTS, P4Info, P4Switch
+from mrclab.controller.pfc import Bmv2Side, LinuxSide, lever_lines
+from mrclab.emulation import kernel
+from mrclab.emulation.dataplanes import Bmv2Emulated, EmulatedDataPlane, LinuxEmulated
+from mrclab.p4src import MRCLAB_P4
+from mrclab.topologies.errors import BadInput, RunFailed
+
+#: What every data plane can do: faults, and ``congestion`` (switch queues that ECN-mark and trim).
+FEATURES = frozenset({"link", "switch", "blackhole", "gray_loss", "congestion"})
+
+#: What a fabric whose planes run on other servers lacks (emulation/cluster.py), with the reason:
+#: linux's switch queues and gray loss live in this process's eBPF map descriptors, and bmv2's
+#: queues need its Thrift runtime, which listens inside the switch's namespace.
+REMOTE_MISSING = {
+    "congestion": "switch queues on other servers (linux's tc eBPF program, bmv2's Thrift runtime) are not built yet",
+    "gray_loss": "gray loss on other servers is not built yet for linux (its tc eBPF program)",
+}
+
+
+#: Every bmv2 switch is checked for its pipeline once in this many seconds (the watchdog), one
+#: switch at a time, spread evenly over the period ...
+WATCHDOG_PERIOD_S = 1.0
+#: ... and no more than this many switches a second: the runner's Reads cost the switches and the
+#: runner CPU that a large fabric's forwarding needs. Idle 64-switch fabric (lab64, 2-core VM, 10 s
+#: windows): the switches took 0.075-0.091 cores alone, +0.02 with the watchdog checking every
+#: switch each second and +0.025 more with the port sampler reading them too; the runner took
+#: 0.05 and 0.095 cores more for them (protobuf 3.20 parses in pure Python here). Up to 16
+#: switches the periods stay 1 s.
+CONTROL_READS_PER_S = 16
+
+
+def control_period_s(switches: int, period_s: float = WATCHDOG_PERIOD_S) -> float:
+    """Seconds between two reads of one switch when ``switches`` switches are read in turn every
+    ``period_s``, at most :data:`CONTROL_READS_PER_S` switches a second."""
+    return max(period_s, switches / CONTROL_READS_PER_S)
+
+
+class FabricError(RunFailed):
+    """A fault, query or set-up the fabric cannot do (a port the program cannot count, tc refusing a
+    queue); the message names what and what is allowed."""
+
+
+class DataPlane(EmulatedDataPlane):
+    """The controller's half of a data plane; see the module docstring. ``watchdog``: the fabric
+    checks every switch's pipeline and reprograms one that lost it; ``switch_pcaps``: ``--debug``
+    writes the switches' own per-port pcaps."""
+
+    features = FEATURES
+    #: the switches speak P4Runtime (``mrclab shell``, bulk entry writes)
+    p4runtime = False
+    watchdog = False
+    switch_pcaps = False
+    #: gray loss is a table entry on this data plane's switches, so it works on servers too
+    remote_gray_loss = False
+    #: how a benchmark names the CPU a forwarded packet costs per hop (bench/scale.py)
+    hop_cost_words = ""
+
+    def missing_features(self, remote: bool = False) -> dict[str, str]:
+        """Features this machine lacks for the data plane, with the reason; with ``remote``, for a
+        fabric whose planes run on other servers (:data:`REMOTE_MISSING`)."""
+        if remote:
+            return {k: v for k, v in REMOTE_MISSING.items() if not (self.remote_gray_loss and k == "gray_loss")}
+        return self._missing_here()
+
+    def _missing_here(self) -> dict[str, str]:
+        return {}
+
+    def available(self, remote: bool = False) -> set[str]:
+        """The features of :data:`FEATURES` the data plane has on this machine (``remote``: over servers)."""
+        return set(self.features) - set(self.missing_features(remote))
+
+    def build_id(self) -> str:
+        """What a calibration of this data plane is keyed by beyond the machine ("" for none)."""
+        return ""
+
+    def compile(self, fab):
+        """What must be compiled before anything is built (None: nothing). Raises CompileError or
+        BpfError, leaving nothing behind."""
+        return None
+
+    def program(self, fab, compiled) -> None:
+        """Program every switch of running fabric ``fab`` (routes, queues, PFC)."""
+        raise NotImplementedError
+
+    def reprogram(self, fab, switch: str) -> None:
+        """Give a restarted ``switch`` of ``fab`` its program, entries and queues again."""
+
+    def verify(self, fab, entry) -> None:
+        """Read one switch's entries back against ``entry`` (its :class:`~controller.routeplan.SwitchEntries`)."""
+        raise NotImplementedError
+
+    def switch_packets(self, fab, names: list[str]) -> dict[str, int]:
+        """Switch -> packets it has forwarded."""
+        raise NotImplementedError
+
+    def faults(self, fab):
+        """The :class:`~controller.faults.FaultBackend` that realises faults on ``fab``."""
+        raise NotImplementedError
+
+    def pfc_side(self, fab):
+        """How the PFC pause agent reads queues and pauses ports on ``fab`` (controller/pfc.py)."""
+        raise NotImplementedError
+
+    def sample_period_s(self, switches: int, period_s: float) -> float:
+        """Seconds between two reads of one switch's counters when ``switches`` are read in turn
+        every ``period_s``."""
+        return period_s
+
+
+class Bmv2(Bmv2Emulated, DataPlane):
+    """BMv2 programmed over P4Runtime and Thrift."""
+
+    p4runtime = True
+    watchdog = True
+    switch_pcaps = True
+    remote_gray_loss = True  # a table entry, written over P4Runtime
+    hop_cost_words = "switch CPU / data packet / hop"
+
+    def _missing_here(self) -> dict[str, str]:
+        why = thrift.thrift_missing()
+        return {"congestion": why} if why else {}
+
+    def build_id(self) -> str:
+        """The BMv2 binary on PATH as calibrations know it (path and modification time; "" without
+        one), so a calibration is per BMv2 build."""
+        path = shutil.which("simple_switch_grpc")
+        return f"{path}@{int(Path(path).stat().st_mtime)}" if path else ""
+
+    def compile(self, fab):
+        """p4src/mrclab.p4 through p4c (cached by content hash)."""
+        return compile_p4(MRCLAB_P4)
+
+    def program(self, fab, compiled) -> None:
+        """Pipeline and table entries over P4Runtime, then (with queues) each port's egress queues
+        over Thrift and the PFC agent's levers."""
+        info = P4Info(compiled.p4info)
+        widest = max(max(fab.plan.ports(s)) for s in fab.spec.switches())
+        if widest >= MAX_PORTS:
+            raise FabricError(f"a switch of this fabric has port {widest}; p4src/mrclab.p4 counts ports "
+                             f"below {MAX_PORTS} (fewer hosts per T0 or T1s per plane)")
+        for sw in fab.emu.switches():
+            fab.p4[sw.name] = P4Switch(sw.name, sw.device_id, sw.grpc_addr, info, compiled.bmv2_json,
+                                       fab.port_queues(sw.name))
+        fab.progress(f"pushing the pipeline to {len(fab.p4)} switches")
+        t = time.monotonic()
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(lambda s: (s.connect(), s.push_pipeline()), fab.p4.values()))
+        fab.timings["pipeline_s"] = time.monotonic() - t
+        fab.progress(f"writing {fab.routes.n_entries} table entries")
+        t = time.monotonic()
+        for e in fab.routes.switches:
+            fab.p4[e.switch].apply(e)
+        fab.timings["routes_s"] = time.monotonic() - t
+        if fab.congestion:
+            t = time.monotonic()
+            fab.progress(f"setting {len(fab.queues)} ports' egress queues over Thrift")
+            for sw in fab.p4:
+                self.set_queues(fab, sw)
+            if any(q.lossless for q in fab.queues.values()):
+                fab.start_pfc(lever_lines(fab))
+            fab.timings["queues_s"] = time.monotonic() - t
+
+    def set_queues(self, fab, switch: str) -> None:
+        """Both priority queues of every port of ``switch``, over a new Thrift session: the low one
+        at the port's rate in full frames, ``depth`` packets deep, the high one (trimmed and control
+        packets) at the same bit rate in trimmed frames, ``depth_high`` deep (controller/queues.py)."""
+        old = fab.thrift.pop(switch, None)
+        if old is not None:
+            old.close()
+        th = fab.thrift[switch] = thrift.SwitchThrift(switch, fab.emu.netns(switch))
+        for port, q in fab.port_queues(switch).items():
+            th.set_queue(port, 0, q.rate_pps, q.depth)
+            th.set_queue(port, 1, q.rate_pps_high, q.depth_high)
+
+    def reprogram(self, fab, switch: str) -> None:
+        """Reconnect, push the pipeline, write and read back the entries, set the queues again."""
+        sw = fab.p4[switch]
+        sw.connect()
+        sw.push_pipeline()
+        sw.apply(fab.routes[switch])
+        sw.verify(fab.routes[switch])
+        if fab.congestion:
+            self.set_queues(fab, switch)
+
+    def verify(self, fab, entry) -> None:
+        """Read the switch's tables back over P4Runtime."""
+        fab.p4[entry.switch].verify(entry)
+
+    def switch_packets(self, fab, names: list[str]) -> dict[str, int]:
+        """Each switch's ``port_tx`` counter, summed."""
+        return {s: fab.p4[s].forwarded_packets() for s in names}
+
+    def faults(self, fab):
+        """:class:`~controller.backends.Bmv2Faults`."""
+        return Bmv2Faults(fab)
+
+    def pfc_side(self, fab):
+        """:class:`~controller.pfc.Bmv2Side`: queue occupancy over Thrift, pauses by tc levers."""
+        return Bmv2Side(fab)
+
+    def sample_period_s(self, switches: int, period_s: float) -> float:
+        """A read wakes the switch's gRPC threads: :func:`control_period_s`."""
+        return control_period_s(switches, period_s)
+
+
+class Linux(LinuxEmulated, DataPlane):
+    """The kernel's SRv6 with the tc eBPF queue program."""
+
+    hop_cost_words = "kernel CPU / data packet / hop (upper bound)"
+
+    def _missing_here(self) -> dict[str, str]:
+        why = bpf.bpf_missing()
+        return {"congestion": why, "gray_loss": why} if why else {}
+
+    def compile(self, fab):
+        """The tc eBPF queue program through clang (cached), where the fabric's switches queue."""
+        return bpf.compile_bpf() if fab.congestion else None
+
+    def program(self, fab, compiled) -> None:
+        """seg6 routes in every switch's namespace, then (with the queue program) every port's htb and
+        program, configured from the queue plan, and the PFC agent."""
+        t = time.monotonic()
+        fab.progress(f"writing {fab.routes.n_entries} seg6 entries")
+        for e in fab.routes.switches:
+            seg6.apply(fab.emu.netns(e.switch), e, fab.routes.block)
+        fab.timings["routes_s"] = time.monotonic() - t
+        if compiled is None:
+            return
+        t = time.monotonic()
+        fab.progress(f"attaching the queue program to {len(fab.queues)} switch ports (tc eBPF, htb)")
+        for sw in fab.spec.switches():
+            ns, ports = fab.emu.netns(sw), fab.port_queues(sw)
+            lines = [x for port, q in sorted(ports.items()) if q.rate_mbps > 0
+                     for x in htb_lines(f"{sw}-eth{port}", q.rate_mbps, q.depth, q.depth_high, q.lossless,
+                                        fab.emu.frame_bytes)]
+            try:
+                kernel.tc_batch(ns, lines)
+            except kernel.KernelError as e:
+                raise FabricError(f"{sw}: tc refused the port queues: {e}") from None
+            fab.bpf[sw] = SwitchBpf(sw, ns, compiled, [f"{sw}-eth{p}" for p in sorted(ports)])
+            for port in ports:
+                fab.bpf[sw].configure(f"{sw}-eth{port}", fab.port_config(sw, port))
+        if any(q.lossless for q in fab.queues.values()):
+            fab.start_pfc([])
+        fab.timings["queues_s"] = time.monotonic() - t
+
+    def verify(self, fab, entry) -> None:
+        """Read the switch's seg6 routes back from its namespace."""
+        seg6.verify(fab.emu.netns(entry.switch), entry, fab.routes.block)
+
+    def switch_packets(self, fab, names: list[str]) -> dict[str, int]:
+        """Each switch's uN SID counter."""
+        return {s: seg6.sid_packets(fab.emu.netns(s), fab.routes[s], fab.routes.block) for s in names}
+
+    def faults(self, fab):
+        """:class:`~controller.backends.LinuxFaults`."""
+        return LinuxFaults(fab)
+
+    def pfc_side(self, fab):
+        """:class:`~controller.pfc.LinuxSide`: the eBPF program's queue state and pause flag."""
+        return LinuxSide(fab)
+
+
+#: Every data plane by name, in the order commands list them.
+DATAPLANES: dict[str, DataPlane] = {p.name: p for p in (Bmv2(), Linux())}
+
+
+def dataplane(name: str | DataPlane | None = None) -> DataPlane:
+    """The data plane named ``name`` (a :class:`DataPlane` is returned as it is; None or ``"auto"``:
+    the first this machine can emulate, :func:`here`: bmv2 where its toolchain is installed, else
+    linux). Raises BadInput for an unknown name."""
+    if isinstance(name, DataPlane):
+        return name
+    if name in (None, "auto"):
+        return here()[0]  # linux needs nothing a root machine lacks: never empty
+    if name not in DATAPLANES:
+        raise BadInput(f"data plane {name!r}; allowed: {', '.join(DATAPLANES)}")
+    return DATAPLANES[name]
+
+
+def missing_features(name: str | DataPlane, remote: bool = False) -> dict[str, str]:
+    """:meth:`DataPlane.missing_features` of the data plane ``name``."""
+    return dataplane(name).missing_features(remote)
+
+
+def available(name: str | DataPlane, remote: bool = False) -> set[str]:
+    """:meth:`DataPlane.available` of the data plane ``name``."""
+    return dataplane(name).available(remote)
+
+
+def here() -> list[DataPlane]:
+    """Every data plane this machine can emulate (its :meth:`~DataPlane.missing` is None), in
+    :data:`DATAPLANES`' order: what commands run on by default."""
+    return [p for p in DATAPLANES.values() if p.missing() is None]

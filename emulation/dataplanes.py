@@ -1,0 +1,131 @@
+"""How the emulation builds each data plane's switches: one class per data plane (the emulation's
+half of it; controller/dataplanes.py adds the controller's half and is what callers choose).
+
+* :class:`Bmv2Emulated`: each switch a ``simple_switch_grpc`` process (a Mininet node whose ports
+  BMv2 owns), started after the links exist, on this machine or on a server;
+* :class:`LinuxEmulated`: each switch a namespace whose kernel forwards (SRv6 ``End`` with
+  ``next-csid``), with a local SID anchor device.
+
+Nothing outside these classes asks which data plane it is by name.
+"""
+
+from __future__ import annotations
+
+from mrclab.emulation.cluster import RemoteBmv2Switch, RemoteLinuxSrv6Switch
+from mrclab.emulation.nodes import SID_DEV, Bmv2Switch, LinuxSrv6Switch, bmv2_binary, bmv2_device, toolchain_missing
+from mrclab.emulation.servers import BMV2_TOOLS
+
+
+class EmulatedDataPlane:
+    """The emulation's half of a data plane. ``name`` is what scenarios, results folders and run
+    records call it; ``switch_processes``: each switch is a process of its own (started, watched for
+    CPU starvation, killed and restarted by faults)."""
+
+    name = ""
+    switch_processes = False
+    #: what a switch port's queue is, in the emulation's progress line
+    queue_words = ""
+
+    def missing(self) -> str | None:
+        """What this machine lacks to emulate the data plane (None: nothing)."""
+        return None
+
+    def server_tools(self) -> dict[str, str]:
+        """Tools a server needs beyond the common ones (emulation/servers.py ``TOOLS``), with why."""
+        return {}
+
+    def local_switch(self, emu, net, sw: str, state):
+        """Add switch ``sw`` to Mininet ``net`` on this machine and return its node."""
+        raise NotImplementedError
+
+    def remote_switch(self, emu, sw: str, server, ssh, state):
+        """Switch ``sw``'s node on ``server`` (reached over ``ssh``)."""
+        raise NotImplementedError
+
+    def switch_setup(self, intfs: list[str]) -> tuple[list[str], list[str]]:
+        """(extra sysctls, extra ``ip`` lines before the ports come up) for a switch's namespace."""
+        return [], []
+
+    def prepare_servers(self, emu, state) -> None:
+        """Anything a switch of this data plane needs on each server before it starts."""
+
+    def start_switches(self, emu, state) -> None:
+        """Start the switches once their links exist (processes: started and waited for)."""
+
+    def thrift_port(self, port: int | None) -> int | None:
+        """The Thrift port the switches serve (None: none)."""
+        return None
+
+
+class Bmv2Emulated(EmulatedDataPlane):
+    """BMv2 ``simple_switch_grpc``, one process per switch, owning its ports."""
+
+    name = "bmv2"
+    switch_processes = True
+    queue_words = "BMv2's own queues"
+
+    def missing(self) -> str | None:
+        """Why this machine cannot run BMv2 (p4c and simple_switch_grpc on PATH), or None."""
+        return toolchain_missing()
+
+    def server_tools(self) -> dict[str, str]:
+        """simple_switch_grpc on each server."""
+        return dict(BMV2_TOOLS)
+
+    def local_switch(self, emu, net, sw: str, state):
+        """A :class:`~emulation.nodes.Bmv2Switch` node (started later, by :meth:`start_switches`)."""
+        return net.addSwitch(sw, cls=Bmv2Switch, device_id=bmv2_device(emu.spec, sw), run_dir=state.run_dir,
+                             debug=emu.debug, thrift_port=emu.thrift_port, build=emu.bmv2_build)
+
+    def remote_switch(self, emu, sw: str, server, ssh, state):
+        """A :class:`~emulation.cluster.RemoteBmv2Switch` on ``server``."""
+        return RemoteBmv2Switch(sw, server=server, ssh=ssh, remote=emu.remotes[server],
+                                remote_dir=emu.remote_dir(server), device_id=bmv2_device(emu.spec, sw),
+                                run_dir=state.run_dir, thrift_port=None, build=emu.bmv2_build)
+
+    def switch_setup(self, intfs: list[str]) -> tuple[list[str], list[str]]:
+        """BMv2 owns the ports: the kernel's IPv6 is kept off them."""
+        return [f"net.ipv6.conf.{i}.disable_ipv6=1" for i in intfs], []
+
+    def prepare_servers(self, emu, state) -> None:
+        """The switches' sockets live in a folder of the run on each server."""
+        emu.make_remote_dirs(state)
+
+    def start_switches(self, emu, state) -> None:
+        """Start every switch process, record local pids for cleanup, wait until each answers."""
+        binary, build = bmv2_binary(emu.debug, emu.bmv2_build)
+        emu.progress(f"starting {emu.spec.n_switches} simple_switch_grpc processes ({build}: {binary})")
+        for sw in emu.switches():
+            sw.start()
+            if sw.proc is not None:  # a switch on a server is that server's: cleanup goes there
+                state.add_pid(sw.proc.pid)
+        for sw in emu.switches():
+            sw.wait_ready()
+
+    def thrift_port(self, port: int | None) -> int | None:
+        """``port``: BMv2 serves its Thrift runtime there (queue rates, registers)."""
+        return port
+
+
+class LinuxEmulated(EmulatedDataPlane):
+    """The kernel's own SRv6 in a namespace per switch."""
+
+    name = "linux"
+    queue_words = "htb fed by the tc eBPF program"
+
+    def local_switch(self, emu, net, sw: str, state):
+        """A :class:`~emulation.nodes.LinuxSrv6Switch` node."""
+        return net.addSwitch(sw, cls=LinuxSrv6Switch)
+
+    def remote_switch(self, emu, sw: str, server, ssh, state):
+        """A :class:`~emulation.cluster.RemoteLinuxSrv6Switch` on ``server``."""
+        return RemoteLinuxSrv6Switch(sw, server=server, ssh=ssh)
+
+    def switch_setup(self, intfs: list[str]) -> tuple[list[str], list[str]]:
+        """The local SID anchor (a veth pair, up) the seg6local routes hang on."""
+        return [], [f"link add {SID_DEV} type veth peer {SID_DEV}p", f"link set {SID_DEV}p up",
+                    f"link set {SID_DEV} up"]
+
+
+#: The emulation's data planes by name (controller/dataplanes.py's ``DATAPLANES`` extend these).
+EMULATED: dict[str, EmulatedDataPlane] = {p.name: p for p in (Bmv2Emulated(), LinuxEmulated())}
