@@ -272,17 +272,18 @@ def test_a_round_trip_longer_than_the_probe_timeout_keeps_its_reverse_evs_once_t
     # a slow fabric (lab64 on bmv2: 0.54 s RTT) answered every reverse probe after its 0.2 s
     # timeout: each counted as lost, every reverse EV left the rotation, and rounds every 50 ms
     # sent more probes than data. The runner raises the probe timers to the retransmission floor
-    from mrclab.experiments.run.runner import slow_path_timers
+    from mrclab.experiments.run.settings import slow_path_timers
 
     slow = dataclasses.replace(S, min_rto_s=1.2)
     r, sent_default = _reverse_evs_over_a_slow_path(slow, 0.25, 3.0)
     assert r.bad == set(r.evs)  # all answered late: all out of the rotation
-    raised = slow_path_timers(slow, {})
+    raised, said = slow_path_timers(slow, {})
+    assert said == {"max_rto_s": 1.2, "probe_timeout_s": 1.2, "probe_interval_s": 0.3}
     assert (raised.probe_timeout_s, raised.probe_interval_s, raised.max_rto_s) == (1.2, 0.3, 1.2)
     r, sent_raised = _reverse_evs_over_a_slow_path(raised, 0.25, 3.0)
     assert not r.bad and sent_raised < sent_default / 2, (r.bad, sent_raised, sent_default)
-    assert slow_path_timers(S, {}) is S  # a floor under the probe timeout and the ceiling: as given
-    given = slow_path_timers(dataclasses.replace(slow, probe_timeout_s=0.3), {"probe_timeout_s": 0.3, "max_rto_s": 1})
+    assert slow_path_timers(S, {}) == (S, {})  # a floor under the probe timeout and the ceiling: as given
+    given, _ = slow_path_timers(dataclasses.replace(slow, probe_timeout_s=0.3), {"probe_timeout_s": 0.3, "max_rto_s": 1})
     assert (given.probe_timeout_s, given.probe_interval_s, given.max_rto_s) == (0.3, S.probe_interval_s, 1.0)
 
 

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import contextlib
 import csv
-import dataclasses
 import json
 import subprocess
 import sys
@@ -42,7 +41,6 @@ from mrclab.controller.dataplanes import (
     dataplane,
 )
 from mrclab.controller.fabric import Fabric
-from mrclab.controller.queues import path_queue_bound_s
 from mrclab.emulation.network import nic_queue_s
 from mrclab.emulation.nodes import need_root
 from mrclab.emulation.placement import Cluster, open_cluster
@@ -64,14 +62,14 @@ from mrclab.experiments.analysis.regime import regime
 from mrclab.experiments.model.faults import FAULTS, play
 from mrclab.experiments.model.faults import where as fault_where
 from mrclab.experiments.model.scenario import Scenario, load_scenario, parse_set
-from mrclab.experiments.run import admission, endpoints
+from mrclab.experiments.run import endpoints
 from mrclab.experiments.run import sweep as S
 from mrclab.experiments.run.captures import DISSECTOR, HOW_TO_OPEN, Captures, copy_switch_pcaps
 from mrclab.experiments.run.monitor import FidelityMonitor
 from mrclab.experiments.run.results import results_folder
+from mrclab.experiments.run.settings import resolve
 from mrclab.topologies.addressing import AddressPlan
 from mrclab.topologies.errors import BadInput, NotAvailable
-from mrclab.traffic.settings import TransportSettings
 from rich.console import Console
 from rich.live import Live
 from rich.table import Table
@@ -133,13 +131,15 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
     (monotonic s): bench/fidelity.py starves them on purpose from there."""
     plane = choose_dataplane(scn, remote=cluster is not None)
     dp = plane.name
-    scn = admission.admit(scn, dp, fit=fit, rates=rates, say=lambda m: console.print(f"[dim]·[/dim] {m}"))
+    run = resolve(scn, plane, fit=fit, rates=rates, remote=cluster is not None,
+                  say=lambda m: console.print(f"[dim]·[/dim] {m}"))
+    scn, spec = run.scenario, run.spec  # frozen from here on: the runner never replaces them
     out = results_folder(out, f"{scn.name}-{scn.transport}-{dp}")
     (out / "endpoints").mkdir(exist_ok=True)
     as_run = dict(scn.raw, dataplane=dp)
     (out / "scenario.yaml").write_text(yaml.safe_dump(as_run, sort_keys=False))
+    run.write(out)
     spec_path = out / "fabric.yaml"
-    spec = scn.spec_for(dp)
     spec_path.write_text(yaml.safe_dump(spec.to_dict(), sort_keys=False))
 
     console.print(f"[bold]{scn.name}[/bold] ({scn.transport} on {dp}, {scn.duration_s:.0f} s, seed {scn.seed})"
@@ -147,12 +147,9 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
     fault_log: list[dict] = []
     procs: dict[str, subprocess.Popen] = {}
     t0_wall = 0.0
-    # the transports learn the NIC port rate from the fabric (NSCC's BDP, DCQCN's line rate)
-    scn = dataclasses.replace(scn, settings=dataclasses.replace(scn.settings, port_mbps=spec.link.bandwidth_mbps)) \
-        if scn.settings.port_mbps == 0 else scn
     sampler = monitor = None
     queues: dict = {}
-    bound = 0.0
+    bound = run.queue_bound_s
     try:
         with Fabric(spec, plane, progress=lambda m: console.print(f"[dim]·[/dim] {m}"),
                     loss_salt=scn.seed, queues=scn.queues.for_transport(scn.transport),
@@ -165,13 +162,7 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
                     {"server": s.name, "planes": fab.placement.planes_of(s, spec.planes),
                      "clock_offset_ms": round(fab.emu.clock_offset_s.get(s, 0.0) * 1e3, 2)}
                     for s in fab.placement.servers], indent=1))
-            bound = path_queue_bound_s(fab.plan, fab.queues)
-            if "min_rto_s" not in (scn.raw.get("transport") or {}) and 2 * bound > scn.settings.min_rto_s:
-                # the timer's floor covers a packet queued up to the trim threshold at every hop
-                scn = dataclasses.replace(scn, settings=dataclasses.replace(scn.settings, min_rto_s=round(2 * bound, 4)))
-                console.print(f"[dim]·[/dim] retransmission timer floor {scn.settings.min_rto_s * 1e3:.0f} ms: "
-                              f"twice the longest queueing a path allows ({bound * 1e3:.0f} ms)")
-            scn = dataclasses.replace(scn, settings=slow_path_timers(scn.settings, scn.raw.get("transport") or {}))
+            assert fab.queues == run.queues, "the fabric's queue plan is the one the settings resolved"
             cfgs = endpoints.configs(scn, spec_path, out / "endpoints")
             groups = endpoints.process_groups(list(cfgs))
             console.print(f"[dim]·[/dim] starting {len(cfgs)} endpoints ({', '.join(cfgs)})"
@@ -232,33 +223,6 @@ def fastest_frame_s(spec, frame_bytes: int) -> float:
     link = spec.link
     mbps = max(link.bandwidth_mbps, link.t0_t1_bandwidth_mbps)
     return frame_bytes * 8 / (mbps * 1e6) if link.bandwidth_mbps > 0 and mbps > 0 else 0.0
-
-
-def slow_path_timers(s: TransportSettings, given: dict) -> TransportSettings:
-    """``s`` with the timers that must outlast a round trip raised to the retransmission timer's
-    floor where the floor is above them (a slow fabric: 4 KiB frames at 0.25 Mb/s take 136 ms a
-    hop), except those the scenario's ``transport`` block (``given``) sets itself:
-
-    * ``max_rto_s`` to ``min_rto_s``: the ceiling capped the timer below its floor (lab64 on bmv2:
-      floor 3.4 s, every timer 1 s);
-    * ``probe_timeout_s`` to ``min_rto_s``, and ``probe_interval_s`` with it in the defaults' ratio
-      (0.05 to 0.2, traffic/settings.py): a probe answered after its timeout counts as lost, so
-      with a 0.54 s RTT against the 0.2 s timeout every reverse EV was taken out of rotation, and
-      its rounds every 50 ms carried more packets than the data (40 probes a second on one host
-      port against 13 data frames).
-    """
-    floor = s.min_rto_s
-    changes: dict = {}
-    if "max_rto_s" not in given and floor > s.max_rto_s:
-        changes["max_rto_s"] = floor
-    if "probe_timeout_s" not in given and floor > s.probe_timeout_s:
-        changes["probe_timeout_s"] = floor
-        if "probe_interval_s" not in given:
-            changes["probe_interval_s"] = round(s.probe_interval_s * floor / s.probe_timeout_s, 4)
-    if changes:
-        console.print("[dim]·[/dim] timers raised to the retransmission floor: "
-                      + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in changes.items()))
-    return dataclasses.replace(s, **changes) if changes else s
 
 
 class PortSampler:
