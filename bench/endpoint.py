@@ -26,6 +26,7 @@ import psutil
 import yaml
 from mrclab.bench.tables import emit, progress
 from mrclab.controller.fabric import Fabric
+from mrclab.controller.pathprobe import probe_frame
 from mrclab.emulation import kernel
 from mrclab.emulation.cleanup import RunState, cleanup_run, netns_name, stop_processes
 from mrclab.experiments.run import endpoints
@@ -33,7 +34,6 @@ from mrclab.protocol import headers as H
 from mrclab.topologies.addressing import AddressPlan
 from mrclab.topologies.spec import ClosSpec, load_spec
 from mrclab.traffic import contract as C
-from mrclab.traffic.pathprobe import probe_frame
 from mrclab.traffic.settings import TransportSettings
 from rich.table import Table
 

@@ -43,12 +43,12 @@ from mrclab.controller.dataplanes import dataplane as resolve
 from mrclab.controller.dataplanes import here
 from mrclab.controller.fabric import Fabric
 from mrclab.controller.p4runtime import DesiredEntry, EntryKey, P4Info, P4Switch
+from mrclab.controller.pathprobe import probe_frame
 from mrclab.emulation import kernel
 from mrclab.emulation.nodes import bmv2_binary
 from mrclab.p4src import FORWARD_P4
 from mrclab.topologies.errors import NotAvailable
 from mrclab.topologies.spec import load_spec
-from mrclab.traffic.pathprobe import probe_frame
 from rich.table import Table
 
 console = progress  # progress and errors to stderr; the table through emit

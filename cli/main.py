@@ -37,6 +37,7 @@ from mrclab.bench import fidelity as bench_fidelity
 from mrclab.bench import scale as bench_scale
 from mrclab.controller.dataplanes import DATAPLANES, dataplane
 from mrclab.controller.fabric import Fabric
+from mrclab.controller.pathprobe import implicate, probe_paths
 from mrclab.emulation.cleanup import clean, live_runs
 from mrclab.emulation.nodes import bmv2_device, bmv2_grpc_addr, need_root
 from mrclab.emulation.placement import open_cluster
@@ -49,7 +50,6 @@ from mrclab.topologies.addressing import AddressPlan
 from mrclab.topologies.errors import BadInput, MrclabError, NotAvailable
 from mrclab.topologies.sizing import size_clos
 from mrclab.topologies.spec import ClosSpec, load_spec
-from mrclab.traffic.pathprobe import implicate, probe_paths
 from mrclab.traffic.settings import TransportSettings
 from rich.console import Console
 from rich.markup import escape

@@ -74,7 +74,6 @@ from mrclab.controller.thrift import QOCC_REGISTER, SwitchThrift, ThriftError
 from mrclab.emulation import kernel
 from mrclab.emulation.network import nic_queue_bytes
 from mrclab.topologies.spec import is_host
-from pyroute2 import IPRoute
 
 #: How often the agent looks at the lossless queues (s): a packet every 1-10 ms on a lab port.
 PERIOD_S = 0.001
@@ -281,8 +280,7 @@ class Bmv2Side:
         self.fab = fab
         self.switches = sorted({sw for (sw, _p), q in fab.queues.items() if q.lossless})
         self._thrift: dict = {}  # switch -> SwitchThrift
-        self._netlink: dict = {}  # switch -> IPRoute inside its namespace
-        self._ifindex: dict[tuple[str, int], int] = {}
+        self._netlink: dict[str, kernel.QdiscBacklog] = {}  # switch -> netlink inside its namespace
         self._regs: dict[str, tuple[list[int], list[int]]] = {}
         self._kick: dict[tuple[str, str], socket.socket] = {}  # (node, interface) -> AF_PACKET socket
 
@@ -319,17 +317,10 @@ class Bmv2Side:
 
     def backlog(self, sw: str, port: int) -> int:
         """Packets ``sw``'s lever on ``port`` holds (its tbf's queue length)."""
-        ipr = self._netlink.get(sw)
-        if ipr is None:
-            with kernel.inside(self.fab.emu.netns(sw)):
-                ipr = self._netlink[sw] = IPRoute()
-        idx = self._ifindex.get((sw, port))
-        if idx is None:
-            idx = self._ifindex[(sw, port)] = ipr.link_lookup(ifname=f"{sw}-eth{port}")[0]
-        for msg in ipr.get_qdiscs(index=idx):
-            if msg.get_attr("TCA_KIND") == "tbf":
-                return int(msg.get_attr("TCA_STATS2").get_attr("TCA_STATS_QUEUE")["qlen"])
-        return 0
+        reader = self._netlink.get(sw)
+        if reader is None:
+            reader = self._netlink[sw] = kernel.QdiscBacklog(self.fab.emu.netns(sw))
+        return reader.qlen(f"{sw}-eth{port}", "tbf")
 
     def lever(self, sw: str, port: int, paused: bool) -> str:
         """The tc line that pauses or reopens the tbf on ``sw``'s wire out of ``port``."""
@@ -351,8 +342,8 @@ class Bmv2Side:
         """Close the Thrift sessions, netlink and packet sockets."""
         for sw in list(self._thrift):
             self._drop(sw)
-        for ipr in self._netlink.values():
-            ipr.close()
+        for reader in self._netlink.values():
+            reader.close()
         self._netlink.clear()
         for sock in self._kick.values():
             sock.close()

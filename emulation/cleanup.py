@@ -209,11 +209,9 @@ def list_netns() -> list[str]:
 def delete_script(names: list[str], dirs: list[str] | None = None) -> str:
     """A shell script that kills every process inside each named namespace and deletes it, then
     removes ``dirs`` (a run's folders: only ones under RUN_ROOT are ever named)."""
-    quoted = " ".join(kernel.command_line([n]) for n in names)
     folders = [d for d in dirs or [] if Path(d).parent == RUN_ROOT]
     rm = f"rm -rf {' '.join(kernel.command_line([d]) for d in folders)}; " if folders else ""
-    return (f"for n in {quoted}; do [ -e /run/netns/$n ] || continue; p=$(ip netns pids $n); "
-            f"[ -n \"$p\" ] && kill -9 $p; ip netns delete $n; done; {rm}true")
+    return kernel.netns_purge_script(names) + f"{rm}true"
 
 
 def delete_remote(ssh: Ssh, server: Server, names: list[str], dirs: list[str] | None = None) -> str | None:
@@ -241,12 +239,11 @@ def remote_netns(ssh: Ssh, server: Server) -> list[str]:
         raise ServerError(f"{server.name}: unreachable over ssh ({why})")
     on = OnServer(ssh, server)
     try:
-        r = on.run(["ip", "netns", "list"])
+        return kernel.netns_list_on(on)
+    except kernel.KernelError as e:
+        raise ServerError(str(e)) from None
     finally:
         on.close()
-    if r.returncode != 0:
-        raise ServerError(f"{server.name}: ip netns list: {r.stderr.strip()}")
-    return [line.split()[0] for line in r.stdout.splitlines() if line.strip()]
 
 
 def cleanup_remote(state: RunState, ssh: Ssh | None = None) -> list[str]:

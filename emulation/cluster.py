@@ -122,7 +122,7 @@ class RemoteBmv2Switch(OnServerMixin, Bmv2Switch):
         EmulationError when the server refuses."""
         sock = self.listen_addr[len("unix:"):]
         inner = (f"echo $$ > {shlex.quote(self.pid_file)}; "
-                 f"exec {kernel.command_line(['ip', 'netns', 'exec', self.netns, *self.command()])}")
+                 f"exec {kernel.command_line(kernel.netns_exec_argv(self.netns, self.command()))}")
         script = (f"rm -f {shlex.quote(sock)}; setsid sh -c {shlex.quote(inner)} "
                   f">>{shlex.quote(self.out_file)} 2>&1 </dev/null &")
         r = self.on_server.run(["sh", "-c", script])

@@ -40,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from mrclab.topologies.errors import RunFailed
+from pyroute2 import IPRoute
 from pyroute2 import netns as pr_netns
 
 
@@ -193,6 +194,30 @@ def netns_pids(name: str) -> list[int]:
         return []
 
 
+def netns_purge_script(names: list[str]) -> str:
+    """A shell script (for a server, one ssh round trip) that kills every process inside each named
+    namespace and deletes the name; names that do not exist are passed over."""
+    quoted = " ".join(shlex.quote(n) for n in names)
+    return (f"for n in {quoted}; do [ -e /run/netns/$n ] || continue; p=$(ip netns pids $n); "
+            f"[ -n \"$p\" ] && kill -9 $p; ip netns delete $n; done; ")
+
+
+def netns_list_on(remote: Remote) -> list[str]:
+    """Names of the network namespaces on ``remote``'s server (``ip netns list`` there). Raises
+    :class:`KernelError` when the server cannot say."""
+    r = remote.run(["ip", "netns", "list"])
+    if r.returncode != 0:
+        raise KernelError(f"{remote.name}: ip netns list: {r.stderr.strip()}")
+    return [line.split()[0] for line in r.stdout.splitlines() if line.strip()]
+
+
+def netns_exec_argv(netns: str, argv: list[str]) -> list[str]:
+    """The command line that runs ``argv`` inside namespace ``netns`` (``ip netns exec``: with the
+    namespace's own ``/sys`` and ``/etc/netns``), for a caller that starts it its own way (a
+    detached switch on a server)."""
+    return ["ip", "netns", "exec", netns, *argv]
+
+
 # ---- links --------------------------------------------------------------------------------------------
 def veth_add(netns_a: str, name_a: str, netns_b: str, name_b: str) -> None:
     """A veth pair, ``name_a`` in ``netns_a`` and ``name_b`` in ``netns_b`` (both down)."""
@@ -218,6 +243,40 @@ def link_stats(netns: str, ifname: str) -> dict[str, int]:
 
 
 # ---- bulk writes: routes and qdiscs --------------------------------------------------------------------
+def offloads_off(netns: str, intfs: list[str]) -> None:
+    """Turn checksum and segmentation offloads off on ``intfs`` of ``netns`` (``ethtool -K``, one
+    fork for all; an interface that has none is passed over): frames reach raw sockets as sent."""
+    script = "".join(f"ethtool -K {shlex.quote(i)} tx off rx off tso off gso off gro off >/dev/null 2>&1; "
+                     for i in intfs)
+    netns_exec(netns, ["sh", "-c", script + "true"], capture_output=True)
+
+
+class QdiscBacklog:
+    """Reads the queue length of one kind of qdisc on interfaces of a local namespace over netlink
+    (pyroute2's ``IPRoute`` opened inside it, one socket kept per namespace): a few hundred µs a read,
+    where ``tc -s`` forks. Raises :class:`KernelError` for a namespace on another server."""
+
+    def __init__(self, netns: str) -> None:
+        """A netlink socket inside ``netns``."""
+        with inside(netns):
+            self._ipr = IPRoute()
+        self._index: dict[str, int] = {}
+
+    def qlen(self, ifname: str, kind: str = "tbf") -> int:
+        """Packets queued in ``ifname``'s qdisc of ``kind`` (0 when it has none)."""
+        idx = self._index.get(ifname)
+        if idx is None:
+            idx = self._index[ifname] = self._ipr.link_lookup(ifname=ifname)[0]
+        for msg in self._ipr.get_qdiscs(index=idx):
+            if msg.get_attr("TCA_KIND") == kind:
+                return int(msg.get_attr("TCA_STATS2").get_attr("TCA_STATS_QUEUE")["qlen"])
+        return 0
+
+    def close(self) -> None:
+        """Close the netlink socket."""
+        self._ipr.close()
+
+
 def ip_batch(netns: str, lines: list[str]) -> None:
     """``ip -n NETNS -batch -``: many link / neighbour / route commands in one process (see the module
     docstring for why routes stay here). Raises :class:`KernelError` with iproute2's first error."""

@@ -350,8 +350,7 @@ class Emulation:
             intfs = [i.name for i in node.intfList() if i.name != "lo"]
             sysctls = [f"net.ipv6.conf.{i}.disable_ipv6=1" for i in intfs]
             kernel.sysctl(node.netns, sysctls)
-            script = "".join(f"ethtool -K {i} tx off rx off tso off gso off gro off >/dev/null 2>&1; " for i in intfs)
-            kernel.netns_exec(node.netns, ["sh", "-c", script], capture_output=True)
+            kernel.offloads_off(node.netns, intfs)
             kernel.ip_batch(node.netns, ["link set lo up"] + [f"link set {i} mtu {MTU} up" for i in intfs])
         items = []
         for node in self.net.switches:

@@ -15,12 +15,12 @@ import time
 import pytest
 from mrclab.controller.dataplanes import REMOTE_MISSING, available, missing_features
 from mrclab.controller.fabric import Fabric
+from mrclab.controller.pathprobe import probe_paths
 from mrclab.emulation import kernel
 from mrclab.emulation import placement as P
 from mrclab.emulation import servers as S
 from mrclab.emulation.cluster import VXLAN_OVERHEAD, vxlan_lines
 from mrclab.topologies.spec import load_spec
-from mrclab.traffic.pathprobe import probe_paths
 from nsservers import servers as ns_servers
 
 # ---- placement and routing (no root) ----------------------------------------------------------------

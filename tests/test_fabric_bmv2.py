@@ -5,8 +5,8 @@ import time
 
 import pytest
 from mrclab.controller.fabric import Fabric
+from mrclab.controller.pathprobe import implicate, probe_paths
 from mrclab.topologies.spec import load_spec
-from mrclab.traffic.pathprobe import implicate, probe_paths
 
 pytestmark = pytest.mark.bmv2
 

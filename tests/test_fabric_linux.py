@@ -5,9 +5,9 @@ import subprocess
 import pytest
 from mrclab.controller import seg6
 from mrclab.controller.fabric import Fabric, FabricError
+from mrclab.controller.pathprobe import implicate, probe_paths
 from mrclab.emulation.network import EmulationError
 from mrclab.topologies.spec import load_spec
-from mrclab.traffic.pathprobe import implicate, probe_paths
 
 pytestmark = pytest.mark.root
 

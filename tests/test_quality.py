@@ -42,3 +42,43 @@ def test_the_design_layout_names_every_module():
     missing = [str(f.relative_to(ROOT)) for pkg in PACKAGES if (ROOT / pkg).is_dir()
                for f in sorted((ROOT / pkg).glob("*.py")) if f.name != "__init__.py" and f"`{f.name}`" not in design]
     assert not missing, f"docs/design.md's layout does not name: {', '.join(missing)}"
+
+
+#: Kernel calls outside emulation/kernel.py, each with why it cannot go through it.
+KERNEL_CALLS_ELSEWHERE = {
+    # the endpoint process enters its host's namespace with setns(2) through ctypes: importing
+    # pyroute2 (which emulation/kernel.py rests on) costs an endpoint 0.24 s of start-up
+    "traffic/endpoint.py": "setns",
+}
+
+
+def test_every_kernel_call_is_in_emulation_kernel():
+    """Namespaces, links, qdiscs, routes, sysctls and commands run inside a namespace go through
+    emulation/kernel.py: no other module imports pyroute2 or builds an ``ip`` / ``tc`` / ``ethtool`` /
+    ``sysctl`` / ``nsenter`` command line (a list starting with one, or a shell string that runs one)."""
+    import ast
+    import re
+
+    tools = {"ip", "tc", "ethtool", "sysctl", "nsenter"}
+    shell = re.compile(r"(^|[;&|]\s*|\$\()(ip|tc|ethtool|sysctl|nsenter) (-|netns|link|addr|route|qdisc|class|filter|-K|-w)")
+    found = []
+    for pkg in PACKAGES:
+        for path in sorted((ROOT / pkg).rglob("*.py")) if (ROOT / pkg).is_dir() else []:
+            rel = str(path.relative_to(ROOT))
+            if rel == "emulation/kernel.py" or rel in KERNEL_CALLS_ELSEWHERE:
+                continue
+            tree = ast.parse(path.read_text())
+            doc_nodes = {id(n.body[0].value) for n in ast.walk(tree)
+                         if isinstance(n, (ast.Module, ast.ClassDef, ast.FunctionDef)) and n.body
+                         and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+            for node in ast.walk(tree):
+                if isinstance(node, (ast.Import, ast.ImportFrom)):
+                    names = [a.name for a in node.names] if isinstance(node, ast.Import) else [node.module or ""]
+                    found += [f"{rel}:{node.lineno} imports {n}" for n in names if n.split(".")[0] == "pyroute2"]
+                elif isinstance(node, ast.List) and node.elts and isinstance(node.elts[0], ast.Constant) \
+                        and node.elts[0].value in tools:
+                    found.append(f"{rel}:{node.lineno} runs {node.elts[0].value}")
+                elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in doc_nodes \
+                        and shell.search(node.value):
+                    found.append(f"{rel}:{node.lineno} shell: {node.value[:60]!r}")
+    assert not found, "kernel calls outside emulation/kernel.py: " + "; ".join(found)

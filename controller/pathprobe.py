@@ -25,8 +25,8 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from mrclab.emulation import kernel
 from mrclab.topologies.addressing import AddressPlan, Path, ev_to_wire
-from pyroute2 import netns as pr_netns
 from scapy.layers.inet import UDP
 from scapy.layers.inet6 import IPv6
 from scapy.layers.l2 import Ether
@@ -64,15 +64,12 @@ class NicSockets:
         self.socks: dict[tuple[str, int], socket.socket] = {}
         try:
             for h in plan.spec.hosts():
-                pr_netns.pushns(netns_of(h))  # this thread only; the socket keeps the namespace
-                try:
+                with kernel.inside(netns_of(h)):  # this thread only; the socket keeps the namespace
                     for p in range(plan.spec.planes):
                         s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(ETH_P_IPV6))
                         self.socks[(h, p)] = s
                         s.bind((plan.host_intf(h, p), ETH_P_IPV6))
                         s.setblocking(False)
-                finally:
-                    pr_netns.popns()
         except BaseException:
             self.close()
             raise
