@@ -97,7 +97,8 @@ def one_qp(env, spec: dict, src: str, dst: str, transport: str, payload: int, tm
                                telemetry_path=str(tel[host]), telemetry_interval_s=0.25,
                                go_path=str(tmp / endpoints.GO_FILE))
         (tmp / f"{host}.json").write_text(cfg.to_json())
-        procs[host] = env.popen(host, [sys.executable, "-m", "mrclab.traffic.endpoint", "--config", str(tmp / f"{host}.json")],
+        procs[host] = env.popen(host, [sys.executable, "-m", "mrclab.traffic.endpoint", "--config",
+                                       str(tmp / f"{host}.json")],
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         endpoints.wait_ready(procs, tmp, endpoints.ready_bound_s(2), telemetry=tel)
@@ -220,7 +221,8 @@ def run(args=None) -> dict:
 def main(args=None) -> int:
     """``mrclab bench endpoint``: :func:`run`, then one table of its figures. Returns 0."""
     res = run(args)
-    t = Table(title=f"mrclab bench endpoint (one QP, {DURATION_S:.0f} s per run, median of {ROUNDS} alternating rounds)")
+    t = Table(title=f"mrclab bench endpoint (one QP, {DURATION_S:.0f} s per run, "
+                    f"median of {ROUNDS} alternating rounds)")
     for c in ("setting", "payload", "MRC pps", "MRC Mb/s", "blaster pps", "blaster Mb/s", "MRC / blaster", "RoCE pps",
               "RoCE Mb/s", "MRC CPU us/pkt send / recv"):
         t.add_column(c, justify="right")

@@ -311,19 +311,23 @@ def main(args=None) -> int:
     def row(label, fn):
         t.add_row(label, *[fn(r) for r in results])
 
-    for key, label in [("build_s", "namespaces, links, switch processes (s)"), ("compile_s", "p4c (bmv2) / clang (linux), cached after the first run (s)"),
+    for key, label in [("build_s", "namespaces, links, switch processes (s)"),
+                       ("compile_s", "p4c (bmv2) / clang (linux), cached after the first run (s)"),
                        ("pipeline_s", "pipeline push (s)"), ("routes_s", "route install (s)"),
                        ("verify_s", "read-back verification (s)"), ("total_s", "fabric up and verified (s)")]:
         row(label, lambda r, k=key: f"{r['timings'][k]:.2f}" if k in r["timings"] else "-")
     row("route entries written per second", lambda r: f"{r['entries_per_s']:,.0f}")
-    row("one cross-T1 path, pps at < 1% loss" + (" (median of the rounds)" if any("rounds" in r for r in results) else ""),
+    row("one cross-T1 path, pps at < 1% loss"
+        + (" (median of the rounds)" if any("rounds" in r for r in results) else ""),
         lambda r: f"{r['path_pps']:,.0f}")
     row("same path, trivial P4 program, pps", lambda r: f"{r['trivial_pps']:,.0f}" if r.get("trivial_pps") else "-")
     row("mrclab program / trivial program",
         lambda r: f"{r['path_pps'] / r['trivial_pps']:.0%}" if r.get("trivial_pps") else "-")
-    row("same path, linux without the tc eBPF program, pps", lambda r: f"{r['bare_pps']:,.0f}" if r.get("bare_pps") else "-")
+    row("same path, linux without the tc eBPF program, pps",
+        lambda r: f"{r['bare_pps']:,.0f}" if r.get("bare_pps") else "-")
     row("with the program / without", lambda r: f"{r['path_pps'] / r['bare_pps']:.0%}" if r.get("bare_pps") else "-")
-    row(f"CPU us per packet per switch at {CPU_RATE_PPS} pps, mrclab", lambda r: f"{r['cpu_us']:.1f}" if "cpu_us" in r else "-")
+    row(f"CPU us per packet per switch at {CPU_RATE_PPS} pps, mrclab",
+        lambda r: f"{r['cpu_us']:.1f}" if "cpu_us" in r else "-")
     row(f"CPU us per packet per switch at {CPU_RATE_PPS} pps, trivial",
         lambda r: f"{r['trivial_cpu_us']:.1f}" if "trivial_cpu_us" in r else "-")
     emit([t], [f"default-fabric entries: {results[0]['entries']}; bulk write: {N_BULK} routes to t1-0-0; "

@@ -187,7 +187,8 @@ def _report_probe(spec, results, implicate, args) -> int:
         out.print(f"... and {len(failed) - 20} more failed paths")
     if args.evidence and results and not failed:
         wrong = [r for r in results if set(r.evidence) != set(r.path.hops)]
-        out.print(f"per-switch evidence: {len(results) - len(wrong)}/{len(results)} probes counted by exactly the switches their address named")
+        out.print(f"per-switch evidence: {len(results) - len(wrong)}/{len(results)} probes counted by exactly "
+                  "the switches their address named")
     if failed:
         for elem, n in implicate(results):
             out.print(f"implicated: [bold]{elem}[/bold] (all {n} probed paths through it failed)")
@@ -215,10 +216,12 @@ def cmd_size(args) -> int:
                  ("T0-T1 links", s.fabric_links), ("links", s.links)]:
         t.add_row(k, f"{v:,}")
     out.print(t)
-    out.print(f"one T0-T1 link is {100 * s.t0_t1_link_share():.2f}% of a node's capacity; one NIC-T0 link is 1/{s.planes}")
+    out.print(f"one T0-T1 link is {100 * s.t0_t1_link_share():.2f}% of a node's capacity; "
+              f"one NIC-T0 link is 1/{s.planes}")
     out.print(f"hosts: {s.hosts}")
     if not s.encodable:
-        out.print("[yellow]note: this size exceeds what mrclab can build (8 planes: a NIC's port-state byte; 1024 switches per tier per plane: the uSID)[/yellow]")
+        out.print("[yellow]note: this size exceeds what mrclab can build (8 planes: a NIC's port-state byte; "
+                  "1024 switches per tier per plane: the uSID)[/yellow]")
     return 0
 
 
@@ -318,16 +321,26 @@ def _servers_args(s) -> None:
     s.add_argument("--ssh-config", metavar="FILE", help="ssh client configuration for the servers (ssh -F)")
 
 
+#: --dataplane's help where a command picks one for itself
+DP_HELP = "data plane (default: the first this machine can run: bmv2 where p4c and simple_switch_grpc are installed)"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The ``mrclab`` argument parser: one subcommand per command, bad options as one line."""
     p = _Parser(prog="mrclab", description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True, parser_class=_Parser)
-    planes = ["bmv2", "linux"]
-    dp_help = "data plane (default: bmv2 where p4c and simple_switch_grpc are installed, else linux)"
+    _fabric_commands(sub)
+    _bench_command(sub)
+    _run_commands(sub)
+    _machine_commands(sub)
+    return p
 
+
+def _fabric_commands(sub) -> None:
+    """``up``, ``probe``, ``size``, ``clean``, ``shell``: the fabric itself."""
     s = sub.add_parser("up", help="bring the fabric up, verify it and open the Mininet CLI")
     s.add_argument("--topo", help="fabric spec YAML (default: topologies/lab.yaml)")
-    s.add_argument("--dataplane", choices=planes, default=None, help=dp_help)
+    s.add_argument("--dataplane", choices=list(DATAPLANES), default=None, help=DP_HELP)
     s.add_argument("--debug", action="store_true", help="BMv2 per-packet logging and pcaps in the run directory")
     s.add_argument("--no-cli", action="store_true", help="no CLI: stay up until SIGINT/SIGTERM")
     _servers_args(s)
@@ -335,7 +348,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("probe", help="probe every path; exit 1 when any fails")
     s.add_argument("--topo")
-    s.add_argument("--dataplane", choices=planes, default=None, help=dp_help)
+    s.add_argument("--dataplane", choices=list(DATAPLANES), default=None, help=DP_HELP)
     s.add_argument("--timeout", type=float, default=1.0, help="seconds to wait for probes (default 1)")
     s.add_argument("--evidence", action="store_true", help="probe paths one by one and read per-switch counters")
     s.add_argument("--json", help="also write the results as JSON to this file")
@@ -358,10 +371,14 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("switch")
     s.set_defaults(fn=cmd_shell)
 
+
+
+def _bench_command(sub) -> None:
+    """``bench``: the benchmarks."""
     s = sub.add_parser("bench", help="benchmarks: fabric bring-up and forwarding, endpoint rates, congestion control, "
                                      "the largest fabric and rate this machine runs faithfully")
     s.add_argument("what", choices=["fabric", "endpoint", "congestion", "scale", "fidelity"])
-    s.add_argument("--dataplane", action="append", choices=["bmv2", "linux"],
+    s.add_argument("--dataplane", action="append", choices=list(DATAPLANES),
                    help="data plane(s) to measure (default: every available one)")
     s.add_argument("--target", choices=["endpoint", "switch"],
                    help="fidelity: the processes starved on purpose (default: endpoint; switch: bmv2 only)")
@@ -373,6 +390,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--out", help="fidelity: the folder for every run (default: results/bench-fidelity-<time>)")
     s.set_defaults(fn=cmd_bench)
 
+
+
+def _run_commands(sub) -> None:
+    """``run`` and ``reproduce``: scenarios and the paper's table."""
     s = sub.add_parser("run", help="run a failure-injection scenario (default: the quickstart)",
                        formatter_class=argparse.RawDescriptionHelpFormatter,
                        epilog="metrics a scenario's expectations can bound (expect: [{metric: NAME, ...}]):\n"
@@ -382,10 +403,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--duration", type=float,
                    help="run the timeline compressed (or stretched) to this many seconds: fault times, "
                         "windows and start times scale with it")
-    s.add_argument("--dataplane", choices=["bmv2", "linux"], help="override the scenario's data plane")
+    s.add_argument("--dataplane", choices=list(DATAPLANES), help="override the scenario's data plane")
     s.add_argument("--transport", choices=["mrc", "roce"], help="override the scenario's transport")
     s.add_argument("--pcap", action="store_true",
-                   help="capture every host NIC port into <results>/pcap/ (with --debug on bmv2, every switch port too)")
+                   help="capture every host NIC port into <results>/pcap/ (with --debug on bmv2, every switch "
+                        "port too)")
     s.add_argument("--debug", action="store_true", help="bmv2: per-packet logging and switch port pcaps")
     s.add_argument("--fit", action="store_true",
                    help="scale every link rate down to what this machine sustains (mrclab calibrate) instead of "
@@ -404,21 +426,27 @@ def build_parser() -> argparse.ArgumentParser:
     s.set_defaults(fn=cmd_run)
 
     s = sub.add_parser("reproduce", help="run every scenario of the paper, MRC and RoCE, into one report")
-    s.add_argument("--dataplane", choices=["bmv2", "linux"], help="data plane (default: the best one each "
+    s.add_argument("--dataplane", choices=list(DATAPLANES), help="data plane (default: the best one each "
                    "scenario can run on here)")
     s.add_argument("--quick", action="store_true", help="compress every scenario: the whole table in minutes")
     s.add_argument("--out", help="report folder (default: results/reproduce-<time>)")
-    s.add_argument("--update", metavar="REPORT", help="re-run --only's rows into this earlier report (same --dataplane, "
+    s.add_argument("--update", metavar="REPORT", help="re-run --only's rows into this earlier report (same "
+                   "--dataplane, "
                    "--quick and --repeat); their earlier runs move to REPORT/superseded/")
     s.add_argument("--only", nargs="+", metavar="SCENARIO", help="just these shipped scenarios")
     s.add_argument("--repeat", type=_repeats, default=1, metavar="N",
-                   help="run every row's MRC and RoCE runs with seeds 1..N: figures as median [min-max] (sweeps run once)")
+                   help="run every row's MRC and RoCE runs with seeds 1..N: figures as median [min-max] "
+                        "(sweeps run once)")
     _servers_args(s)
     s.set_defaults(fn=cmd_reproduce)
 
+
+
+def _machine_commands(sub) -> None:
+    """``calibrate``, ``doctor``, ``report``: this machine, and results side by side."""
     s = sub.add_parser("calibrate", help="measure what this machine sustains per data plane (endpoint and switch "
                                          "CPU per packet, idle cost) and cache it for admission")
-    s.add_argument("--dataplane", action="append", choices=["bmv2", "linux"],
+    s.add_argument("--dataplane", action="append", choices=list(DATAPLANES),
                    help="data plane(s) to calibrate (default: every available one)")
     s.set_defaults(fn=cmd_calibrate)
 
@@ -434,7 +462,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("results", nargs="+")
     s.add_argument("--out", help="where to write the overlaid plot (default: first folder)")
     s.set_defaults(fn=cmd_report)
-    return p
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,7 +16,8 @@ How each data plane realises a hold (:class:`Desired`):
   carrier go (a dead switch's ports go dark; the host's end of the link is set down). A link between
   switches held down drops every packet both switches send on it (BMv2 loses a port whose interface
   goes down, so a cut never downs a switch's interface); a host link held down is the host's
-  interface down (the switch sees its carrier go). A direction's drop probability is 1 while its link is held down, else its gray loss.
+  interface down (the switch sees its carrier go). A direction's drop probability is 1 while its
+  link is held down, else its gray loss.
 
 :class:`FaultInjector` keeps the holds and the last state it applied, and after every change asks
 its :class:`FaultBackend` for the elements that differ; a switch that comes back to life gets every

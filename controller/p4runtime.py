@@ -149,7 +149,8 @@ def desired_entries(entries: SwitchEntries, queues: Mapping[int, PortQueue] | No
     out = [DesiredEntry(EntryKey("my_sid", ((sid48, None),)), MODE_ACTIONS[mode][0], ())]
     for r in entries.routes:
         if r.prefix.prefixlen > 48:
-            raise P4RuntimeError(f"{entries.switch}: route {r.prefix} is longer than /48; uSID routing keys on block + uSID")
+            raise P4RuntimeError(f"{entries.switch}: route {r.prefix} is longer than /48; "
+                                 "uSID routing keys on block + uSID")
         q = queues.get(r.port) if queues else None
         out.append(
             DesiredEntry(
@@ -323,7 +324,8 @@ class P4Switch:
     def delete(self, keys: list[EntryKey]) -> None:
         """Delete the entries with ``keys``, in batches of :data:`BATCH`. Raises P4RuntimeError."""
         U = p4runtime_pb2.Update
-        self._write([U(type=U.DELETE, entity=p4runtime_pb2.Entity(table_entry=self._table_entry(k, False))) for k in keys])
+        self._write([U(type=U.DELETE, entity=p4runtime_pb2.Entity(table_entry=self._table_entry(k, False)))
+                     for k in keys])
 
     def apply(self, entries: SwitchEntries) -> int:
         """Make the switch's tables equal the plan, in the fault mode this session set (a diff, not a

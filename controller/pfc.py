@@ -208,7 +208,8 @@ class PauseAgent:
         if is_host(node):
             intf = self.fab.plan.host_intf(node, port)
             mbps = link.bandwidth_mbps
-            line = f"qdisc change dev {intf} root {kernel.tbf(PAUSED_RATE if paused else mbps, nic_queue_bytes(link, frame), frame)}"
+            line = (f"qdisc change dev {intf} root "
+                    f"{kernel.tbf(PAUSED_RATE if paused else mbps, nic_queue_bytes(link, frame), frame)}")
         else:
             line = self.side.lever(node, port, paused)
         try:

@@ -34,7 +34,8 @@ ECN-capable packets that join a queue at or above it are marked CE, on fabric-fa
 (T0 up to T1, T1 down to T0): a mark means "this path is hotter", and the last hop down to a host
 is no path choice. ``ecn_last_hop: true`` marks there too (DCQCN, the RoCE baseline's control,
 needs the congested hop to mark). Left open, both follow the transport (:meth:`QueueSettings.
-for_transport`): an MRC run meets MRC's switches, a RoCE run a RoCE fabric's. BMv2's own queue holds ``q_limit + QUEUE_SLACK`` packets so the
+for_transport`): an MRC run meets MRC's switches, a RoCE run a RoCE fabric's. BMv2's own queue holds
+``q_limit + QUEUE_SLACK`` packets so the
 program's count, not BMv2's silent tail drop, decides.
 """
 

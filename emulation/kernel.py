@@ -336,7 +336,8 @@ def configure_many(items: list[tuple[str, list[str], list[str]]]) -> None:
         r = remote.run(["sh", "-s"], input="\n".join(script) + "\n")
         if r.returncode != 0:
             said = r.stderr.strip().splitlines()
-            raise KernelError(f"configuring namespaces on {remote.name}: {' / '.join(said[-2:]) or f'exit {r.returncode}'}")
+            raise KernelError(f"configuring namespaces on {remote.name}: "
+                              f"{' / '.join(said[-2:]) or f'exit {r.returncode}'}")
 
     if by_remote:  # the servers work in parallel
         with ThreadPoolExecutor(max_workers=len(by_remote)) as pool:

@@ -108,7 +108,8 @@ class Emulation:
         "logging" (None: the forwarding build, the logging one with ``debug``); ``placement``: the
         planes on other servers (emulation/cluster.py; None: all on this machine), reached over
         ``ssh``; ``frame_bytes``: the largest frame the run sends (bytes), which the shapers' burst
-        and queues are sized for (:func:`~emulation.kernel.shaper_burst_bytes`). Raises EmulationError for an unknown data plane, NotAvailable without root or, for
+        and queues are sized for (:func:`~emulation.kernel.shaper_burst_bytes`). Raises
+        EmulationError for an unknown data plane, NotAvailable without root or, for
         bmv2, without p4c and simple_switch_grpc, or for ``debug`` with a placement (not built yet).
         """
         if isinstance(dataplane, str):
@@ -255,7 +256,8 @@ class Emulation:
             if sa != sb:  # across servers: a VXLAN port at each end, made below in one batch per server
                 for here, name, mac, there in ((sa, na, maca, sb), (sb, nb, macb, sa)):
                     far = self.server_ip[there] if there is not None else self.local_ip[here]  # type: ignore[index]
-                    tunnels.setdefault(here, []).extend(vxlan_lines(name, mac, vni, far, net[a if name == na else b].pid))
+                    tunnels.setdefault(here, []).extend(vxlan_lines(name, mac, vni, far,
+                                                                    net[a if name == na else b].pid))
             elif sa is not None:  # both ends on one server: a veth pair, in that server's batch too
                 tunnels.setdefault(sa, []).append(veth_line(na, maca, net[a].pid, nb, macb, net[b].pid))
             links.append((a, b, pa, pb, na, nb, maca, macb, sa is not None or sb is not None))
@@ -359,7 +361,8 @@ class Emulation:
             sysctls += [f"net.ipv6.conf.{i}.accept_dad=0" for i in intfs]
             more, anchor = self.plane.switch_setup(intfs)
             sysctls += more
-            items.append((node.netns, sysctls, ["link set lo up"] + anchor + [f"link set {i} mtu {MTU} up" for i in intfs]))
+            items.append((node.netns, sysctls,
+                          ["link set lo up"] + anchor + [f"link set {i} mtu {MTU} up" for i in intfs]))
         kernel.configure_many(items)  # one script per server for the switches there
 
     def _shape(self) -> None:
@@ -381,7 +384,8 @@ class Emulation:
             for ns, intf in self.link_intfs(a, b):
                 if switch_queues and not is_host(intf):
                     continue
-                per_ns.setdefault(ns, []).append(f"qdisc replace dev {intf} root {kernel.tbf(mbps, limit, self.frame_bytes)}")
+                per_ns.setdefault(ns, []).append(f"qdisc replace dev {intf} root "
+                                                 f"{kernel.tbf(mbps, limit, self.frame_bytes)}")
         where = f"host NIC ports (tbf); switch ports are {self.plane.queue_words}" if switch_queues else "tbf"
         self.progress(f"shaping links: hosts {link.bandwidth_mbps or 'unshaped'} Mb/s, T0-T1 "
                       f"{link.t0_t1_bandwidth_mbps or link.bandwidth_mbps or 'unshaped'} Mb/s ({where}, "

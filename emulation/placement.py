@@ -141,7 +141,8 @@ def parse_block(data: Any, source: str) -> tuple[Placement, str | None]:
         raise BadInput(f"{where}: give planes for every machine or for none (none: round-robin)")
     seen = [p for p, _ in placed]
     if len(seen) != len(set(seen)):
-        raise BadInput(f"{where}: a plane is placed on two machines ({sorted(p for p in set(seen) if seen.count(p) > 1)})")
+        raise BadInput(f"{where}: a plane is placed on two machines "
+                       f"({sorted(p for p in set(seen) if seen.count(p) > 1)})")
     ssh_config = data.get("ssh_config")
     if ssh_config is not None:
         if not isinstance(ssh_config, str):

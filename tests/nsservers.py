@@ -119,6 +119,7 @@ def fake_bin(folder: Path, tools: list[str], date_offset_s: float = 0.0) -> str:
         assert where, t
         (folder / t).symlink_to(where)
     if date_offset_s:
-        (folder / "date").write_text(f"#!{sys.executable}\nimport time\nprint(f'{{time.time() + {date_offset_s}:.9f}}')\n")
+        (folder / "date").write_text(f"#!{sys.executable}\nimport time\n"
+                                     f"print(f'{{time.time() + {date_offset_s}:.9f}}')\n")
         (folder / "date").chmod(0o755)
     return str(folder)

@@ -26,7 +26,8 @@ SPECS = [
 ]
 
 
-@pytest.mark.parametrize("spec", SPECS, ids=lambda s: f"P{s.planes}T0{s.t0_per_plane}T1{s.t1_per_plane}H{s.hosts_per_t0}")
+@pytest.mark.parametrize("spec", SPECS,
+                         ids=lambda s: f"P{s.planes}T0{s.t0_per_plane}T1{s.t1_per_plane}H{s.hosts_per_t0}")
 def test_usids_addresses_and_macs_are_unique(spec):
     plan = AddressPlan(spec)
     usids = [plan.switch_usid(s) for s in spec.switches()]
@@ -126,7 +127,8 @@ def forward(rp, plan, path, max_hops=8):
     return visited, None
 
 
-@pytest.mark.parametrize("spec", SPECS, ids=lambda s: f"P{s.planes}T0{s.t0_per_plane}T1{s.t1_per_plane}H{s.hosts_per_t0}")
+@pytest.mark.parametrize("spec", SPECS,
+                         ids=lambda s: f"P{s.planes}T0{s.t0_per_plane}T1{s.t1_per_plane}H{s.hosts_per_t0}")
 def test_route_plan_delivers_every_path_through_the_named_switches(spec):
     plan = AddressPlan(spec)
     rp = route_plan(plan)

@@ -129,7 +129,8 @@ def test_vxlan_ports_carry_their_link_number_and_mac():
 @pytest.mark.parametrize("argv, said", [
     (["probe", "--ssh-config", "/nonexistent"], "--ssh-config is for --servers"),
     (["run", "--servers", "a b"], "--servers: 'a b' is not a server"),
-    (["up", "--servers", "198.18.0.1", "--ssh-config", "/nonexistent/config"], "--ssh-config: /nonexistent/config is not a file"),
+    (["up", "--servers", "198.18.0.1", "--ssh-config", "/nonexistent/config"],
+     "--ssh-config: /nonexistent/config is not a file"),
     (["clean", "--ssh-config", "/x"], "--ssh-config is for --servers"),
 ])
 def test_bad_server_options_get_one_line(argv, said):
@@ -142,7 +143,8 @@ def test_bad_server_options_get_one_line(argv, said):
 
 # ---- on namespace servers (root, sshd) ----------------------------------------------------------------
 
-needs_sshd = pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"), reason="no sshd here (setup.sh installs openssh-server)")
+needs_sshd = pytest.mark.skipif(not os.path.exists("/usr/sbin/sshd"),
+                                reason="no sshd here (setup.sh installs openssh-server)")
 
 
 @pytest.fixture(scope="module")
@@ -325,7 +327,8 @@ def test_a_servers_block_places_planes_as_it_says_or_round_robin(tmp_path):
     (["10.0.0.2"], "a mapping with machines"),
     ({"machines": []}, "machines: a list"),
     ({"machines": [{"address": "10.0.0.2", "planes": [0]}, "10.0.0.3"]}, "planes for every machine or for none"),
-    ({"machines": [{"address": "a", "planes": [0, 1]}, {"address": "b", "planes": [1]}]}, r"placed on two machines \(\[1\]\)"),
+    ({"machines": [{"address": "a", "planes": [0, 1]}, {"address": "b", "planes": [1]}]},
+     r"placed on two machines \(\[1\]\)"),
     ({"machines": ["10.0.0.2", "root@10.0.0.2"]}, "root@10.0.0.2 is given twice"),
     ({"machines": [{"address": "a", "plane": [0]}]}, r"machines\[0\]: \[user@\]address, or a mapping"),
 ])
@@ -371,7 +374,8 @@ def test_a_switch_on_a_server_is_watched_for_starvation_through_its_pid_file(tmp
     here = monitor.schedstat(os.getpid())
     assert 0 < got[str(pid_file)][1] <= here[1] and 0 <= got[str(pid_file)][0] <= here[0]
     assert got[str(gone)] == (0, 0)  # a switch that is not running reads nothing
-    mon = monitor.FidelityMonitor({}, time.monotonic(), period_s=0.05, remote={"switch t1-0-0": (Here(), str(pid_file))})
+    mon = monitor.FidelityMonitor({}, time.monotonic(), period_s=0.05,
+                                  remote={"switch t1-0-0": (Here(), str(pid_file))})
     try:
         end = time.monotonic() + 0.5
         while time.monotonic() < end:  # run, so that the watched process is scheduled

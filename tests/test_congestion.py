@@ -286,7 +286,8 @@ def test_a_trimmed_frame_decodes_and_becomes_a_nack_naming_its_psn_and_ev(op):
 
     s = TransportSettings(payload_bytes=1024, region_bytes=1 << 20)
     ev = PLAN.paths("h0", "h2")[3].ev | (77 << 16)
-    p = Pkt(op, 1, 1234, ev, 0, 0, 4096, 99, 1024, 1024, 0x4D520001, 1024, bytes(1024), 5 if op == H.OP_WRITE_IMM else None)
+    p = Pkt(op, 1, 1234, ev, 0, 0, 4096, 99, 1024, 1024, 0x4D520001, 1024, bytes(1024),
+            5 if op == H.OP_WRITE_IMM else None)
     frame = Wire(PLAN, "h0").encode(p, "h2")[1]
     assert (int.from_bytes(frame[H.OFF_OUTER : H.OFF_OUTER + 4], "big") >> 20) & 0x3 == H.ECT0  # data is ECT(0)
     cut = _switch_trim(frame)

@@ -208,8 +208,10 @@ def test_the_timeline_follows_the_fault_table():
 
     plan = AddressPlan(load_spec(None))
     link = ("t0-0-0", "t1-0-0")
-    played = [(1.0, Fault(1.0, "blackhole_on", {"switch": "t1-0-0"})), (2.0, Fault(2.0, "blackhole_off", {"switch": "t1-0-0"})),
-              (3.0, Fault(3.0, "gray_loss", {"link": link, "rate": 0.2})), (4.0, Fault(4.0, "gray_loss", {"link": link, "rate": 0})),
+    played = [(1.0, Fault(1.0, "blackhole_on", {"switch": "t1-0-0"})),
+              (2.0, Fault(2.0, "blackhole_off", {"switch": "t1-0-0"})),
+              (3.0, Fault(3.0, "gray_loss", {"link": link, "rate": 0.2})),
+              (4.0, Fault(4.0, "gray_loss", {"link": link, "rate": 0})),
               (5.0, Fault(5.0, "random_loss", {"rate": 0.01}))]
     tl = FabricTimeline.from_played(plan, played)
     assert tl.failed(("switch", "t1-0-0"), 1.5, 1.6) and not tl.failed(("switch", "t1-0-0"), 2.5, 9)

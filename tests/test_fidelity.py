@@ -181,7 +181,8 @@ def test_a_run_starved_on_purpose_is_void_not_failed(tmp_path, no_leftovers):
     spin = [subprocess.Popen(["taskset", "-c", "0", sys.executable, "-c", "while True: pass"]) for _ in range(2)]
     try:
         r = subprocess.run(["taskset", "-c", "0", sys.executable, "-m", "mrclab.cli", "run", "--dataplane", "linux",
-                            "--duration", "8", "--out", str(tmp_path / "r")], capture_output=True, text=True, timeout=300)
+                            "--duration", "8", "--out", str(tmp_path / "r")],
+                           capture_output=True, text=True, timeout=300)
     finally:
         for p in spin:
             p.kill()
@@ -203,7 +204,8 @@ def test_a_void_verdict_names_its_longest_fault_and_counts_the_rest():
     long_f = fidelity.FidelityFault("CPU starvation", many, 3.0, 4.0, 0.002, 0.0005)
     short_f = fidelity.FidelityFault("late timers", "endpoint h0", 1.0, 1.1, 0.06, 0.05)
     why = fidelity.void_reason([short_f, long_f, short_f])
-    assert why.startswith("CPU starvation, switch t0-0-0, switch t0-1-0, switch t0-2-0 and 22 more, 1.00 s at 3.0-4.0 s")
+    assert why.startswith("CPU starvation, switch t0-0-0, switch t0-1-0, switch t0-2-0 and 22 more, "
+                          "1.00 s at 3.0-4.0 s")
     assert why.endswith("; and 2 more faults")
     assert fidelity.void_reason([short_f]) == short_f.describe() and fidelity.void_reason([]) is None
 
@@ -358,10 +360,11 @@ def test_the_port_sampler_reads_one_switch_at_a_time_spread_over_its_period():
     """A round reads each switch once, the reads spread evenly over the period (not all at once:
     a burst of reads wakes every switch's control threads together), and stamps the round's rows
     with one time; a round where a read failed is dropped whole."""
+    from mrclab.controller.dataplanes import DATAPLANES
     from mrclab.experiments.run.runner import PortSampler
 
     class Fab:
-        dataplane = "bmv2"
+        plane = DATAPLANES["bmv2"]  # its switches' reads are capped (16 a second)
 
         def __init__(self) -> None:
             self.reads: list[tuple[float, str]] = []

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = [ROOT / "setup.sh", ROOT / ".ci" / "run", ROOT / "vagrant" / "provision.sh", ROOT / "vagrant" / "build-toolchain.sh"]
+SCRIPTS = [ROOT / "setup.sh", ROOT / ".ci" / "run", ROOT / "vagrant" / "provision.sh",
+           ROOT / "vagrant" / "build-toolchain.sh"]
 
 
 @pytest.mark.skipif(shutil.which("ruby") is None, reason="needs ruby (apt-get install ruby)")

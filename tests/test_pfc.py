@@ -94,8 +94,9 @@ def test_bmv2_levers_sit_on_every_port_that_faces_a_switch_and_open_at_twice_its
     assert {(ns.removeprefix("mrclab-"), int(line.split()[3].rsplit("eth", 1)[1])) for ns, line in lines} \
         == facing_switches and facing_switches
     q = queues[("t1-0-0", plan.port_to("t1-0-0", "t0-0-0"))]
-    assert all(f"rate {OPEN_FACTOR * queues[(ns.removeprefix('mrclab-'), int(line.split()[3].rsplit('eth', 1)[1]))].rate_mbps}mbit"
-               in line for ns, line in lines)
+    assert all(
+        f"rate {OPEN_FACTOR * queues[(ns.removeprefix('mrclab-'), int(line.split()[3].rsplit('eth', 1)[1]))].rate_mbps}"
+        "mbit" in line for ns, line in lines)
     side = Bmv2Side(fab)
     port = plan.port_to("t1-0-0", "t0-0-0")
     assert "rate 8bit" in side.lever("t1-0-0", port, True)

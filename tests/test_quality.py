@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ["__init__.py", "topologies", "protocol", "emulation", "p4src", "controller", "traffic", "experiments", "bench", "cli"]
+PACKAGES = ["__init__.py", "topologies", "protocol", "emulation", "p4src", "controller", "traffic", "experiments",
+            "bench", "cli"]
 
 
 def _tool(name: str) -> str | None:
@@ -21,6 +22,15 @@ def _tool(name: str) -> str | None:
 def test_every_public_module_class_and_function_has_a_docstring():
     r = subprocess.run([_tool("ruff"), "check", "--select", "D1", "--output-format", "concise", *PACKAGES],
                        cwd=ROOT, capture_output=True, text=True)
+    assert r.returncode == 0, r.stdout[-4000:]
+
+
+@pytest.mark.skipif(_tool("ruff") is None, reason="needs ruff (pip install -e .[test])")
+def test_lines_and_functions_keep_the_projects_limits():
+    """No line over 120 characters (E501), in the code and the tests, and no function over 50
+    statements (PLR0915; pyproject.toml), but the per-packet hot paths marked as such."""
+    r = subprocess.run([_tool("ruff"), "check", "--select", "E501,PLR0915", "--output-format", "concise",
+                        *PACKAGES, "tests"], cwd=ROOT, capture_output=True, text=True)
     assert r.returncode == 0, r.stdout[-4000:]
 
 
@@ -60,7 +70,8 @@ def test_every_kernel_call_is_in_emulation_kernel():
     import re
 
     tools = {"ip", "tc", "ethtool", "sysctl", "nsenter"}
-    shell = re.compile(r"(^|[;&|]\s*|\$\()(ip|tc|ethtool|sysctl|nsenter) (-|netns|link|addr|route|qdisc|class|filter|-K|-w)")
+    shell = re.compile(r"(^|[;&|]\s*|\$\()(ip|tc|ethtool|sysctl|nsenter) "
+                       r"(-|netns|link|addr|route|qdisc|class|filter|-K|-w)")
     found = []
     for pkg in PACKAGES:
         for path in sorted((ROOT / pkg).rglob("*.py")) if (ROOT / pkg).is_dir() else []:

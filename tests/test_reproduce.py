@@ -46,7 +46,8 @@ def test_a_wrong_buffer_anywhere_makes_the_collective_incorrect_and_a_missing_ho
     d = RunData(duration_s=10)
     d.events = _iteration_events("all_gather", 4000, 2, [2.0, 3.0], corrupt_at=(1, "h5"))
     assert not summary(d, c)["correct"]
-    d.events = [e for e in _iteration_events("all_gather", 4000, 2, [2.0, 3.0]) if not (e["index"] == 1 and e["host"] == "h1")]
+    d.events = [e for e in _iteration_events("all_gather", 4000, 2, [2.0, 3.0])
+                if not (e["index"] == 1 and e["host"] == "h1")]
     assert summary(d, c)["iterations"] == 1
 
 
@@ -114,7 +115,8 @@ def test_sweep_claims_are_ratios_of_bus_bandwidth():
 
 def _sized_raw(sizes=(8192, 131072)):
     raw = _fig16_raw()
-    raw["sweep"] = {"variants": [{"label": "MRC 1 QP", "transport": "mrc"}, {"label": "RoCE 1 QP", "transport": "roce"}],
+    raw["sweep"] = {"variants": [{"label": "MRC 1 QP", "transport": "mrc"},
+                                 {"label": "RoCE 1 QP", "transport": "roce"}],
                     "loss": [0, 0.01], "message_bytes": list(sizes)}
     raw["expect_sweep"] = [{"metric": "busbw_ratio", "variant": "MRC 1 QP", "baseline": "RoCE 1 QP", "loss": 0,
                             "min": 1.5},
@@ -278,7 +280,8 @@ def test_a_row_whose_endpoint_crashed_is_an_error_never_void(tmp_path, monkeypat
     assert [(r["verdict"], "exited with 1" in r["why"]) for r in s["rows"]] == [("error", True)]
     assert s["errors"] == 1 and s["void"] == 0
     md = (tmp_path / "rep" / "report.md").read_text()
-    assert "| error (endpoint on h2 exited with 1" in md and f"Commit {s['commit'] or 'unknown'}" in md and "cores" in md
+    assert ("| error (endpoint on h2 exited with 1" in md and f"Commit {s['commit'] or 'unknown'}" in md
+            and "cores" in md)
 
 
 def test_a_failed_row_names_the_expectations_that_failed(tmp_path, monkeypatch):

@@ -41,7 +41,8 @@ def test_the_timer_floor_covers_the_queues_and_every_change_is_said_and_written(
 
 def test_a_scenario_that_sets_its_timer_floor_keeps_it_and_no_queues_means_no_floor_raised():
     scn = load_scenario("incast")
-    mine = dataclasses.replace(scn, raw={**scn.raw, "transport": {**(scn.raw.get("transport") or {}), "min_rto_s": 0.02}},
+    mine = dataclasses.replace(scn, raw={**scn.raw,
+                                         "transport": {**(scn.raw.get("transport") or {}), "min_rto_s": 0.02}},
                                settings=dataclasses.replace(scn.settings, min_rto_s=0.02))
     assert resolve(mine, QueuingLinux(), say=lambda m: None).settings.min_rto_s == 0.02
     over_servers = resolve(scn, QueuingLinux(), remote=True, say=lambda m: None)  # no switch queues there yet

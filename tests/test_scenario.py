@@ -37,13 +37,15 @@ def test_quickstart_is_the_default_and_short():
     ({"at": 5, "event": "link_down", "link": "h0:t1-0-0"}, "unknown link"),
     ({"at": 5, "event": "port_down", "host": "h7", "plane": 0}, "unknown host; hosts are h0, h1, h2, h3"),
     ({"at": 5, "event": "port_down", "host": "h0", "plane": 4}, "plane = 4; allowed: 0..3"),
-    ({"at": 30, "event": "switch_down", "switch": "t1-0-0"}, "at = 30; allowed: a time in seconds from 0 to below duration_s"),
+    ({"at": 30, "event": "switch_down", "switch": "t1-0-0"},
+     "at = 30; allowed: a time in seconds from 0 to below duration_s"),
     ({"at": -1, "event": "switch_down", "switch": "t1-0-0"}, "at = -1"),
     ({"at": 5, "event": "switch_dwn", "switch": "t1-0-0"}, "event = 'switch_dwn'; allowed: link_down"),
     ({"at": 5, "event": "switch_down", "sw": "t1-0-0"}, "missing ['switch'], unknown ['sw']"),
     ({"at": 20, "event": "link_flap", "link": "t0-0-0:t1-0-0", "period_s": 4, "count": 2}, "past duration_s"),
     ({"at": 5, "event": "gray_loss", "link": "t0-0-0:t1-0-0", "rate": 1.5}, "rate = 1.5; allowed: 0.0 to 1.0"),
-    ({"at": 5, "event": "deny", "src": "h0", "dst": "h2", "plane": 0}, "deny entries are read by the endpoints at start"),
+    ({"at": 5, "event": "deny", "src": "h0", "dst": "h2", "plane": 0},
+     "deny entries are read by the endpoints at start"),
 ])
 def test_bad_faults_are_refused(fault, msg):
     with pytest.raises(ScenarioError, match=None) as e:

@@ -60,7 +60,8 @@ def test_an_endpoint_that_exits_before_it_is_ready_is_a_failed_run(tmp_path):
 
 
 def test_the_bound_grows_with_endpoints_per_core():
-    assert endpoints.ready_bound_s(10, cores=2) > endpoints.ready_bound_s(4, cores=2) > endpoints.ready_bound_s(4, cores=8)
+    assert (endpoints.ready_bound_s(10, cores=2) > endpoints.ready_bound_s(4, cores=2)
+            > endpoints.ready_bound_s(4, cores=8))
     # the 10-host incast on 2 cores: 10 x 0.8 CPU-s of imports is 4 s of wall time at best
     assert endpoints.ready_bound_s(10, cores=2) >= 4 * 0.8 * 10 / 2
 

@@ -81,7 +81,8 @@ class Capture:
 def blast(fab, src: str, frames: list[bytes], rate_pps: float, duration_s: float, tmp: Path) -> subprocess.Popen:
     f = tmp / f"{src}.frames"
     f.write_text("\n".join(x.hex() for x in frames))
-    return subprocess.Popen(["ip", "netns", "exec", fab.netns(src), sys.executable, "-m", "mrclab.bench.blast", "--iface",
+    return subprocess.Popen(["ip", "netns", "exec", fab.netns(src),
+                             sys.executable, "-m", "mrclab.bench.blast", "--iface",
                              f"{src}-eth0", "--frames", str(f), "--rate", str(rate_pps), "--duration", str(duration_s)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
 
@@ -120,7 +121,8 @@ def test_a_port_drains_at_its_rate_marks_at_k_and_trims_ahead_of_its_full_queue(
     marked = [p for _, p, ecn in full if ecn == H.ECN_CE]
     assert marked and len(marked) < len(full)
     delta = {k: sum(r[k] for r in after if r["switch"] == "t0-0-0" and r["peer"] == "t1-0-0") -
-             sum(r[k] for r in before if r["switch"] == "t0-0-0" and r["peer"] == "t1-0-0") for k in ("marked", "trimmed")}
+             sum(r[k] for r in before if r["switch"] == "t0-0-0" and r["peer"] == "t1-0-0")
+             for k in ("marked", "trimmed")}
     assert delta["trimmed"] == len(trimmed) and delta["marked"] >= len(marked) > 0.5 * delta["marked"]
 
 

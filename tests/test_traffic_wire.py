@@ -93,7 +93,8 @@ def test_cached_prefixes_follow_each_packets_ev_and_length():
         if op == H.OP_SACK:
             p = Pkt(op=op, qp=3, ev=ev, cum_psn=k, base_psn=k, bitmap=k, echo_ev=ev, echo_psn=k, port_state=0x0F)
         else:
-            p = data_pkt(op=op, ev=ev, psn=k, dma_len=n, payload=rng.randbytes(n), imm=k if op == H.OP_WRITE_IMM else None)
+            p = data_pkt(op=op, ev=ev, psn=k, dma_len=n, payload=rng.randbytes(n),
+                         imm=k if op == H.OP_WRITE_IMM else None)
         f = tx.encode(p, "h2")[1]
         src, q = rx.decode(f)
         assert src == "h0" and (q.op, q.ev, q.psn if op != H.OP_SACK else q.echo_psn) == (op, ev, k)
@@ -114,7 +115,8 @@ def test_sack_and_probe_roundtrip():
     assert (q.op, q.cum_psn, q.base_psn, q.bitmap, q.echo_ev, q.echo_psn, q.sflags, q.port_state, q.echo_wire) == \
         (H.OP_SACK, 10, 12, (1 << 63) | 5, make_ev(3, 1, 9), 75, H.S_ECN, 0x0E, H.NO_WIRE)
     s.echo_wire = 1234  # 123.4 ms on the way
-    assert rx.decode(tx.encode(s, "h0")[1])[1].echo_wire == 1234 and Ether(tx.encode(s, "h0")[1])["SACK"].echo_wire == 1234
+    assert (rx.decode(tx.encode(s, "h0")[1])[1].echo_wire == 1234
+            and Ether(tx.encode(s, "h0")[1])["SACK"].echo_wire == 1234)
     pr = Pkt(op=H.OP_PROBE, qp=3, ev=make_ev(0, 1, 2), probe_id=42, is_reply=0, t_send_ns=123456789)
     e = Ether(tx.encode(pr, "h0")[1])
     assert e["MRCProbe"].probe_id == 42 and e["MRCProbe"].ev == make_ev(0, 1, 2)
@@ -283,7 +285,8 @@ def test_a_round_trip_longer_than_the_probe_timeout_keeps_its_reverse_evs_once_t
     r, sent_raised = _reverse_evs_over_a_slow_path(raised, 0.25, 3.0)
     assert not r.bad and sent_raised < sent_default / 2, (r.bad, sent_raised, sent_default)
     assert slow_path_timers(S, {}) == (S, {})  # a floor under the probe timeout and the ceiling: as given
-    given, _ = slow_path_timers(dataclasses.replace(slow, probe_timeout_s=0.3), {"probe_timeout_s": 0.3, "max_rto_s": 1})
+    given, _ = slow_path_timers(dataclasses.replace(slow, probe_timeout_s=0.3),
+                                {"probe_timeout_s": 0.3, "max_rto_s": 1})
     assert (given.probe_timeout_s, given.probe_interval_s, given.max_rto_s) == (0.3, S.probe_interval_s, 1.0)
 
 

@@ -15,7 +15,8 @@ QP per period (the paper's 50 us).
 Scale: an emulated fabric is about 1000x slower than hardware (its RTT is milliseconds, not
 microseconds), so the paper's timers (55 us, 50 us) are scaled by the fabric's RTT: one period,
 ``timer_s`` (the ``dcqcn_timer_s`` setting, about 5 base RTTs, as 55 us is about 5 RTTs of the
-paper's fabric), serves as rate-increase timer, alpha timer and CNP interval. g = 1/256 and F = 5 are the paper's. Rai and Rhai are 1/200 and 1/20 of the line rate
+paper's fabric), serves as rate-increase timer, alpha timer and CNP interval. g = 1/256 and F = 5
+are the paper's. Rai and Rhai are 1/200 and 1/20 of the line rate
 (40 Mb/s of 40 Gb/s in the paper, 1/1000; ours recover faster, within runs of a few hundred RTTs),
 and the byte counter is 64 full packets (ours: the paper's 10 MB is sized for 40 Gb/s).
 """

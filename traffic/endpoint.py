@@ -239,7 +239,8 @@ class Endpoint:
         self._recv = {sk.fileno(): sk.recv_into for sk in self.socks.values()}
         self._cpu0 = _cpu_s()
 
-    def turn(self, now: float, ready: Iterable[int] = ()) -> int:
+    # hot path, kept whole on purpose (the endpoint loop: one turn per wake-up, every frame read and sent in it)
+    def turn(self, now: float, ready: Iterable[int] = ()) -> int:  # noqa: PLR0915
         """One turn of the loop at monotonic ``now``: port state, starts and stops, the frames
         waiting in the sockets whose descriptors are in ``ready`` (poll found them readable; at
         most 256 per port), what the stack has due, telemetry. Returns the frames moved (0: an

@@ -68,7 +68,8 @@ class SackHdr(Packet):
     name = "SACK"
     fields_desc = [IntField("cum_psn", 0), IntField("base_psn", 0), LongField("bitmap", 0),
                    LongField("trim_bitmap", 0), XIntField("echo_ev", 0),
-                   IntField("echo_psn", 0), FlagsField("flags", 0, 8, ["ECN", "TRIM", "SEQ", "f3", "f4", "f5", "f6", "f7"]),
+                   IntField("echo_psn", 0),
+                   FlagsField("flags", 0, 8, ["ECN", "TRIM", "SEQ", "f3", "f4", "f5", "f6", "f7"]),
                    XByteField("port_state", 0), ShortField("echo_wire", 0xFFFF)]
 
 

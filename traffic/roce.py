@@ -134,7 +134,8 @@ class RoceSender:
         return True
 
     def poll(self, now: float, budget: int = 64) -> list:
-        """Data packets to send now, at most ``budget`` (what ``make_data`` makes of each). First the timer: with PSNs outstanding and
+        """Data packets to send now, at most ``budget`` (what ``make_data`` makes of each). First
+        the timer: with PSNs outstanding and
         none acknowledged for ``5 x min_rto_s`` (doubling per timeout, at most ``max_rto_s``), go
         back N to the oldest unacknowledged PSN; then PSNs from the next to send, within the
         window and, with DCQCN, as the pacer allows."""

@@ -195,7 +195,8 @@ class MrcSender:
         self.timer_q.append((now, psn))
         self.evs.evs[ev].packets += 1
 
-    def poll(self, now: float, budget: int = 64) -> list:
+    # hot path, kept whole on purpose (new data: one call per turn, its per-packet loop inlined)
+    def poll(self, now: float, budget: int = 64) -> list:  # noqa: PLR0915
         """Packets to send now: retransmissions first, then new data within the window, then probes.
         Data packets are what ``make_data`` makes of them (a :class:`Pkt`, or a frame), probes are
         :class:`Pkt`."""
@@ -574,8 +575,9 @@ class MrcSender:
 
 
 def make_sender(qp: int, plan: AddressPlan, src: str, dst: str, settings: TransportSettings, rng: random.Random,
-                messages: Iterator[tuple[int, bytes] | None], *, imm: bool = False, denylist: frozenset[int] = frozenset(),
-                events: EventSink | None = None, pin_ev: int | None = None) -> MrcSender:
+                messages: Iterator[tuple[int, bytes] | None], *, imm: bool = False,
+                denylist: frozenset[int] = frozenset(), events: EventSink | None = None,
+                pin_ev: int | None = None) -> MrcSender:
     """An MRC sender for ``src -> dst`` with a freshly drawn EV set (seeded by ``rng``), or held
     to the one EV ``pin_ev``."""
     sink = events or _ignore

@@ -31,7 +31,8 @@ class TransportSettings:
 
     EV set (paper: 128-256 EVs per QP split across planes, plus backups; scaled to a 4-host lab):
     ``evs_per_plane`` active (4) + ``backup_per_plane`` (2); SACKs come back on up to
-    ``reverse_evs_per_plane`` + 1 paths per plane (1: two; traffic/host.py). Probes: ``probe_successes`` (3) answered probes in a row revive a retired EV; a round of
+    ``reverse_evs_per_plane`` + 1 paths per plane (1: two; traffic/host.py). Probes:
+    ``probe_successes`` (3) answered probes in a row revive a retired EV; a round of
     probes every ``probe_interval_s`` (0.05), each unanswered after ``probe_timeout_s`` (0.2).
 
     Retransmission timer (:class:`traffic.rtt.RttEstimator`): RTO = max(``min_rto_s``,
@@ -71,7 +72,8 @@ class TransportSettings:
     """
 
     window_packets: int = field(default=16, metadata=_pos("unacknowledged data packets per QP"))
-    payload_bytes: int = field(default=DEFAULT_PAYLOAD_BYTES, metadata=rule(lo=1, hi=MAX_PAYLOAD_BYTES, doc="data bytes per packet"))
+    payload_bytes: int = field(default=DEFAULT_PAYLOAD_BYTES,
+                               metadata=rule(lo=1, hi=MAX_PAYLOAD_BYTES, doc="data bytes per packet"))
     evs_per_plane: int = field(default=4, metadata=_pos("active EVs per plane"))
     backup_per_plane: int = field(default=2, metadata=_pos("backup EVs per plane"))
     reverse_evs_per_plane: int = field(default=1, metadata=_pos("reverse (SACK) EVs per plane, minus one"))
@@ -89,7 +91,8 @@ class TransportSettings:
     base_rtt_s: float = field(default=0.0, metadata=rule(lo=0, doc="a known base RTT (0: the smallest sample)"))
     ecn_skip_rtts: float = field(default=8.0, metadata=rule(lo=0, doc="how long an ECN-marked EV is skipped, in RTTs"))
     roce_cc: str = field(default="dcqcn", metadata=rule(choices=("dcqcn", "none"), doc="the baseline's rate control"))
-    dcqcn_timer_s: float = field(default=0.0, metadata=rule(lo=0, doc="DCQCN's timers and CNP interval (0: 5 base RTTs)"))
+    dcqcn_timer_s: float = field(default=0.0,
+                                 metadata=rule(lo=0, doc="DCQCN's timers and CNP interval (0: 5 base RTTs)"))
     # ---- MRC's mechanisms, each of which can be switched off (docs/protocol.md, "Ablations") ----
     ev_health: bool = field(default=True, metadata=rule(kind=bool, doc="retire an EV on an untrimmed loss or timeout"))
     probes: bool = field(default=True, metadata=rule(kind=bool, doc="probe retired EVs and revive them"))

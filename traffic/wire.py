@@ -2,7 +2,8 @@
 
 :class:`Wire` prebuilds, per (peer, plane), the Ethernet + outer IPv6 + inner IPv6 + UDP headers
 once, with ``struct`` (scapy, the layers' reference, would cost an endpoint 0.3 s of start-up to
-import; tests/test_traffic_wire.py holds every template byte-identical to scapy's). Into a copy of that template it patches the EV-dependent fields (outer destination
+import; tests/test_traffic_wire.py holds every template byte-identical to scapy's). Into a copy of
+that template it patches the EV-dependent fields (outer destination
 = the uSID container of the EV's path, flow label, UDP source port) and the lengths with
 ``struct.pack_into``, and keeps that prefix per (peer, EV, length); per packet only the transport
 headers are packed (one ``struct`` call), and the frame is the prefix, headers, payload and ICRC
@@ -137,7 +138,8 @@ class Wire:
         if f is not None:
             return f
         prefixes = self._prefixes.setdefault(peer, {})  # cleared in place when full, never replaced
-        prefix, pack, pack_imm, u32, crc32, join = self._prefix, _DATA_TH.pack, _DATA_TH_IMM.pack, _U32.pack, _crc32, b"".join
+        prefix, pack, pack_imm, u32, crc32, join = (self._prefix, _DATA_TH.pack, _DATA_TH_IMM.pack, _U32.pack, _crc32,
+                                                    b"".join)
         ect_key = _ECT0 << 15
         clock, hz = _monotonic, H.STAMP_HZ
 
@@ -312,7 +314,8 @@ class Wire:
         self._reject("unknown opcode")
         return None
 
-    def _trimmed(self, f, src: str, first: int, sport: int, ulen: int, op: int, fq: int, psn: int) -> tuple[str, Pkt] | None:
+    def _trimmed(self, f, src: str, first: int, sport: int, ulen: int, op: int, fq: int,
+                 psn: int) -> tuple[str, Pkt] | None:
         """A data packet a switch trimmed (docs/protocol.md, "Trimmed packets"): its headers up to
         RETH, lengths rewritten, no payload and no ICRC. Only its identity is used: it becomes a
         NACK, so a header damaged on the way costs at most one spurious retransmission."""

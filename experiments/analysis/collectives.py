@@ -16,7 +16,8 @@ Correctness: each host's CRC after each iteration against the buffer the collect
 of every step, in the right place.
 
 Expectation metrics: ``busbw_mbps`` (over the whole run: every finished iteration's bytes over
-the time from the first start to the last end), ``iteration_s(percentile)``, ``iterations`` (how many the collective finished),
+the time from the first start to the last end), ``iteration_s(percentile)``, ``iterations`` (how
+many the collective finished),
 ``collective_correct`` (every host's every finished iteration; bound ``iterations`` too, for a
 run that must finish some).
 """

@@ -7,7 +7,8 @@ Elements are switches and links, a link as ``(lower, upper)`` like ``ClosSpec.li
 down or blackholed is failed; a link down (``link_down``, ``port_down``, a flap) is failed; a link
 or one direction of it losing packets (``gray_loss``, ``ev_loss``) is failed too: paths through it
 lose packets. What each event does comes from the fault table alone (experiments/model/faults.py: its
-effect, what it undoes, the elements it names). A fault holds its element from the time it was played until the time its undo was
+effect, what it undoes, the elements it names). A fault holds its element from the time it was
+played until the time its undo was
 played (the run's own times, not the scenario's).
 """
 

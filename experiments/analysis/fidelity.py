@@ -227,7 +227,8 @@ def faults(cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[f
     ``t`` (a starved sample's fault is the whole of it: the monitor cannot say when in it the
     process waited), the endpoints' loop gaps ``(t, host, gap s)``,
     each covering the ``gap_period_s`` before ``t``, and the held packets (:func:`held_packets`:
-    ``(t, path, age s, limit s)``), those older than their limit each covering its round trip. Intervals of one invariant that overlap, or
+    ``(t, path, age s, limit s)``), those older than their limit each covering its round trip.
+    Intervals of one invariant that overlap, or
     are less than half a sample period apart (the samples' own jitter), merge (their ``where``
     lists every place)."""
     raw: list[FidelityFault] = []

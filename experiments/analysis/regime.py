@@ -50,7 +50,8 @@ def regime(spec: ClosSpec, settings: TransportSettings, queues: dict[tuple[str, 
     t = max((q.trim_t for q in fabric_ports), default=0)
     evs = spec.planes * settings.evs_per_plane
     out: dict = {
-        "rtt_us": rtt_us, "path_delay_ms": spec.link.path_delay_ms, "port_pps": round(port_pps, 1), "bdp_packets": None if bdp is None else round(bdp, 2),
+        "rtt_us": rtt_us, "path_delay_ms": spec.link.path_delay_ms, "port_pps": round(port_pps, 1),
+        "bdp_packets": None if bdp is None else round(bdp, 2),
         "ecn_k_packets": k or None, "trim_t_packets": t or None,
         "ecn_k_bdp": round(k / bdp, 2) if bdp and k else None, "trim_t_bdp": round(t / bdp, 2) if bdp and t else None,
         "rto_floor_rtts": round(settings.min_rto_s / (rtt_us * 1e-6), 2) if rtt_us else None,

@@ -268,7 +268,8 @@ def parse_scenario(raw: dict, src: str) -> Scenario:
         problems.raise_if_any(ScenarioError)
     assert spec is not None
     coll = parse_collective(raw.get("collective"), spec, dur, problems) if "collective" in raw else None
-    flows = _workload(raw.get("workload"), spec, dur, problems) if raw.get("workload") or "collective" not in raw else []
+    flows = (_workload(raw.get("workload"), spec, dur, problems)
+             if raw.get("workload") or "collective" not in raw else [])
     faults: list[Fault] = []
     for i, f in enumerate(top.get("faults") or []):
         faults.extend(parse_fault(f, i, spec, dur, problems, scenario_seed=top.get("seed", 1)))
@@ -284,7 +285,8 @@ def parse_scenario(raw: dict, src: str) -> Scenario:
     return Scenario(
         name=str(raw.get("name", Path(src).stem)), source=src, spec=spec, spec_bmv2=spec_bmv2,
         dataplane=top.get("dataplane", "auto"), seed=int(top.get("seed", 1)), duration_s=dur, transport=kind,
-        settings=settings or TransportSettings(), queues=queues or QueueSettings(), flows=tuple(flows), faults=tuple(faults), expect=tuple(expect),
+        settings=settings or TransportSettings(), queues=queues or QueueSettings(), flows=tuple(flows),
+        faults=tuple(faults), expect=tuple(expect),
         paper=str(raw.get("paper", "")), description=str(raw.get("description", "")), demonstrates=demo,
         collective=coll, sweep=sweep, raw=raw, quick_s=float(top.get("quick_s", QUICK_S)),
     )
@@ -328,7 +330,8 @@ def _workload(wl: Any, spec: ClosSpec, dur: float, problems: Problems) -> list[F
         v = check_mapping(w, _WORKLOAD, where, problems)
         for k in ("src", "dst"):
             if k in v and v[k] not in hosts:
-                problems.add(f"{where}.{k} = {v[k]!r}: unknown host; hosts are {', '.join(hosts)}{suggest(v[k], hosts)}")
+                problems.add(f"{where}.{k} = {v[k]!r}: unknown host; "
+                             f"hosts are {', '.join(hosts)}{suggest(v[k], hosts)}")
         if v.get("src") is not None and v.get("src") == v.get("dst"):
             problems.add(f"{where}: src and dst are both {v['src']}")
         start = v.get("start_s", 0.0)

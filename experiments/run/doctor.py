@@ -68,7 +68,8 @@ def _qdiscs() -> list[Check]:
                 kernel.tc(ns, ["qdisc", "replace", "dev", "d0", *args])
                 out.append(Check(f"qdisc {q}", True, "ok", "a kernel with CONFIG_NET_SCH_" + q.upper()))
             except kernel.KernelError as e:
-                out.append(Check(f"qdisc {q}", False, str(e).split(": ")[-1][:60], "a kernel with CONFIG_NET_SCH_" + q.upper()))
+                out.append(Check(f"qdisc {q}", False, str(e).split(": ")[-1][:60],
+                                 "a kernel with CONFIG_NET_SCH_" + q.upper()))
     except (OSError, kernel.KernelError) as e:
         out.append(Check("qdiscs", False, f"cannot make a test namespace ({e})", "run as root with iproute2"))
     finally:
@@ -93,7 +94,8 @@ def checks() -> list[Check]:
                      "a kernel with CONFIG_IPV6_SEG6_LWTUNNEL"))
     out += _qdiscs()
     why = bpf.bpf_missing()
-    out.append(Check("clang + libbpf (linux queues)", why is None, _version(["clang", "--version"]) if why is None else why,
+    out.append(Check("clang + libbpf (linux queues)", why is None,
+                     _version(["clang", "--version"]) if why is None else why,
                      APT + " clang libbpf-dev"))
     out.append(_binary("p4c", TOOLCHAIN))
     out.append(_binary("simple_switch_grpc", TOOLCHAIN))

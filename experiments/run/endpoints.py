@@ -2,7 +2,8 @@
 
 :func:`configs` builds one :class:`~traffic.contract.EndpointConfig` per host that takes part
 (senders and receivers); :func:`start` writes them and starts ``python -m mrclab.traffic.endpoint`` in
-each host's namespace (one process for several hosts where a fabric has many: :func:`process_groups`); :func:`collect` turns every host's telemetry into a :class:`RunData` with
+each host's namespace (one process for several hosts where a fabric has many:
+:func:`process_groups`); :func:`collect` turns every host's telemetry into a :class:`RunData` with
 times relative to the timeline's start.
 """
 

@@ -89,7 +89,8 @@ def _prior(folder: Path, dataplane: str | None, quick: bool, repeat: int) -> dic
     compare with the new ones)."""
     f = folder / "summary.json"
     if not f.is_file():
-        raise BadInput(f"--update {folder}: no report there (no summary.json); allowed: a folder mrclab reproduce wrote")
+        raise BadInput(f"--update {folder}: no report there (no summary.json); "
+                       "allowed: a folder mrclab reproduce wrote")
     s = json.loads(f.read_text())
     have = (s.get("dataplane"), bool(s.get("quick")), int(s.get("repeat", 1)))
     want = (dataplane or "best available", quick, repeat)
@@ -152,10 +153,12 @@ def reproduce(out: Path | None = None, *, dataplane: str | None = None, quick: b
         rows.append(row)
         console.print(f"  -> {row['verdict']}{' (' + str(row['why']) + ')' if row.get('why') else ''}: "
                       f"MRC {row.get('mrc', '-')}")
-        _write(out, rows, dataplane, quick, t_start, repeat, prior)  # after every row: an interrupted table keeps its rows
+        # after every row: an interrupted table keeps its rows
+        _write(out, rows, dataplane, quick, t_start, repeat, prior)
     summary = _write(out, rows, dataplane, quick, t_start, repeat, prior)
     console.print(f"report: {out / 'report.md'} ({sum(r['verdict'] == 'pass' for r in rows)} pass, "
-                  f"{sum(r['verdict'] == 'FAIL' for r in rows)} fail, {sum(r['verdict'] == 'error' for r in rows)} error, "
+                  f"{sum(r['verdict'] == 'FAIL' for r in rows)} fail, "
+                  f"{sum(r['verdict'] == 'error' for r in rows)} error, "
                   f"{sum(r['verdict'] == 'void' for r in rows)} void, "
                   f"{sum(r['verdict'] == 'skipped' for r in rows)} skipped, {summary['elapsed_s']:.0f} s)")
     return summary
@@ -171,7 +174,8 @@ def _write(out: Path, rows: list[dict], dataplane: str | None, quick: bool, t_st
         new = {r["scenario"]: r for r in rows}
         superseded = prior.get("superseded", []) + [r for r in prior["rows"] if r["scenario"] in new]
         merged = {r["scenario"]: r for r in prior["rows"]} | new
-        rows = sorted(merged.values(), key=lambda r: ORDER.index(r["scenario"]) if r["scenario"] in ORDER else len(ORDER))
+        rows = sorted(merged.values(),
+                      key=lambda r: ORDER.index(r["scenario"]) if r["scenario"] in ORDER else len(ORDER))
         elapsed += prior.get("elapsed_s", 0.0)
     summary = {"dataplane": dataplane or "best available", "quick": quick, "repeat": repeat, "rows": rows,
                "elapsed_s": elapsed, "superseded": superseded, **provenance(),
@@ -307,7 +311,8 @@ def report_md(s: dict) -> str:
             lines += [f"| {c['claim']} | {c['value']:.2f} | {c['bound']} | "
                       f"{verdict_word(c['passed'], void=c.get('void'))} |" for c in r["claims"]]
         for tr, exps in r.get("expectations", {}).items():
-            lines += ["", f"{tr.upper()}:", "", "| expectation | value | bound | verdict |", "| --- | --- | --- | --- |"]
+            lines += ["", f"{tr.upper()}:", "", "| expectation | value | bound | verdict |",
+                      "| --- | --- | --- | --- |"]
             for v in exps:
                 val = figure(v)
                 lines.append(f"| {v['expectation']} | {val} | {v['bound']} | "

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import csv
+import dataclasses
 import json
 import subprocess
 import sys
@@ -67,7 +68,7 @@ from mrclab.experiments.run import sweep as S
 from mrclab.experiments.run.captures import DISSECTOR, HOW_TO_OPEN, Captures, copy_switch_pcaps
 from mrclab.experiments.run.monitor import FidelityMonitor
 from mrclab.experiments.run.results import results_folder
-from mrclab.experiments.run.settings import resolve
+from mrclab.experiments.run.settings import RunSettings, resolve
 from mrclab.topologies.addressing import AddressPlan
 from mrclab.topologies.errors import BadInput, NotAvailable
 from rich.console import Console
@@ -115,7 +116,8 @@ def run(scn: Scenario, out: Path | None = None, *, live: bool = True, pcap: bool
     """Run ``scn`` and write its results folder; returns the metrics dict (also ``metrics.json``).
     ``pcap``: capture every host NIC port; ``debug``: BMv2's per-packet log and its port pcaps;
     ``fit``: scale the link rates down to what this machine sustains (experiments/run/admission.py);
-    ``rates``: ``"machine"`` scales them, up or down, to this machine's calibration. Raises :class:`~mrclab.experiments.run.admission.CannotCarry` (exit 3) for a run this machine's
+    ``rates``: ``"machine"`` scales them, up or down, to this machine's calibration. Raises
+    :class:`~mrclab.experiments.run.admission.CannotCarry` (exit 3) for a run this machine's
     calibration says it cannot carry. ``cluster``: the planes on other servers (``--servers``,
     emulation/cluster.py; None: this machine alone)."""
     return run_with_data(scn, out, live=live, pcap=pcap, debug=debug, fit=fit, cluster=cluster, rates=rates)[0]
@@ -134,13 +136,7 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
     run = resolve(scn, plane, fit=fit, rates=rates, remote=cluster is not None,
                   say=lambda m: console.print(f"[dim]·[/dim] {m}"))
     scn, spec = run.scenario, run.spec  # frozen from here on: the runner never replaces them
-    out = results_folder(out, f"{scn.name}-{scn.transport}-{dp}")
-    (out / "endpoints").mkdir(exist_ok=True)
-    as_run = dict(scn.raw, dataplane=dp)
-    (out / "scenario.yaml").write_text(yaml.safe_dump(as_run, sort_keys=False))
-    run.write(out)
-    spec_path = out / "fabric.yaml"
-    spec_path.write_text(yaml.safe_dump(spec.to_dict(), sort_keys=False))
+    out, spec_path = _open_results(run, out)
 
     console.print(f"[bold]{scn.name}[/bold] ({scn.transport} on {dp}, {scn.duration_s:.0f} s, seed {scn.seed})"
                   + (f": {scn.paper}" if scn.paper else ""))
@@ -149,7 +145,6 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
     t0_wall = 0.0
     sampler = monitor = None
     queues: dict = {}
-    bound = run.queue_bound_s
     try:
         with Fabric(spec, plane, progress=lambda m: console.print(f"[dim]·[/dim] {m}"),
                     loss_salt=scn.seed, queues=scn.queues.for_transport(scn.transport),
@@ -157,19 +152,11 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
                     placement=cluster.placement if cluster else None, ssh=cluster.ssh if cluster else None) as fab, \
                 (Captures(fab, scn.hosts(), out / "pcap") if pcap else contextlib.nullcontext()):
             queues = dict(fab.queues)
-            if fab.placement is not None:  # which plane ran where, and each server's clock
-                (out / "servers.json").write_text(json.dumps([
-                    {"server": s.name, "planes": fab.placement.planes_of(s, spec.planes),
-                     "clock_offset_ms": round(fab.emu.clock_offset_s.get(s, 0.0) * 1e3, 2)}
-                    for s in fab.placement.servers], indent=1))
+            if fab.placement is not None:
+                _write_servers(fab, out / "servers.json")
             assert fab.queues == run.queues, "the fabric's queue plan is the one the settings resolved"
-            cfgs = endpoints.configs(scn, spec_path, out / "endpoints")
-            groups = endpoints.process_groups(list(cfgs))
-            console.print(f"[dim]·[/dim] starting {len(cfgs)} endpoints ({', '.join(cfgs)})"
-                          + (f" in {len(groups)} processes ({' | '.join(' '.join(g) for g in groups)})"
-                             if len(groups) < len(cfgs) else ""))
             # start-up is a barrier, not a race: each endpoint reports ready, then t = 0 is fixed for all
-            procs = endpoints.start(fab, cfgs, out / "endpoints", groups)
+            procs = _launch(fab, scn, spec_path, out / "endpoints")
             waited = endpoints.wait_ready(procs, out / "endpoints",
                                           endpoints.ready_bound_s(len(endpoints.processes(procs))))
             t0_wall = endpoints.go(out / "endpoints")
@@ -177,11 +164,7 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
             console.print(f"[dim]·[/dim] endpoints ready in {waited:.1f} s; t = 0 in {endpoints.GO_LEAD_S:g} s")
             if fab.queues:
                 sampler = PortSampler(fab, t0)
-            watched = {f"endpoint {hs}": p.pid for hs, p in endpoints.processes(procs).items()}
-            watched |= {f"switch {sw.name}": sw.proc.pid for sw in fab.emu.switches()
-                        if getattr(sw, "proc", None) is not None}
-            remote = {f"switch {sw.name}": (sw.on_server, sw.pid_file) for sw in fab.emu.switches()
-                      if hasattr(sw, "pid_file")}  # bmv2 switches on servers, read by their agents
+            watched, remote = _watched(fab, procs)
             monitor = FidelityMonitor(watched, t0, remote=remote)
             if on_start is not None:
                 on_start(dict(watched), t0)
@@ -197,24 +180,70 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
     finally:
         endpoints.stop(procs)
 
-    data = endpoints.collect(scn, out / "endpoints", t0_wall)
-    data.events = sorted(fault_log + data.events, key=lambda e: e["t"])
-    data.first_fault_s = min((f["t"] for f in fault_log), default=None)
-    data.traffic_start_s = min((f.start_s for f in scn.flows), default=0.0)
-    data.ports = sampler.samples if sampler is not None else []
-    data.run_delays = monitor.samples if monitor is not None else []
-    senders = {f.src for f in scn.flows} | set(scn.collective.hosts if scn.collective is not None else ())
-    frame = scn.settings.frame_bytes
-    data.held_limits = fidelity.HeldLimits(
-        bound, spec.link.path_delay_ms / 1e3, nic_queue_s(spec.link, frame),
-        frame * 8 / (spec.link.bandwidth_mbps * 1e6)
-        if spec.link.bandwidth_mbps > 0 else 0.0, frozenset(senders))
-    data.port_mbps = spec.link.bandwidth_mbps
-    data.flows = [(f.src, f.dst) for f in scn.flows]
-    if (cc := scn.collective) is not None:
-        data.collective = CollectiveRun(cc.kind, cc.hosts, cc.message_bytes, scn.seed, cc.qps_per_peer)
-    data.timeline = FabricTimeline.from_played(AddressPlan(spec), [(x["t"], f) for x, f in zip(fault_log, scn.faults)])
+    data = _run_data(run, endpoints.collect(scn, out / "endpoints", t0_wall), fault_log,
+                     sampler.samples if sampler is not None else [], monitor.samples if monitor is not None else [])
     return _finish(scn, dp, data, fault_log, out, queues), data
+
+
+def _open_results(run: RunSettings, out: Path | None) -> tuple[Path, Path]:
+    """The run's results folder (made; nothing overwritten) with the scenario as run
+    (``scenario.yaml``), its resolved settings (``settings.json``) and its fabric (``fabric.yaml``,
+    returned too: the endpoints read it)."""
+    scn, dp = run.scenario, run.plane.name
+    out = results_folder(out, f"{scn.name}-{scn.transport}-{dp}")
+    (out / "endpoints").mkdir(exist_ok=True)
+    (out / "scenario.yaml").write_text(yaml.safe_dump(dict(scn.raw, dataplane=dp), sort_keys=False))
+    run.write(out)
+    spec_path = out / "fabric.yaml"
+    spec_path.write_text(yaml.safe_dump(run.spec.to_dict(), sort_keys=False))
+    return out, spec_path
+
+
+def _launch(fab: Fabric, scn: Scenario, spec_path: Path, folder: Path) -> dict[str, subprocess.Popen]:
+    """Start every endpoint (grouped into processes where a fabric has many hosts), saying so."""
+    cfgs = endpoints.configs(scn, spec_path, folder)
+    groups = endpoints.process_groups(list(cfgs))
+    console.print(f"[dim]·[/dim] starting {len(cfgs)} endpoints ({', '.join(cfgs)})"
+                  + (f" in {len(groups)} processes ({' | '.join(' '.join(g) for g in groups)})"
+                     if len(groups) < len(cfgs) else ""))
+    return endpoints.start(fab, cfgs, folder, groups)
+
+
+def _write_servers(fab: Fabric, path: Path) -> None:
+    """``servers.json``: which plane ran on which server, and each server's clock offset (ms)."""
+    assert fab.placement is not None
+    path.write_text(json.dumps([{"server": s.name, "planes": fab.placement.planes_of(s, fab.spec.planes),
+                                 "clock_offset_ms": round(fab.emu.clock_offset_s.get(s, 0.0) * 1e3, 2)}
+                                for s in fab.placement.servers], indent=1))
+
+
+def _watched(fab: Fabric, procs: dict) -> tuple[dict[str, int], dict[str, tuple]]:
+    """What the fidelity monitor watches: label -> pid of every endpoint process and local switch
+    process, and label -> (server, pid file) of every switch process on a server (read by its agent)."""
+    watched = {f"endpoint {hs}": p.pid for hs, p in endpoints.processes(procs).items()}
+    watched |= {f"switch {sw.name}": sw.proc.pid for sw in fab.emu.switches() if getattr(sw, "proc", None) is not None}
+    remote = {f"switch {sw.name}": (sw.on_server, sw.pid_file) for sw in fab.emu.switches() if hasattr(sw, "pid_file")}
+    return watched, remote
+
+
+def _run_data(run: RunSettings, data: RunData, fault_log: list[dict], ports: list[dict], delays: list) -> RunData:
+    """What the endpoints reported (``data``), completed with what the runner knows of the run: the
+    faults played, the port samples and the monitor's CPU samples, the held-packet limits the
+    model allows, the flows, the collective and the fabric's timeline."""
+    scn, spec = run.scenario, run.spec
+    senders = {f.src for f in scn.flows} | set(scn.collective.hosts if scn.collective is not None else ())
+    frame, link = scn.settings.frame_bytes, spec.link
+    cc = scn.collective
+    return dataclasses.replace(
+        data, events=sorted(fault_log + data.events, key=lambda e: e["t"]),
+        first_fault_s=min((f["t"] for f in fault_log), default=None),
+        traffic_start_s=min((f.start_s for f in scn.flows), default=0.0), ports=ports, run_delays=delays,
+        held_limits=fidelity.HeldLimits(run.queue_bound_s, link.path_delay_ms / 1e3, nic_queue_s(link, frame),
+                                        frame * 8 / (link.bandwidth_mbps * 1e6) if link.bandwidth_mbps > 0 else 0.0,
+                                        frozenset(senders)),
+        port_mbps=link.bandwidth_mbps, flows=[(f.src, f.dst) for f in scn.flows],
+        collective=CollectiveRun(cc.kind, cc.hosts, cc.message_bytes, scn.seed, cc.qps_per_peer) if cc else None,
+        timeline=FabricTimeline.from_played(AddressPlan(spec), [(x["t"], f) for x, f in zip(fault_log, scn.faults)]))
 
 
 def fastest_frame_s(spec, frame_bytes: int) -> float:
@@ -346,8 +375,8 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
         table.writerow(["t_s", "goodput_mbps", *[f"{qp}_mbps" for qp in per_qp]])
         for i, t in enumerate(data.bins()):
             table.writerow([f"{t:.1f}", f"{series[i]:.3f}", *[f"{v[i]:.3f}" for v in per_qp.values()]])
-    keys = ["t", "kind", "host", "qp", "ev", "old", "new", "reason", "psn", "label", "event", "late_ms", "age_s", "nic_wait_s",
-            "wire_s"]
+    keys = ["t", "kind", "host", "qp", "ev", "old", "new", "reason", "psn", "label", "event", "late_ms", "age_s",
+            "nic_wait_s", "wire_s"]
     with open(out / "events.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=keys, extrasaction="ignore")
         w.writeheader()
@@ -461,10 +490,11 @@ def exit_code(m: dict) -> int:
         return 1
     if m.get("void"):
         worst = max(m["fidelity_faults"], key=lambda f: f["t1"] - f["t0"])
-        console.print(f"[yellow]void:[/yellow] {len(m['void'])} of {len(m['expectations'])} verdicts read a window where "
-                      f"the emulator fell behind ({len(m['fidelity_faults'])} fidelity faults; longest: "
-                      f"{worst['invariant']} at {fidelity.places(worst['where'])}, {worst['t1'] - worst['t0']:.2f} s from "
-                      f"{worst['t0']:.1f} s): this machine could not keep up; no verdict (exit 3)")
+        console.print(f"[yellow]void:[/yellow] {len(m['void'])} of {len(m['expectations'])} verdicts read a "
+                      f"window where the emulator fell behind ({len(m['fidelity_faults'])} fidelity faults; longest: "
+                      f"{worst['invariant']} at {fidelity.places(worst['where'])}, "
+                      f"{worst['t1'] - worst['t0']:.2f} s from {worst['t0']:.1f} s): this machine could not keep up; "
+                      "no verdict (exit 3)")
         return 3
     return 0
 

@@ -90,7 +90,8 @@ def resolve(scn: Scenario, plane: DataPlane, *, fit: bool = False, rates: str = 
              f"allows ({bound * 1e3:.0f} ms)")
     s, raised = slow_path_timers(s, given)
     if raised:
-        note("timers raised to the retransmission floor: " + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in raised.items()))
+        note("timers raised to the retransmission floor: "
+             + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in raised.items()))
     return RunSettings(dataclasses.replace(scn, settings=s), plane, spec, queues, bound, tuple(changes))
 
 

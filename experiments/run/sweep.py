@@ -77,7 +77,8 @@ def judge(sw: Sweep, points: list[dict]) -> list[dict]:
         v = num / den if den > 0 else (float("inf") if num > 0 else 0.0)
         lo, hi = c.get("min"), c.get("max")
         ok = (lo is None or v >= lo) and (hi is None or v <= hi)
-        bound = " and ".join(x for x in [f">= {lo}" if lo is not None else "", f"<= {hi}" if hi is not None else ""] if x)
+        bound = " and ".join(x for x in [f">= {lo}" if lo is not None else "",
+                                         f"<= {hi}" if hi is not None else ""] if x)
         out.append({"claim": what, "value": v, "bound": bound or "reported",
                     "passed": ok if (lo is not None or hi is not None) and void is None else None, "void": void})
     return out
