@@ -192,12 +192,12 @@ class Fabric:
                 if not self.faults.applied.alive[name]:
                     continue
                 with self._lock:
-                    if not self.p4[name].has_pipeline():
-                        try:
+                    try:  # nothing a switch does may end the watchdog: it asks again next period
+                        if not self.p4[name].has_pipeline():
                             self.reprogram(name)
                             self.faults.restarted(name)
-                        except Exception as e:  # the switch may still be starting
-                            self.progress(f"watchdog: {name} not reprogrammed yet ({e})")
+                    except Exception as e:  # the switch may still be starting
+                        self.progress(f"watchdog: {name} not reprogrammed yet ({e})")
 
     def reprogram(self, name: str) -> None:
         """Reconnect to a (restarted) bmv2 switch and give it its pipeline and entries again."""

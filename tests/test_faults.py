@@ -217,3 +217,42 @@ def test_the_timeline_follows_the_fault_table():
     assert tl.failed(("switch", "t1-0-0"), 1.5, 1.6) and not tl.failed(("switch", "t1-0-0"), 2.5, 9)
     assert tl.failed(("link", *link), 3.5, 3.6) and not tl.failed(("link", *link), 4.5, 9)
     assert set(tl.intervals) == {("switch", "t1-0-0"), ("link", *link)}
+
+
+def test_the_watchdog_outlives_a_switch_that_is_still_starting():
+    """A bmv2 switch restarted behind the controller's back may refuse the first session the
+    watchdog opens (still starting): the watchdog says so and asks again, until the switch takes
+    its pipeline. (Under a loaded machine its thread once died on that refusal, and the switch was
+    never reprogrammed.)"""
+    import threading
+    import time as _time
+    from types import SimpleNamespace
+
+    from mrclab.controller import fabric as F
+
+    class Starting:
+        def __init__(self):
+            self.asked = 0
+
+        def has_pipeline(self):
+            self.asked += 1
+            if self.asked <= 2:
+                raise RuntimeError("no P4Runtime session: still starting")
+            return False
+
+    fab = F.Fabric.__new__(F.Fabric)
+    fab.p4 = {"t1-0-1": Starting()}
+    fab.faults = SimpleNamespace(applied=SimpleNamespace(alive={"t1-0-1": True}), restarted=lambda n: None)
+    fab.plane = SimpleNamespace(reprogram=lambda f, n: None)
+    fab.routes = {"t1-0-1": SimpleNamespace(n_entries=3)}
+    fab._stop, fab._lock, fab.reprogrammed, said = threading.Event(), threading.RLock(), [], []
+    fab.progress = said.append
+    t = threading.Thread(target=fab._watchdog, daemon=True)
+    t.start()
+    deadline = _time.monotonic() + 10
+    while not fab.reprogrammed and _time.monotonic() < deadline:
+        _time.sleep(0.05)
+    fab._stop.set()
+    t.join(timeout=5)
+    assert [n for _, n in fab.reprogrammed] == ["t1-0-1"], said
+    assert sum("not reprogrammed yet" in m for m in said) == 2, said
