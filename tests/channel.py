@@ -11,8 +11,10 @@ queue: they overtake the packets of their EV), ``ce`` the share of data packets 
 s: the receiving host is not scheduled meanwhile, so whatever reaches it waits in its socket until
 ``end``, and what it sends meanwhile leaves at ``end``. ``hold_ev`` = (EVs, start, end) s: data
 packets sent on those EVs meanwhile are held on the way (an emulator's switch thread that did not
-run) and arrive after ``end``, in order. Data packets get their send stamp (protocol/headers.py
-``STAMP_HZ``) on the channel's clock. All randomness comes from the seeded ``rng``.
+run) and arrive after ``end``, in order. ``hold_rev`` = (start, end) s: what the receiver sends
+back meanwhile (SACKs, NACKs, probe replies) is held on the way and arrives after ``end`` (a busy
+machine's kernel holding the reverse path), while data keeps flowing. Data packets get their send
+stamp (protocol/headers.py ``STAMP_HZ``) on the channel's clock. All randomness comes from the seeded ``rng``.
 """
 
 from __future__ import annotations
@@ -44,6 +46,7 @@ class Channel:
     drop_op: set[int] = field(default_factory=set)  # opcodes lost on the way (NACKs, say)
     stall_rx: tuple[float, float] | None = None
     hold_ev: tuple[set[int], float, float] | None = None
+    hold_rev: tuple[float, float] | None = None
     trimmed: int = 0
     marked: int = 0
     _q: list = field(default_factory=list)
@@ -85,6 +88,8 @@ class Channel:
                 t += self.stall_rx[1] - now  # a stalled host sends once it runs again
             if self.hold_ev and pkt.ev in self.hold_ev[0] and self.hold_ev[1] <= now < self.hold_ev[2]:
                 t += self.hold_ev[2] - now  # held on the way until the switch runs again
+            if to == "tx" and self.hold_rev and self.hold_rev[0] <= now < self.hold_rev[1]:
+                t += self.hold_rev[1] - now  # the reverse path held until the kernel runs it
             key = (to, pkt.ev)
             if self.fifo_per_ev:
                 t = max(t, self._last_on_ev.get(key, 0.0))

@@ -151,6 +151,33 @@ def test_a_stalled_receiver_times_packets_out_but_retires_no_ev():
     assert retired == []
 
 
+def test_a_reverse_path_held_for_a_while_times_packets_out_but_retires_no_ev():
+    """Every SACK the receiver sends for 0.1 s (five timer floors) is held on the way back, while
+    the data keeps arriving: a busy machine's kernel not running the reverse path. Packets sent
+    just before the hold time out with nothing sent after them acknowledged (RACK's evidence, RFC
+    8985): no one path is to blame, so none is retired; they are resent and the transfer
+    completes. One EV that is dead from the same moment is still retired, once packets sent after
+    its lost one are acknowledged."""
+    for dead_ev in (False, True):
+        # paths of 1-3 ms: SACKs for older packets keep arriving after newer ones left, so packets
+        # in flight were sent before the peer last answered (a "heard since" rule blamed them)
+        chan = Channel(random.Random(5), delay_s=(0.001, 0.003))
+        chan.hold_rev = (0.05, 0.15)
+        dead: set[int] = set()
+
+        def hook(now, tx, rx, ch, dead=dead, dead_ev=dead_ev):
+            if dead_ev and not dead and now > 0.05:
+                dead.add(tx.evs.active()[3])
+                ch.drop_ev |= dead
+
+        s = TransportSettings(payload_bytes=1024, window_packets=16, region_bytes=4 << 20, min_rto_s=0.02)
+        o = run([random.Random(3).randbytes(1_000_000)], chan, settings=s, hook=hook)
+        _check(o, 1, False)
+        assert o.sender.stats.timeouts > 0  # the hold was seen
+        retired = {kw["ev"] for k, kw in o.events if k == "ev_state" and kw["new"] == "ASSUMED_BAD"}
+        assert retired == dead, (dead_ev, retired)
+
+
 def test_packets_lost_with_a_plane_whose_port_went_down_retire_no_ev():
     """Plane 1's T0 dies with packets inside it: they are lost, and the sender's NIC port on that
     plane loses carrier a moment later (the endpoint polls it). The port state says why those
@@ -471,7 +498,7 @@ def _nic_queue_for_a_while(nic: bool, dead_ev: bool):
                 tx.nic_wait = lambda plane, t: queue["end"] - t if queue["start"] <= t < queue["end"] else 0.0
 
     s = TransportSettings(payload_bytes=1024, window_packets=16, region_bytes=4 << 20, min_rto_s=0.02)
-    o = run([random.Random(3).randbytes(400_000)], chan, settings=s, hook=hook)
+    o = run([random.Random(3).randbytes(1_000_000)], chan, settings=s, hook=hook)
     _check(o, 1, False)
     return o, dead
 

@@ -14,9 +14,11 @@ Reliability (docs/protocol.md, "Sender"):
   (untrimmed loss) and the PSN is retransmitted on another EV. Spraying's reordering *across* EVs
   is never taken for loss;
 * a retransmission timer (:class:`~traffic.rtt.RttEstimator`) is the safety net; a timeout also
-  retires the EV the packet took, unless that EV has since delivered a packet sent after it (then
-  the acknowledgement was lost on a reverse path, not the packet on this one) or the peer has
-  answered nothing since, on any EV (a stalled host, not a path);
+  retires the EV the packet took once a packet sent after it (by more than a quarter of the minimum
+  RTT) has arrived on another EV, as RACK infers loss (RFC 8985), unless that EV has since delivered
+  a packet sent after it (then the acknowledgement was lost on a reverse path, not the packet on
+  this one). Until that evidence comes, nothing says one path is to blame: a stalled peer, or a
+  machine holding every path's SACKs at once, is silent on all of them;
 * a SACK that echoes a PSN on the EV of a transmission the timer gave up on says that packet
   arrived after all: a spurious timeout (RFC 3522), reported for the run's fidelity watch;
 * a trimmed packet (a NACK, or the trim bitmap of a SACK) is retransmitted at once on another EV
@@ -135,7 +137,11 @@ class MrcSender:
         self.retx_q: deque[int] = deque()
         self._now = 0.0  # the time of the SACK being read (for the loss events it reveals)
         self.delivered_after: dict[int, float] = {}  # EV -> send time of the latest packet it delivered
-        self.heard_at = -1.0  # when the peer last answered (a SACK or NACK, on any EV)
+        #: send time of the latest packet known to have arrived, on any EV: the evidence a timeout
+        #: needs before it blames its EV (RACK, RFC 8985: a packet sent later was delivered)
+        self.delivered_latest = -1.0
+        #: (EV, PSN, sent at) of timeouts that blamed no EV yet for want of that evidence, oldest first
+        self.suspects: deque[tuple[int, int, float]] = deque()
         #: PSN -> (EV, sent at) of a transmission the timer gave up on, until a SACK echoes its
         #: arrival on that EV (a spurious timeout: the packet was held, not lost) or a resend on the
         #: same EV makes an echo ambiguous; the oldest go beyond MAX_TIMED_OUT
@@ -342,14 +348,50 @@ class MrcSender:
             self.timed_out[psn] = (rec.ev, t - max(0.0, rec.nic_wait))  # sent then: its NIC wait is looked up there
             if len(self.timed_out) > MAX_TIMED_OUT:
                 del self.timed_out[next(iter(self.timed_out))]
-            # the path delivered a packet sent on it after this one: its acknowledgement, not the
-            # packet, is what went missing (a reverse path failed), so the EV is not to blame; nor
-            # when the peer has answered nothing since the packet left, on any EV: a stalled host
-            # (or every path at once) is silent on all of them, and no one EV is the cause (nor is
-            # one whose plane is down by now: EvSet.retire leaves those be)
-            if self.s.ev_health and self.delivered_after.get(rec.ev, -1.0) <= t < self.heard_at:
-                self.evs.retire(rec.ev, "retransmission timeout")
+            if self.s.ev_health:
+                self._blame(rec.ev, psn, t)
             self._lose(psn, rec, "timeout", now)
+
+    def _blame(self, ev: int, psn: int, t: float) -> None:
+        """The packet ``psn`` sent on ``ev`` at ``t`` timed out: retire ``ev`` when a packet sent
+        later than it by more than the reordering window has arrived (on any EV) while nothing sent
+        on ``ev`` after it has (RACK's rule, RFC 8985 section 6.2: a loss is inferred from a later
+        send delivered, the window a quarter of the minimum RTT). Without that evidence the timeout
+        says only that nothing came back: a stalled peer, or every path held at once (a busy
+        machine's kernel holding the SACKs), and no one EV is the cause; the timeout is kept as a
+        suspect and judged as acknowledgements come (:meth:`_judge_suspects`). The EV did deliver
+        something sent after it: the acknowledgement, not the packet, went missing (a reverse path
+        failed). An EV of a plane that is down by now is never retired (EvSet.retire)."""
+        if self.delivered_after.get(ev, -1.0) > t:
+            return
+        if self.delivered_latest > t + self._reorder_window():
+            self.evs.retire(ev, "retransmission timeout")
+            return
+        self.suspects.append((ev, psn, t))
+        if len(self.suspects) > MAX_TIMED_OUT:
+            self.suspects.popleft()
+
+    def _reorder_window(self) -> float:
+        """How much later a packet may be sent than another and still arrive first on a healthy
+        fabric (s): a quarter of the minimum RTT (RFC 8985 section 6.2's reo_wnd; 0 before any
+        sample)."""
+        return (self.rtt.min_rtt or 0.0) / 4
+
+    def _judge_suspects(self) -> None:
+        """Retire the EVs of suspect timeouts that the latest acknowledgements convict: a packet
+        sent after the suspect (beyond the reordering window) arrived, the suspect's PSN still has
+        not, nor anything sent on its EV after it. A suspect whose PSN or EV delivered is dropped,
+        and so is one older than the longest timer (``max_rto_s``): its evidence never came."""
+        reo, latest, after = self._reorder_window(), self.delivered_latest, self.delivered_after
+        keep: deque[tuple[int, int, float]] = deque()
+        for ev, psn, t in self.suspects:
+            if psn not in self.recs or after.get(ev, -1.0) > t or latest - t > self.s.max_rto_s:
+                continue
+            if latest > t + reo:
+                self.evs.retire(ev, "retransmission timeout")
+            else:
+                keep.append((ev, psn, t))
+        self.suspects = keep
 
     def _left_nic_later(self, psn: int, rec: _Rec, t: float, now: float, rto: float) -> bool:
         """Whether the packet sent at ``t`` that is due now had in fact waited in the host's NIC port
@@ -380,8 +422,6 @@ class MrcSender:
     # ---- receiving --------------------------------------------------------------------------
     def on_packet(self, p: Pkt, now: float) -> None:
         """A SACK, a NACK or a probe reply for this QP at ``now`` (s); anything else is ignored."""
-        if p.op == H.OP_SACK or p.op == H.OP_NACK:
-            self.heard_at = now
         if p.op == H.OP_SACK:
             self._on_sack(p, now)
         elif p.op == H.OP_NACK:
@@ -445,6 +485,7 @@ class MrcSender:
         arrived at all."""
         recs, after, per_ev, acked = self.recs, self.delivered_after, self.per_ev, self.out.acked
         nbytes = 0
+        latest = self.delivered_latest  # of first transmissions only: a resent PSN's copy is unknown (Karn)
         msn, n = -1, 0  # packets acknowledged per message: ascending PSNs come message by message
         for psn in got:
             rec = recs.pop(psn)
@@ -460,6 +501,8 @@ class MrcSender:
                     acked(msn, n, now)
                 msn, n = rec.msn, 1
             if rec.tx == 1:
+                if rec.t_sent > latest:
+                    latest = rec.t_sent
                 q = per_ev.get(ev)
                 if q:
                     if q[0] == psn:  # the usual case: nothing sent on the EV before it is missing
@@ -469,6 +512,10 @@ class MrcSender:
         if n:
             acked(msn, n, now)
         self.stats.bytes_acked += nbytes
+        if latest > self.delivered_latest:
+            self.delivered_latest = latest
+            if self.suspects:
+                self._judge_suspects()
         return nbytes
 
     def _infer(self, ev: int, arrived: int, known_from: int) -> None:
