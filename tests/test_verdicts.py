@@ -104,6 +104,21 @@ def test_a_false_retirement_inside_a_fidelity_fault_is_left_out_and_counted():
     assert false_retirements(d) == (2, 0)
 
 
+def test_a_failed_retirement_count_names_its_evidence_and_a_passing_one_does_not():
+    """A false-retirement count over its bound says what it counted (cause, when, which planes),
+    so a FAIL read in a CI log can be followed; within its bound it adds nothing."""
+    from mrclab.experiments.analysis.expectations import judge
+
+    d = _run([(8.05, THROUGH, "ASSUMED_BAD"), (3.0, ELSEWHERE, "ASSUMED_BAD"), (8.1, ELSEWHERE, "ASSUMED_BAD")])
+    whys = ["retransmission timeout", "retransmission timeout", "untrimmed loss of PSN 7 behind PSN 9"]
+    for e, why in zip(d.events, whys, strict=True):
+        e["reason"] = why
+    v = judge(d, "false_retirements", {"max": 1}, [])
+    assert v["passed"] is False
+    assert v["evidence"] == "1 by retransmission timeout at 3.00 s on plane 1; 1 by untrimmed loss at 8.10 s on plane 1"
+    assert "evidence" not in judge(d, "false_retirements", {"max": 2}, [])
+
+
 def test_revival_is_the_slowest_ev_through_the_repaired_element():
     d = _run([(8.05, THROUGH, "ASSUMED_BAD"), (16.4, THROUGH, "GOOD")])
     assert revival_s(d, 16.0) == pytest.approx(0.4)

@@ -19,6 +19,7 @@ from mrclab.experiments.analysis.metrics import (
     RunData,
     baseline_mbps,
     baseline_window,
+    describe_retirements,
     ev_share,
     in_fidelity_fault,
     recovery_time_s,
@@ -42,6 +43,8 @@ class Counted:
     whole: float
     left_out: int
     what: str
+    #: what the value counted, in one line (a FAILed count names its evidence); "" when not told
+    evidence: str = ""
 
 
 #: A metric's value: the run and the expectation's arguments -> a number, a :class:`Counted`, or
@@ -72,12 +75,13 @@ def _evs_retired(d: RunData, a: dict) -> Counted:
     kept = [e for e in seen if not in_fidelity_fault(d, e["t"], RETIRE_CAUSE_S)]
     evs = {(e.get("host"), e.get("qp"), e.get("ev")) for e in kept}
     every = {(e.get("host"), e.get("qp"), e.get("ev")) for e in seen}
-    return Counted(float(len(evs)), float(len(every)), len(every - evs), "retired EVs")
+    return Counted(float(len(evs)), float(len(every)), len(every - evs), "retired EVs", describe_retirements(kept))
 
 
 def _false_retirements(d: RunData, a: dict) -> Counted:
-    n, left = verdicts.false_retirements(d)
-    return Counted(n, n + left, left, "retirements")
+    counted, left = verdicts.false_retirement_events(d)
+    n = float(len(counted))
+    return Counted(n, n + left, left, "retirements", describe_retirements(counted))
 
 
 def _longest_stall(d: RunData, a: dict) -> Counted:
@@ -182,7 +186,8 @@ def judge(d: RunData, metric: str, args: dict, found: list) -> dict:
     (experiments/analysis/fidelity.py :class:`FidelityFault`; ``d.fidelity_windows`` their spans):
     ``{value (None: infinite), bound, passed (True, False, or None: reported or void), void (the
     reason, or None), left_out (events the count left out inside faults, and whole: the count with
-    them; both absent where it left none out)}``.
+    them; both absent where it left none out), evidence (a FAILed count's events in one line: see
+    :func:`~experiments.analysis.metrics.describe_retirements`; absent otherwise)}``.
 
     Void only where the machine could have changed the verdict: a windowed verdict whose window
     (:func:`windows`) a fault meets. Never void: correctness (:data:`NEVER_VOID`), and a figure that
@@ -200,6 +205,8 @@ def judge(d: RunData, metric: str, args: dict, found: list) -> dict:
         broke = fidelity.overlapping(windows(d, metric, args), found)
     out = {"value": None if math.isinf(v) else v, "bound": bound, "passed": None if broke else ok,
            "void": fidelity.void_reason(broke)}
+    if counted is not None and ok is False and counted.evidence:
+        out["evidence"] = counted.evidence  # what a FAILed count counted: its causes, times, planes
     if counted is not None and counted.left_out:
         out["left_out"] = f"{counted.left_out} {counted.what} in fidelity faults left out"
         out["whole"] = counted.whole  # the count with nothing left out

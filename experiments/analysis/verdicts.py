@@ -51,15 +51,26 @@ def false_retirements(d: RunData) -> tuple[float, int]:
     :data:`RETIRE_GRACE_S`: healthy paths taken for broken ones; how many such retirements were left
     out because a fidelity fault of the run met that last :data:`RETIRE_GRACE_S`: the machine, not
     the transport, may have lost or held what retired them)."""
-    n = left_out = 0
-    for (host, peer, _qp, ev), changes in _ev_changes(d).items():
-        for t, new in changes:
-            if new == "ASSUMED_BAD" and not _timeline(d).path_failed(_path(d, host, peer, ev), t - RETIRE_GRACE_S, t):
-                if in_fidelity_fault(d, t, RETIRE_GRACE_S):
-                    left_out += 1
-                else:
-                    n += 1
-    return float(n), left_out
+    counted, left_out = false_retirement_events(d)
+    return float(len(counted)), left_out
+
+
+def false_retirement_events(d: RunData) -> tuple[list[dict], int]:
+    """The state-change events of :func:`false_retirements`' count (each a runner's ``ev_state``
+    event dict: ``t``, ``host``, ``ev``, ``reason``), and how many it left out in fidelity faults."""
+    counted: list[dict] = []
+    left_out = 0
+    for e in d.events:
+        if e.get("kind") != "ev_state" or e.get("new") != "ASSUMED_BAD":
+            continue
+        t = e["t"]
+        if _timeline(d).path_failed(_path(d, e["host"], e["peer"], e["ev"]), t - RETIRE_GRACE_S, t):
+            continue
+        if in_fidelity_fault(d, t, RETIRE_GRACE_S):
+            left_out += 1
+        else:
+            counted.append(e)
+    return counted, left_out
 
 
 def revival_s(d: RunData, after: float) -> float:

@@ -194,6 +194,7 @@ def _row_verdict(runs: dict[str, dict]) -> tuple[str, str | None]:
     ms = list(runs.values())
     if any(m["passed"] is False for m in ms):
         return "FAIL", "; ".join(f"{tr.upper()} {v['expectation']} = {figure(v)} ({v['bound']})"
+                                 + (f": {v['evidence']}" if v.get("evidence") else "")
                                  for tr, m in runs.items() for v in m["expectations"]
                                  if v["passed"] is False and not v.get("void"))
     voids = [v["void"] for m in ms for v in m["expectations"] if v.get("void")]

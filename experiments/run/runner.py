@@ -430,6 +430,8 @@ def _summary(m: dict, out: Path) -> None:
     for v in m["expectations"]:
         val = "inf" if v["value"] is None else f"{v['value']:.3g}"
         verdict = verdict_word(v["passed"], rich=True, void=v.get("void"))
+        if v.get("evidence"):
+            verdict += f" ({v['evidence']})"
         t.add_row(v["expectation"], val, v["bound"] + (f" ({v['left_out']})" if v.get("left_out") else ""), verdict)
     Console(highlight=False).print(t)
     tot = m["totals"]
