@@ -151,6 +151,29 @@ def test_a_stalled_receiver_times_packets_out_but_retires_no_ev():
     assert retired == []
 
 
+def test_a_resent_packets_longer_timer_holds_up_no_first_transmission_sent_after_it():
+    """A packet sent twice times out after 2 x RTO, one sent once after 1 x RTO. PSN 0 is lost and
+    resent at 21 ms (timer 40 ms); the packets first sent in that same turn must time out at 41 ms,
+    not wait behind the resend until 61 ms (one timer queue did so: a dead EV's first loss was
+    found two RTTs late on bmv2)."""
+    s = TransportSettings(payload_bytes=1024, window_packets=8, region_bytes=1 << 20, min_rto_s=0.02, nscc=False,
+                          probes=False)
+    tx = make_sender(1, PLAN, "h0", "h2", s, random.Random(1), iter([(m, bytes(4 * 1024)) for m in range(4)]))
+    first = tx.poll(0.0)
+    assert [p.psn for p in first] == [0, 1, 2, 3, 4, 5, 6, 7]
+    # PSNs 1-3 arrive (an RTT sample of 2 ms: the RTO is its 20 ms floor); 0 and 4-7 never do
+    tx.on_packet(Pkt(op=H.OP_SACK, qp=1, ev=first[1].ev, cum_psn=0, base_psn=0, bitmap=0b1110, echo_ev=first[1].ev,
+                     echo_psn=1, port_state=0xFF), 0.002)
+    assert tx.rtt.rto == pytest.approx(0.02)
+    again = tx.poll(0.021)  # PSN 0 and 4-7 time out; 0 is resent first, then new data fills the window
+    resent = [p.psn for p in again if p.flags & H.F_RETX]
+    fresh = [p.psn for p in again if not p.flags & H.F_RETX and p.psn >= 8]
+    assert 0 in resent and fresh, (resent, fresh)
+    out = tx.poll(0.045)  # the fresh ones are due (21 + 20 ms); the twice-sent PSN 0 is not (21 + 40 ms)
+    timed = {p.psn for p in out if p.flags & H.F_RETX}
+    assert set(fresh) <= timed and 0 not in timed, (fresh, timed)
+
+
 def test_a_reverse_path_held_for_a_while_times_packets_out_but_retires_no_ev():
     """Every SACK the receiver sends for 0.1 s (five timer floors) is held on the way back, while
     the data keeps arriving: a busy machine's kernel not running the reverse path. Packets sent

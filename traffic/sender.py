@@ -65,6 +65,9 @@ EventSink = Callable[[Event], None]
 #: Timed-out transmissions a sender remembers for spurious-timeout detection (the oldest go first):
 #: a held path times out a window at a time, and a window is at most a few hundred packets.
 MAX_TIMED_OUT = 1024
+#: The largest multiple of the RTO a packet's timer backs off to: a packet sent k times times out
+#: after min(k, MAX_BACKOFF) x RTO (ours; the RTO itself is capped at ``max_rto_s``).
+MAX_BACKOFF = 8
 
 
 def _ignore(_e: Event) -> None:
@@ -133,7 +136,13 @@ class MrcSender:
         #: PSN -> packet not yet acknowledged: in flight, or lost and awaiting retransmission
         self.recs: dict[int, _Rec] = {}
         self.per_ev: dict[int, deque[int]] = {}  # EV -> PSNs sent on it, in send order
-        self.timer_q: deque[tuple[float, int]] = deque()  # (sent at, PSN), in send order
+        #: (sent at, PSN) in send order, one queue per timer multiple: a packet sent k times times
+        #: out after k x RTO (at most 8x), so one queue per k keeps every queue's head its soonest.
+        #: One queue for all let a resent packet's longer timer hold up the first transmissions
+        #: sent after it: a dead EV's first loss timed out 0.09 s (two RTTs) late behind a resend
+        #: (quickstart on bmv2, 2026-11-27)
+        self.timer_qs: list[deque[tuple[float, int]]] = [deque() for _ in range(MAX_BACKOFF)]
+        self.timer_q = self.timer_qs[0]  # first transmissions: the hot path appends here
         self.retx_q: deque[int] = deque()
         self._now = 0.0  # the time of the SACK being read (for the loss events it reveals)
         self.delivered_after: dict[int, float] = {}  # EV -> send time of the latest packet it delivered
@@ -198,7 +207,7 @@ class MrcSender:
         if q is None:
             q = self.per_ev[ev] = deque()
         q.append(psn)
-        self.timer_q.append((now, psn))
+        self.timer_qs[min(MAX_BACKOFF, self.recs[psn].tx) - 1].append((now, psn))
         self.evs.evs[ev].packets += 1
 
     # hot path, kept whole on purpose (new data: one call per turn, its per-packet loop inlined)
@@ -297,15 +306,16 @@ class MrcSender:
         if self.retx_q or (len(self.recs) < max(1, int(self.cc.cwnd_bytes // self.mss)) and not self.out.idle):
             return now
         due = float("inf")
-        timer_q, recs = self.timer_q, self.recs
-        while timer_q:
-            t, psn = timer_q[0]
-            rec = recs.get(psn)
-            if rec is None or rec.acked or rec.t_sent != t:
-                timer_q.popleft()
-                continue
-            due = t + self.rtt.rto * min(8, rec.tx)
-            break
+        recs, rto = self.recs, self.rtt.rto
+        for k, timer_q in enumerate(self.timer_qs, 1):
+            while timer_q:
+                t, psn = timer_q[0]
+                rec = recs.get(psn)
+                if rec is None or rec.acked or rec.t_sent != t:
+                    timer_q.popleft()
+                    continue
+                due = min(due, t + rto * k)
+                break
         if self.s.probes:
             due = min(due, self.probes.next_due())
         return due
@@ -332,15 +342,26 @@ class MrcSender:
 
     def _check_timeouts(self, now: float) -> None:
         rto = self.rtt.rto
-        while self.timer_q:
-            t, psn = self.timer_q[0]
+        if self.timer_q:
+            self._check_queue(self.timer_q, rto, now)
+        if self.stats.retransmits:  # resent packets wait in the other queues
+            for k in range(1, MAX_BACKOFF):
+                if self.timer_qs[k]:
+                    self._check_queue(self.timer_qs[k], rto * (k + 1), now)
+
+    def _check_queue(self, timer_q: deque[tuple[float, int]], timeout: float, now: float) -> None:
+        """Time out the packets of one timer queue (all sent the same number of times: their
+        ``timeout`` is the same multiple of the RTO) that are due at ``now``."""
+        rto = self.rtt.rto
+        while timer_q:
+            t, psn = timer_q[0]
             rec = self.recs.get(psn)
             if rec is None or rec.acked or rec.t_sent != t:
-                self.timer_q.popleft()
+                timer_q.popleft()
                 continue
-            if now - t < rto * min(8, rec.tx):
+            if now - t < timeout:
                 break
-            self.timer_q.popleft()
+            timer_q.popleft()
             if rec.nic_wait < 0 and self._left_nic_later(psn, rec, t, now, rto):
                 continue
             self.stats.timeouts += 1
@@ -348,12 +369,14 @@ class MrcSender:
             self.timed_out[psn] = (rec.ev, t - max(0.0, rec.nic_wait))  # sent then: its NIC wait is looked up there
             if len(self.timed_out) > MAX_TIMED_OUT:
                 del self.timed_out[next(iter(self.timed_out))]
-            if self.s.ev_health:
-                self._blame(rec.ev, psn, t)
+            if self.s.ev_health:  # judged by when it was handed to the NIC, as every send time it is compared with
+                self._blame(rec.ev, psn, t - max(0.0, rec.nic_wait))
             self._lose(psn, rec, "timeout", now)
 
     def _blame(self, ev: int, psn: int, t: float) -> None:
-        """The packet ``psn`` sent on ``ev`` at ``t`` timed out: retire ``ev`` when a packet sent
+        """The packet ``psn`` sent on ``ev`` at ``t`` (handed to its NIC port then: the send times it is
+        compared with are such times, and one that left later for having waited in its NIC queue was
+        still sent before everything handed in behind it) timed out: retire ``ev`` when a packet sent
         later than it by more than the reordering window has arrived (on any EV) while nothing sent
         on ``ev`` after it has (RACK's rule, RFC 8985 section 6.2: a loss is inferred from a later
         send delivered, the window a quarter of the minimum RTT). Without that evidence the timeout
@@ -403,10 +426,10 @@ class MrcSender:
         healthy EVs at once (the suite, 2026-11-26)."""
         w = self.nic_wait(ev_plane(rec.ev), t) if self.nic_wait is not None else None
         rec.nic_wait = 0.0
-        if not w or now - (t + w) >= rto * min(8, rec.tx):
+        if not w or now - (t + w) >= rto * min(MAX_BACKOFF, rec.tx):
             return False
         rec.nic_wait, rec.t_sent = w, t + w  # t_sent - nic_wait: when it was sent
-        q = self.timer_q  # in time order: entries behind may have been sent before it left
+        q = self.timer_qs[min(MAX_BACKOFF, rec.tx) - 1]  # in time order: entries behind may have left before it
         i = len(q)
         while i and q[i - 1][0] > rec.t_sent:
             i -= 1
