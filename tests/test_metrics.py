@@ -166,3 +166,30 @@ def test_rss_growth_is_the_worst_hosts_end_over_its_memory_at_after():
     assert evaluate(d, "rss_growth", {"after": 0, "max": 1.1})[1] is False  # from 50 before warm-up
     d.rss = []
     assert math.isinf(evaluate(d, "rss_growth", {"after": 4})[0])  # never sampled: cannot be flat
+
+
+def test_the_runner_leaves_an_endpoints_receive_regions_out_of_its_memory(tmp_path):
+    """An endpoint whose resident memory grew only by its receive regions' pages (registered memory,
+    written as messages first land) reads flat; one whose own memory grew does not."""
+    import json
+    from types import SimpleNamespace
+
+    from mrclab.experiments.run.endpoints import collect
+    from mrclab.traffic import contract as C
+
+    def telemetry(host, points):
+        lines = []
+        for t, rss, region in points:
+            d = json.loads(C.encode(C.Sample((), (), 0, 0.0, rss, region)))
+            d["t_wall"] = 1000.0 + t
+            lines.append(json.dumps(d))
+        (tmp_path / f"{host}.telemetry.jsonl").write_text("\n".join(lines) + "\n")
+
+    mb = 1 << 20
+    telemetry("h0", [(5.0, 30 * mb, 4 * mb), (60.0, 42 * mb, 16 * mb)])  # regions: +12 MiB, rest flat
+    telemetry("h1", [(5.0, 30 * mb, 4 * mb), (60.0, 42 * mb, 4 * mb)])   # its own memory: +12 MiB
+    d = collect(SimpleNamespace(duration_s=60.0, hosts=lambda: ["h0"]), tmp_path, 1000.0)
+    assert evaluate(d, "rss_growth", {"after": 5, "max": 1.1})[:2] == (1.0, True)
+    d = collect(SimpleNamespace(duration_s=60.0, hosts=lambda: ["h1"]), tmp_path, 1000.0)
+    v, ok, _ = evaluate(d, "rss_growth", {"after": 5, "max": 1.1})
+    assert v == pytest.approx(38 / 26) and ok is False

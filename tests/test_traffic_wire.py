@@ -302,3 +302,27 @@ def test_spray_off_holds_each_mrc_qp_to_the_baselines_hashed_path():
     for qp in (1, 2, 3):
         off = off_stack.add_sender(qp, "h2", iter([(0, b"x" * 4096)]))
         assert off.evs.active() == [ecmp_ev(PLAN, "h0", "h2", qp, 1)]
+
+
+def test_a_receive_regions_resident_pages_are_counted_once_as_messages_first_land():
+    """The pages a receive region has been written in are counted (whole pages, once: a wrapped
+    ring writes the same pages again), up to the region's size: the part of an endpoint's
+    resident memory that is registered memory, not state (rss_growth leaves it out)."""
+    from mrclab.traffic.region import PAGE_BYTES, ReceiveRegion
+    from mrclab.traffic.stats import ReceiverStats
+
+    size = 16 * PAGE_BYTES
+    region = ReceiveRegion(size, ReceiverStats(), lambda msn: None)
+    before = ReceiveRegion.resident_total
+    msg = PAGE_BYTES + 100  # a page and a bit: each message ends inside a page
+    data = bytes(msg)
+    crc = H.crc32(data)
+    placed = []
+    for msn in range(40):  # wraps twice
+        va = (msn * msg) % (size - size % msg)
+        assert region.receive(msn, msg, crc, 0, va, data, msg, None) is None
+        placed.append(va + msg)
+        assert ReceiveRegion.resident_total - before == \
+            -(-min(max(placed), size) // PAGE_BYTES) * PAGE_BYTES
+    assert ReceiveRegion.resident_total - before <= size
+    assert region.stats.messages_delivered == 40

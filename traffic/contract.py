@@ -335,14 +335,18 @@ class Sample:
     between the starts of two turns (runnable, not running: the kernel's run-queue delay): the
     time the machine took from its timers. The loop's own work and its chosen sleeps are not in
     it: a transport that spends its CPU shows that in its results, never here
-    (experiments/analysis/fidelity.py reads it); and ``rss_bytes``, the endpoint's resident memory (bytes,
-    /proc/self/statm) when the sample was taken (0: unknown)."""
+    (experiments/analysis/fidelity.py reads it); ``rss_bytes``, the endpoint's resident memory (bytes,
+    /proc/self/statm) when the sample was taken (0: unknown); and ``region_bytes``, the part of it
+    that is receive regions' pages written so far (bytes; traffic/region.py, ``resident_total``):
+    registered memory, which an RDMA NIC pins whole at registration and the kernel here fills in
+    as messages first land."""
 
     tx: tuple[TxQp, ...]
     rx: tuple[RxQp, ...]
     ports: int
     loop_gap_max_s: float = 0.0
     rss_bytes: int = 0
+    region_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -412,7 +416,8 @@ def decode(line: str, source: str = "telemetry") -> Timed:
             rec = Start(d["host"], d["transport"], tuple(d["qps"]))
         elif typ == "sample":
             rec = Sample(tuple(_tx(q) for q in d["tx"]), tuple(_rx(q) for q in d["rx"]), int(d["ports"]),
-                         float(d.get("loop_gap_max_s", 0.0)), int(d.get("rss_bytes", 0)))
+                         float(d.get("loop_gap_max_s", 0.0)), int(d.get("rss_bytes", 0)),
+                         int(d.get("region_bytes", 0)))
         elif typ == "summary":
             rec = Summary(tuple(_tx(q) for q in d["tx"]), tuple(_rx(q) for q in d["rx"]), dict(d["dropped"]),
                           float(d["cpu_s"]), float(d["cpu_sys_s"]))

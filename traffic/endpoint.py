@@ -40,7 +40,7 @@ from mrclab.topologies.spec import load_spec
 from mrclab.traffic import contract as C
 from mrclab.traffic.collective import Collective, Iteration
 from mrclab.traffic.host import HostStack
-from mrclab.traffic.region import message_source
+from mrclab.traffic.region import ReceiveRegion, message_source
 from mrclab.traffic.transport import Sender
 
 ETH_P_ALL = 0x0003
@@ -382,7 +382,7 @@ class Endpoint:
 
     def _sample(self) -> None:
         self.tel.write(C.Sample(self._tx(), self._rx(), self.stack.local_ports, round(self.loop_gap_max_s, 6),
-                                self._rss_bytes()))
+                                self._rss_bytes(), ReceiveRegion.resident_total))
         self.loop_gap_max_s = 0.0
 
     def _rss_bytes(self) -> int:

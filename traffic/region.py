@@ -10,6 +10,7 @@ receiver places it whatever order it arrives in.
 from __future__ import annotations
 
 import mmap
+import os
 import random
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -19,6 +20,8 @@ from mrclab.traffic.stats import ReceiverStats
 
 #: Messages a receiver assembles at once beyond the next one to complete (an MSN window).
 MSN_WINDOW = 4096
+
+PAGE_BYTES = os.sysconf("SC_PAGE_SIZE")
 
 
 class RegionRing:
@@ -104,6 +107,9 @@ class ReceiveRegion:
         its QP's first packet made the endpoint's loop that much late (the fidelity monitor's late
         timers at t = 0, when every QP's receiver appears at once)."""
         self.mem = mmap.mmap(-1, max(region_bytes, 1))
+        #: bytes from the region's start that messages have been placed in so far: its resident
+        #: part (messages are laid out from offset 0 up, wrapping; :class:`RegionRing`)
+        self.touched = 0
         self.stats = stats
         self.on_corrupt = on_corrupt
         self.msgs: dict[int, _Msg] = {}
@@ -134,6 +140,8 @@ class ReceiveRegion:
             if msn < floor or msn >= floor + MSN_WINDOW or msn in self.done_msns:
                 return "message out of window"
             m = self.msgs[msn] = _Msg(msg_len, crc, base)
+            if base + msg_len > self.touched:
+                self._touch(base + msg_len)
         elif m.msg_len != msg_len or m.crc != crc or m.base != base:
             return "inconsistent message fields"
         self.mem[va : va + n] = payload
@@ -141,6 +149,19 @@ class ReceiveRegion:
         if m.got >= msg_len:
             self._complete(msn, m, imm)
         return None
+
+    #: Of every ReceiveRegion in this process, the bytes whose pages have been written (whole
+    #: pages): an endpoint's resident memory holds them, and they are no state kept per packet or
+    #: message. An RDMA NIC's memory registration pins a region whole when it is registered; here
+    #: the kernel zero-fills it page by page as messages first land, so a slow run's resident
+    #: memory grows with them until each region has wrapped once (the soak's "memory flat" leaves
+    #: them out: experiments/analysis/metrics.py, rss_growth).
+    resident_total = 0
+
+    def _touch(self, end: int) -> None:
+        pages = -(-min(end, len(self.mem)) // PAGE_BYTES) * PAGE_BYTES
+        ReceiveRegion.resident_total += max(0, pages - -(-self.touched // PAGE_BYTES) * PAGE_BYTES)
+        self.touched = min(end, len(self.mem))
 
     def _complete(self, msn: int, m: _Msg, imm: int | None) -> None:
         del self.msgs[msn]

@@ -174,7 +174,11 @@ def worst_qp_ratio(d: RunData, lo: float, hi: float) -> float:
 def rss_growth(d: RunData, after: float) -> float:
     """The endpoints' memory growth: max over hosts of (resident memory at its last sample) / (its
     resident memory at its first sample at or after ``after`` s). 1.0 is flat; ``math.inf`` when
-    no host has samples both there and later (a run that never sampled memory cannot be flat)."""
+    no host has samples both there and later (a run that never sampled memory cannot be flat).
+    ``d.rss`` holds each endpoint's own memory: its receive regions' pages are left out (the
+    runner, experiments/run/endpoints.py), registered memory an RDMA NIC pins whole and the kernel
+    here fills in as messages first land (bmv2's flap-soak at 1.5 Mb/s read 1.47 on that alone:
+    two 8 MiB regions still being written at 60 s)."""
     first: dict[str, int] = {}
     last: dict[str, tuple[float, int]] = {}
     for t, host, rss in sorted(d.rss):
