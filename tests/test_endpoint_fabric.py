@@ -180,3 +180,47 @@ def test_baseline_completes_on_a_healthy_path_and_stalls_when_its_path_is_cut(fa
     finally:
         fabric.set_link(f"t0-{plane}-0", f"t1-{plane}-{t1}", up=True)
     assert cut.wait(180)  # and it completes once the path is back
+
+
+def test_an_endpoint_counts_the_frames_its_full_sockets_dropped():
+    """A packet socket nobody reads, with a small receive buffer: the frames the kernel could not
+    queue are what the endpoint reports (PACKET_STATISTICS, summed over its sockets, kept across
+    reads, which reset the kernel's count); a socket that was read dropped none."""
+    import socket
+    from types import SimpleNamespace
+
+    from mrclab.traffic.endpoint import Endpoint
+
+    full = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+    read = socket.socket(socket.AF_PACKET, socket.SOCK_RAW, socket.htons(0x0003))
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        full.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        for s in (full, read):
+            s.bind(("lo", 0))
+            s.setblocking(False)
+        ep = SimpleNamespace(socks={0: full}, socket_drops=0)
+        assert Endpoint._socket_drops(ep) == 0  # what came before is read away
+        for _ in range(200):
+            udp.sendto(bytes(1000), ("127.0.0.1", 9))  # seen twice on lo: out and in
+        first = Endpoint._socket_drops(ep)
+        assert first > 100
+        assert Endpoint._socket_drops(ep) == first  # the kernel's count reset, the endpoint's kept
+        def drain():
+            while True:
+                try:
+                    read.recv(2048)
+                except BlockingIOError:
+                    return
+
+        drain()  # it was not read during the burst above either: start from an empty socket
+        quiet = SimpleNamespace(socks={0: read}, socket_drops=0)
+        Endpoint._socket_drops(quiet)
+        quiet.socket_drops = 0
+        for _ in range(20):
+            udp.sendto(bytes(1000), ("127.0.0.1", 9))
+            drain()
+        assert Endpoint._socket_drops(quiet) == 0
+    finally:
+        for s in (full, read, udp):
+            s.close()

@@ -193,3 +193,20 @@ def test_the_runner_leaves_an_endpoints_receive_regions_out_of_its_memory(tmp_pa
     d = collect(SimpleNamespace(duration_s=60.0, hosts=lambda: ["h1"]), tmp_path, 1000.0)
     v, ok, _ = evaluate(d, "rss_growth", {"after": 5, "max": 1.1})
     assert v == pytest.approx(38 / 26) and ok is False
+
+
+def test_frames_the_endpoints_sockets_dropped_are_counted_per_span_and_named_beside_retirements():
+    """Each host reports its sockets' drops since the run began; a span's count is each host's
+    growth over it, and a retirement count's evidence names the drops in the second before it."""
+    from mrclab.experiments.analysis.metrics import describe_retirements
+
+    d = run_with_rate(lambda t: 8.0)
+    d.socket_drops = [(2.0, "h1", 5), (9.5, "h1", 5), (10.2, "h1", 45), (10.2, "h2", 7), (15.0, "h2", 9)]
+    assert d.socket_drops_between() == 45 + 9
+    assert d.socket_drops_between(10.0, 10.5) == 40 + 7
+    assert d.socket_drops_between(11.0, 14.0) == 0
+    retired = [{"t": 10.4, "host": "h0", "ev": 0, "reason": "untrimmed loss of PSN 7"}]
+    assert describe_retirements(retired, d=d).endswith("; endpoint sockets dropped 47 frames (receive "
+                                                       "buffers full) in the 1 s before")
+    assert "sockets" not in describe_retirements([dict(retired[0], t=14.5)], d=d)
+    assert "sockets" not in describe_retirements(retired)

@@ -339,7 +339,8 @@ class Sample:
     /proc/self/statm) when the sample was taken (0: unknown); and ``region_bytes``, the part of it
     that is receive regions' pages written so far (bytes; traffic/region.py, ``resident_total``):
     registered memory, which an RDMA NIC pins whole at registration and the kernel here fills in
-    as messages first land."""
+    as messages first land; ``socket_drops``, frames the kernel dropped since the run began because
+    the host's sockets' receive buffers were full (packet(7)'s PACKET_STATISTICS)."""
 
     tx: tuple[TxQp, ...]
     rx: tuple[RxQp, ...]
@@ -347,6 +348,7 @@ class Sample:
     loop_gap_max_s: float = 0.0
     rss_bytes: int = 0
     region_bytes: int = 0
+    socket_drops: int = 0
 
 
 @dataclass(frozen=True)
@@ -417,7 +419,7 @@ def decode(line: str, source: str = "telemetry") -> Timed:
         elif typ == "sample":
             rec = Sample(tuple(_tx(q) for q in d["tx"]), tuple(_rx(q) for q in d["rx"]), int(d["ports"]),
                          float(d.get("loop_gap_max_s", 0.0)), int(d.get("rss_bytes", 0)),
-                         int(d.get("region_bytes", 0)))
+                         int(d.get("region_bytes", 0)), int(d.get("socket_drops", 0)))
         elif typ == "summary":
             rec = Summary(tuple(_tx(q) for q in d["tx"]), tuple(_rx(q) for q in d["rx"]), dict(d["dropped"]),
                           float(d["cpu_s"]), float(d["cpu_sys_s"]))

@@ -47,6 +47,7 @@ ETH_P_ALL = 0x0003
 PACKET_IGNORE_OUTGOING = 23
 SO_SNDBUFFORCE, SO_RCVBUFFORCE = 32, 33  # linux <asm-generic/socket.h>; Python does not export them
 SOL_PACKET = 263
+PACKET_STATISTICS = 6  # linux <linux/if_packet.h>: struct tpacket_stats {tp_packets, tp_drops}, reset when read
 #: How often the NIC ports' carrier is read (s): well inside the smallest RTO (20 ms), so a port that
 #: goes down is announced before the packets lost with it time out and blame their EVs.
 PORT_POLL_S = 0.01
@@ -160,6 +161,7 @@ class Endpoint:
         self.stop_requested = False
         self.loop_gap_max_s = 0.0  # since the last sample: the longest wait for a CPU between two turns (s)
         self._statm: int | None = None  # fd of /proc/self/statm
+        self.socket_drops = 0  # frames the kernel dropped because a socket's receive buffer was full
         #: the path's one-way propagation delay (s; topologies.spec.LinkParams.path_delay_ms), applied
         #: here: a received frame waits in ``_line`` (arrival order, so due times ascend) until then
         self.delay_s = spec.link.path_delay_ms / 1000
@@ -382,8 +384,19 @@ class Endpoint:
 
     def _sample(self) -> None:
         self.tel.write(C.Sample(self._tx(), self._rx(), self.stack.local_ports, round(self.loop_gap_max_s, 6),
-                                self._rss_bytes(), ReceiveRegion.resident_total))
+                                self._rss_bytes(), ReceiveRegion.resident_total, self._socket_drops()))
         self.loop_gap_max_s = 0.0
+
+    def _socket_drops(self) -> int:
+        """Frames the kernel dropped, since the run began, because one of this host's sockets had no
+        room for them (PACKET_STATISTICS' tp_drops, packet(7); each read resets it): a loss no
+        switch counts, a receiver that fell that far behind its ports."""
+        for sock in self.socks.values():
+            try:
+                self.socket_drops += struct.unpack("II", sock.getsockopt(SOL_PACKET, PACKET_STATISTICS, 8))[1]
+            except OSError:  # the socket is gone (its namespace is being torn down)
+                pass
+        return self.socket_drops
 
     def _rss_bytes(self) -> int:
         """Resident memory (bytes): /proc/self/statm's second field in pages, read from a file

@@ -75,13 +75,13 @@ def _evs_retired(d: RunData, a: dict) -> Counted:
     kept = [e for e in seen if not in_fidelity_fault(d, e["t"], RETIRE_CAUSE_S)]
     evs = {(e.get("host"), e.get("qp"), e.get("ev")) for e in kept}
     every = {(e.get("host"), e.get("qp"), e.get("ev")) for e in seen}
-    return Counted(float(len(evs)), float(len(every)), len(every - evs), "retired EVs", describe_retirements(kept))
+    return Counted(float(len(evs)), float(len(every)), len(every - evs), "retired EVs", describe_retirements(kept, d=d))
 
 
 def _false_retirements(d: RunData, a: dict) -> Counted:
     counted, left = verdicts.false_retirement_events(d)
     n = float(len(counted))
-    return Counted(n, n + left, left, "retirements", describe_retirements(counted))
+    return Counted(n, n + left, left, "retirements", describe_retirements(counted, d=d))
 
 
 def _longest_stall(d: RunData, a: dict) -> Counted:

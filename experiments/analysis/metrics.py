@@ -65,6 +65,8 @@ class RunData:
     held_limits: HeldLimits = field(default_factory=HeldLimits)
     #: (t_s, host, the endpoint's resident memory in bytes) at each of its telemetry samples
     rss: list[tuple[float, str, int]] = field(default_factory=list)
+    #: (t_s, host, frames its sockets' full receive buffers dropped since the run began) at each sample
+    socket_drops: list[tuple[float, str, int]] = field(default_factory=list)
     #: [t0, t1] (s) of every fidelity fault of the run (experiments/analysis/fidelity.py): the run-long counts
     #: leave out what happened inside them (experiments/analysis/expectations.py ``LEAVES_OUT``)
     fidelity_windows: list[tuple[float, float]] = field(default_factory=list)
@@ -73,6 +75,19 @@ class RunData:
         """p50 / p99 / p99.9 message completion time (s), of ``host``'s QPs if given ({} if none)."""
         xs = sorted(x for qp, v in self.completion_s.items() if host is None or qp.startswith(f"{host}->") for x in v)
         return {f"p{p:g}": percentile(xs, p) for p in (50, 99, 99.9)} if xs else {}
+
+    def socket_drops_between(self, lo: float = 0.0, hi: float = math.inf) -> int:
+        """Frames the endpoints' sockets dropped (full receive buffers) between their samples in
+        [lo, hi] (s), over all hosts: each host's count at its last sample in the span less its
+        count at its last sample before it."""
+        before: dict[str, int] = {}
+        upto: dict[str, int] = {}
+        for t, host, n in sorted(self.socket_drops):
+            if t < lo:
+                before[host] = n
+            elif t <= hi:
+                upto[host] = n
+        return sum(n - before.get(h, 0) for h, n in upto.items())
 
     def port_totals(self, switch: str | None = None) -> dict[str, int]:
         """Packets marked, trimmed and dropped at a full queue over the run, all ports ({} if none);
@@ -246,11 +261,18 @@ def retired(d: RunData, after: float, within_s: float) -> list[dict]:
             and after <= e["t"] <= after + within_s]
 
 
-def describe_retirements(events: list[dict], shown: int = 3) -> str:
+#: A retirement at t answers losses in [t - RETIRE_CAUSE_S, t] (s): a retransmission timeout is at
+#: most the timer's ceiling, ``max_rto_s`` (1 s, traffic/settings.py), and a probe round's much less.
+RETIRE_CAUSE_S = 1.0
+
+
+def describe_retirements(events: list[dict], shown: int = 3, d: RunData | None = None) -> str:
     """What a count of retirements (``ev_state`` event dicts: ``t``, ``host``, ``ev``, ``reason``)
     was made of, in one line: per cause (the reason's words before a PSN), how many, when (s) and
     on which planes, the commonest first, ``shown`` at most; "" for none. A FAILed count reads,
-    say, ``9 by retransmission timeout at 8.02-8.41 s on planes 1, 2``."""
+    say, ``9 by retransmission timeout at 8.02-8.41 s on planes 1, 2``. Given the run ``d``, it
+    adds the frames the endpoints' sockets dropped in the :data:`RETIRE_CAUSE_S` before them, a
+    loss no switch counts, where there were any."""
     by: dict[str, list[dict]] = {}
     for e in events:
         cause = str(e.get("reason", "?")).split(" of PSN")[0]
@@ -262,12 +284,13 @@ def describe_retirements(events: list[dict], shown: int = 3) -> str:
         when = f"{min(ts):.2f} s" if min(ts) == max(ts) else f"{min(ts):.2f}-{max(ts):.2f} s"
         parts.append(f"{len(es)} by {cause} at {when} on plane{'s' if len(planes) != 1 else ''} "
                      + ", ".join(map(str, planes)))
+    if d is not None and events:
+        ts = [e["t"] for e in events]
+        lost = d.socket_drops_between(min(ts) - RETIRE_CAUSE_S, max(ts))
+        if lost:
+            parts.append(f"endpoint sockets dropped {lost} frames (receive buffers full) in the "
+                         f"{RETIRE_CAUSE_S:g} s before")
     return "; ".join(parts)
-
-
-#: A retirement at t answers losses in [t - RETIRE_CAUSE_S, t] (s): a retransmission timeout is at
-#: most the timer's ceiling, ``max_rto_s`` (1 s, traffic/settings.py), and a probe round's much less.
-RETIRE_CAUSE_S = 1.0
 
 
 def in_fidelity_fault(d: RunData, t: float, before_s: float = 0.0) -> bool:

@@ -402,6 +402,7 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
         "faults": fault_log, "expectations": verdicts, "totals": data.totals,
         "ev_state_changes": sum(1 for e in data.events if e.get("kind") == "ev_state"),
         "message_completion_s": data.mct_percentiles(), "switch_ports": data.port_totals(),
+        "socket_drops": data.socket_drops_between(),
         "collective": coll,
         "passed": run_passed(verdicts),
         "void": [v["expectation"] for v in verdicts if v.get("void")],
@@ -445,6 +446,8 @@ def _summary(m: dict, out: Path) -> None:
            if mct else "")
         + (f"; switch ports: {sw['marked']} marked, {sw['trimmed']} trimmed, {sw['queue_full']} dropped full"
            if sw else "")
+        + (f"; endpoint sockets dropped {m['socket_drops']} frames (receive buffers full)"
+           if m.get("socket_drops") else "")
         + f"; results in {out}/ (plot: {out / 'goodput.png'})")
     if m.get("regime"):
         Console(highlight=False).print(describe_regime(m["regime"]))
