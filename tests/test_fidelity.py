@@ -291,6 +291,18 @@ def test_a_hosts_nic_queue_model_gives_each_frame_the_wait_behind_what_it_sent_b
         NicQueues(1, 0)
 
 
+def test_a_nic_port_with_a_burst_sends_its_first_frames_at_once_then_at_its_rate():
+    """A tbf shaper's bucket (two frames' worth after a pause) lets the first frames leave at once;
+    the next waits for the bucket to refill with its bytes, and every later one a frame time."""
+    q = NicQueues(1, 8e6, burst_bytes=2500)  # 1 MB/s: 1000 bytes a ms; 2.5 frames in the bucket
+    waits = q.add([(0, bytes(1000))] * 4, 10.0)
+    assert waits == pytest.approx([0.0, 0.0, 0.0005, 0.0015])  # 500 bytes left, then 500 more to fill
+    assert q.wait_at(0, 10.0) == pytest.approx(0.0015)
+    assert q.add([(0, bytes(1000))], 10.001) == pytest.approx([0.0015])  # behind the last: 10.0015 + 1 ms
+    assert q.add([(0, bytes(1000))] * 3, 20.0) == pytest.approx([0.0, 0.0, 0.0005])  # refilled, to its burst
+    assert NicQueues(1, 8e6).add([(0, bytes(1000))] * 2, 1.0) == pytest.approx([0.0, 0.001])  # no burst
+
+
 #: Two cross-T1 flows over the quickstart's bmv2 fabric, no fault played: any EV retired is false.
 HELD_SCENARIO = """
 name: held-switch

@@ -610,3 +610,46 @@ def test_the_receiver_echoes_each_arrivals_one_way_time_from_its_send_stamp():
     assert sack_of(1, 65500, 6.5536 + 0.0100).echo_wire == 136  # across the wrap: 13.6 ms
     assert sack_of(2, -1, 7.0).echo_wire == H.NO_WIRE
     assert sack_of(3, int(7.1 * H.STAMP_HZ) & 0xFFFF, 7.0).echo_wire == 0
+
+
+def _rtt_samples_behind_a_nic_queue(stamps: bool) -> list[float]:
+    """A 64-packet window handed to a shaped 8 Mb/s port at once: each frame leaves when the
+    frames before it on its plane have (the host's NIC model), then crosses 1 ms each way; the
+    receiver acknowledges each arrival at once. Returns the sender's RTT samples (s)."""
+    s = TransportSettings(payload_bytes=1024, window_packets=64, region_bytes=4 << 20, port_mbps=8.0, nscc=False)
+    a, b = HostStack(PLAN, "h0", s, seed=1), HostStack(PLAN, "h2", s, seed=2)
+    a.stamps = stamps
+    tx = a.add_sender(1, "h2", iter([(0, bytes(64 * 1024))]))
+    got: list[float] = []
+
+    class Heard:  # the congestion control, hearing each acknowledgement's RTT sample
+        def __init__(self, cc):
+            self.cc = cc
+
+        def on_ack(self, acked, rtt, ecn, now):
+            if rtt is not None:
+                got.append(rtt)
+            self.cc.on_ack(acked, rtt, ecn, now)
+
+        def __getattr__(self, name):
+            return getattr(self.cc, name)
+
+    tx.cc = Heard(tx.cc)
+    gone = {p: 1.0 for p in range(PLAN.spec.planes)}  # when each port is free again
+    back: list[tuple[float, bytes]] = []
+    for plane, frame in a.poll(1.0):
+        gone[plane] = max(gone[plane], 1.0) + len(frame) * 8 / 8e6  # 8 Mb/s, in order
+        arrive = gone[plane] + 0.001
+        back += [(arrive + 0.001, f) for _, f in b.on_frame(frame, arrive) + b.poll(arrive)]
+    for t, f in sorted(back, key=lambda x: x[0]):
+        a.on_frame(f, t)
+    return got
+
+
+def test_rtt_samples_run_from_when_the_nic_port_sent_the_packet():
+    # a NIC stamps a packet on the wire: the 16 packets a plane queued behind each other (up to
+    # 18 ms at 8 Mb/s) are no part of their round trips, which are their serialisation and 2 ms
+    got = _rtt_samples_behind_a_nic_queue(stamps=True)
+    assert len(got) >= 16 and max(got) < 0.002 + 2 * 1182 * 8 / 8e6
+    queued = _rtt_samples_behind_a_nic_queue(stamps=False)  # stamped when handed to the port
+    assert max(queued) > 0.015

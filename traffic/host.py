@@ -83,8 +83,11 @@ class HostStack:
         self._now = 0.0  # the time of the frame being handled (on_frame), for _write_in
         self._write_handler = self._write_in  # bound once: on_frame hands it to every decode
         #: the model of this host's NIC port queues, where the port rate is known (traffic/nicqueue.py)
-        self.nic = NicQueues(self.plan.spec.planes, self.settings.port_mbps * 1e6) \
+        self.nic = NicQueues(self.plan.spec.planes, self.settings.port_mbps * 1e6, self.settings.port_burst_bytes) \
             if self.settings.port_mbps > 0 else None
+        #: whether the senders are MRC's and the NIC is modelled: each is then told when its packets
+        #: left the port (:meth:`MrcSender.departed`)
+        self.stamps = self.nic is not None and self.transport == "mrc"
 
     def _events_for(self, peer: str) -> Callable[[Event], None]:
         sink = self.events
@@ -276,15 +279,21 @@ class HostStack:
         receivers' acknowledgements, reverse-EV probes; as ``[(plane, frame)]``. With
         ``active``, only the senders whose ``id()`` is in it send (QPs whose start time has come)."""
         out: list = []
+        stamped = []  # (MRC sender, the index of its first frame in out): each told its frames' waits
         for (peer, _), s in self.senders.items():
             if active is None or id(s) in active:
+                start = len(out)
                 self._out(peer, s.poll(now, budget), out)
+                if self.stamps and len(out) > start:
+                    stamped.append((s, start))
         for (peer, _), r in self.receivers.items():
             self._out(peer, r.poll(now), out)
         if self.receivers and self.transport == "mrc":
             out += self.probe_reverse(now)
         if out and self.nic is not None:
-            self.nic.add(out, now)
+            waits = self.nic.add(out, now)
+            for s, start in stamped:
+                s.departed(waits, start)
         return out
 
     def next_due(self, now: float, active: set[int] | None = None) -> float:

@@ -178,6 +178,9 @@ class RoceSender:
                 self.timer = now
         return out
 
+    def departed(self, waits: list[float], start: int) -> None:
+        """Nothing: DCQCN takes no RTT sample, and the go-back-N timer runs from the hand-off."""
+
     def next_due(self, now: float) -> float:
         """The earliest time (s, the clock of ``now``) at which :meth:`poll` may have something to
         send with no packet received before then: ``now`` while the window is open and a PSN or

@@ -78,7 +78,8 @@ def _ignore(_e: Event) -> None:
 class _Rec:
     """A data packet in flight: its message, offset and length, the EV and time of its last
     transmission (``t_sent`` -1: lost, not timed until resent), the time of its first
-    (``t_first``, for RTT samples; -1 once resent: Karn's rule), how often it was sent, and the
+    (``t_first``, for RTT samples: when its NIC port started to send it, where the host models its
+    port queues; -1 once resent: Karn's rule), how often it was sent, and the
     wait its last transmission met in the host's NIC port queue when its timer was moved past it
     (``nic_wait``, s; 0: not moved; -1: not looked up yet): ``t_sent`` is then when it left."""
 
@@ -131,6 +132,9 @@ class MrcSender:
         #: unknown: the host's model of its queues (traffic/nicqueue.py). A packet's timer runs from
         #: when it left the queue, and spurious timeouts report the wait
         self.nic_wait: Callable[[int, float], float | None] | None = None
+        #: of the last :meth:`poll`'s packets, (how many resent ones came first, the first new PSN,
+        #: how many new ones followed): where :meth:`departed` finds their frames' NIC waits
+        self.new_span = (0, 0, 0)
         self.next_psn = 0
         self.acked_below = 0  # every PSN below is acknowledged
         #: PSN -> packet not yet acknowledged: in flight, or lost and awaiting retransmission
@@ -219,6 +223,7 @@ class MrcSender:
         self._check_timeouts(now)
         if self.retx_q:
             self._retransmit(now, budget, out)
+        resent, first = len(out), self.next_psn
         # new data: the hot path, one packet per turn (names bound once)
         window = max(1, int(self.cc.cwnd_bytes // self.mss))
         recs = self.recs
@@ -289,12 +294,33 @@ class MrcSender:
                     break
         evs.cursor = ri
         self.next_psn = psn
+        self.new_span = (resent, first, sent)
         box.cur = cur if cur is None or fresh else (msn, data, crc, off)
         self.stats.data_packets += sent
         if box.cur is None and out:
             box.fetch()
         out += self._probes(now)
         return out
+
+    def departed(self, waits: list[float], start: int) -> None:
+        """The host's NIC model's wait (s) for every frame of a turn (traffic/nicqueue.py,
+        :meth:`~traffic.nicqueue.NicQueues.add`), this sender's last :meth:`poll` among them from
+        index ``start``: each new packet's first transmission is stamped when its port starts to
+        send it, as a NIC stamps a packet on the wire, so RTT samples (and NSCC's delay signal,
+        and the RTO, from them) leave out the wait behind the host's own frames. Without it the
+        8 QPs of a host sized NSCC's BDP for their shared NIC queue (t1-blackhole's RTT samples).
+        Resent packets take no RTT sample (Karn) and keep their stamps."""
+        resent, psn, n = self.new_span
+        if not n:
+            return
+        recs = self.recs
+        i = start + resent
+        for w in waits[i : i + n]:
+            if w:
+                rec = recs.get(psn)
+                if rec is not None:
+                    rec.t_first += w
+            psn += 1
 
     def next_due(self, now: float) -> float:
         """The earliest time (s, the clock of ``now``) at which :meth:`poll` may have something to

@@ -88,6 +88,8 @@ class TransportSettings:
     region_bytes: int = field(default=8 << 20, metadata=_pos("memory region per QP"))
     max_psn_window: int = field(default=1 << 16, metadata=_pos("PSNs ahead of cum_psn a receiver accepts"))
     port_mbps: float = field(default=0.0, metadata=rule(lo=0, doc="NIC port rate per plane, Mb/s (0: unknown)"))
+    port_burst_bytes: int = field(default=0, metadata=rule(
+        lo=0, doc="bytes a NIC port's shaper sends back to back after a pause (0: frame by frame)"))
     base_rtt_s: float = field(default=0.0, metadata=rule(lo=0, doc="a known base RTT (0: the smallest sample)"))
     ecn_skip_rtts: float = field(default=8.0, metadata=rule(lo=0, doc="how long an ECN-marked EV is skipped, in RTTs"))
     roce_cc: str = field(default="dcqcn", metadata=rule(choices=("dcqcn", "none"), doc="the baseline's rate control"))

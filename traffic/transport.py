@@ -50,6 +50,10 @@ class Sender(Protocol):
         """The earliest time (s) :meth:`poll` may have work with no packet received: ``now`` if it
         may at once, ``inf`` if only a received packet can give it any."""
 
+    def departed(self, waits: list[float], start: int) -> None:
+        """The NIC model's wait (s) for each frame of a turn, this sender's last :meth:`poll` among
+        them from index ``start`` (traffic/host.py): when its packets left the port."""
+
     def on_packet(self, p: Pkt, now: float) -> None:
         """An acknowledgement, NACK or probe reply for this QP."""
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from mrclab.controller.dataplanes import DataPlane
 from mrclab.controller.queues import PortQueue, path_queue_bound_s, queue_plan
+from mrclab.emulation.kernel import shaper_burst_bytes
 from mrclab.experiments.model.scenario import Scenario
 from mrclab.experiments.run import admission
 from mrclab.topologies.addressing import AddressPlan
@@ -80,6 +81,8 @@ def resolve(scn: Scenario, plane: DataPlane, *, fit: bool = False, rates: str = 
     s = scn.settings
     if s.port_mbps == 0:
         s = dataclasses.replace(s, port_mbps=spec.link.bandwidth_mbps)
+    if spec.link.bandwidth_mbps > 0:  # the hosts' NIC ports are tbf shapers with this burst (emulation/network.py)
+        s = dataclasses.replace(s, port_burst_bytes=shaper_burst_bytes(s.frame_bytes))
     queues = queue_plan(AddressPlan(spec), scn.queues.for_transport(scn.transport), s.frame_bytes) \
         if "congestion" in plane.available(remote) else {}
     bound = path_queue_bound_s(AddressPlan(spec), queues)
