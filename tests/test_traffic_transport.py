@@ -153,23 +153,23 @@ def test_a_stalled_receiver_times_packets_out_but_retires_no_ev():
 
 def test_a_resent_packets_longer_timer_holds_up_no_first_transmission_sent_after_it():
     """A packet sent twice times out after 2 x RTO, one sent once after 1 x RTO. PSN 0 is lost and
-    resent at 21 ms (timer 40 ms); the packets first sent in that same turn must time out at 41 ms,
-    not wait behind the resend until 61 ms (one timer queue did so: a dead EV's first loss was
+    resent at 23 ms (timer 44 ms); the packets first sent in that same turn must time out at 45 ms,
+    not wait behind the resend until 67 ms (one timer queue did so: a dead EV's first loss was
     found two RTTs late on bmv2)."""
     s = TransportSettings(payload_bytes=1024, window_packets=8, region_bytes=1 << 20, min_rto_s=0.02, nscc=False,
                           probes=False)
     tx = make_sender(1, PLAN, "h0", "h2", s, random.Random(1), iter([(m, bytes(4 * 1024)) for m in range(4)]))
     first = tx.poll(0.0)
     assert [p.psn for p in first] == [0, 1, 2, 3, 4, 5, 6, 7]
-    # PSNs 1-3 arrive (an RTT sample of 2 ms: the RTO is its 20 ms floor); 0 and 4-7 never do
+    # PSNs 1-3 arrive (an RTT sample of 2 ms: the RTO is its 20 ms floor over it); 0 and 4-7 never do
     tx.on_packet(Pkt(op=H.OP_SACK, qp=1, ev=first[1].ev, cum_psn=0, base_psn=0, bitmap=0b1110, echo_ev=first[1].ev,
                      echo_psn=1, port_state=0xFF), 0.002)
-    assert tx.rtt.rto == pytest.approx(0.02)
-    again = tx.poll(0.021)  # PSN 0 and 4-7 time out; 0 is resent first, then new data fills the window
+    assert tx.rtt.rto == pytest.approx(0.022)
+    again = tx.poll(0.023)  # PSN 0 and 4-7 time out; 0 is resent first, then new data fills the window
     resent = [p.psn for p in again if p.flags & H.F_RETX]
     fresh = [p.psn for p in again if not p.flags & H.F_RETX and p.psn >= 8]
     assert 0 in resent and fresh, (resent, fresh)
-    out = tx.poll(0.045)  # the fresh ones are due (21 + 20 ms); the twice-sent PSN 0 is not (21 + 40 ms)
+    out = tx.poll(0.047)  # the fresh ones are due (23 + 22 ms); the twice-sent PSN 0 is not (23 + 44 ms)
     timed = {p.psn for p in out if p.flags & H.F_RETX}
     assert set(fresh) <= timed and 0 not in timed, (fresh, timed)
 
@@ -653,3 +653,17 @@ def test_rtt_samples_run_from_when_the_nic_port_sent_the_packet():
     assert len(got) >= 16 and max(got) < 0.002 + 2 * 1182 * 8 / 8e6
     queued = _rtt_samples_behind_a_nic_queue(stamps=False)  # stamped when handed to the port
     assert max(queued) > 0.015
+
+
+def test_a_receiver_late_by_less_than_the_timer_floor_times_nothing_out():
+    """The floor is an allowance on top of the path's RTT: a 12 ms round trip with a 28 ms floor, and
+    the receiving host not scheduled for 24 ms (less than the floor, which the fidelity monitor
+    lets an endpoint wait): its SACKs come up to 37 ms after the packets left, and none times out.
+    A floor that counted the RTT against it timed out every packet in flight."""
+    chan = Channel(random.Random(5), delay_s=(0.006, 0.006))
+    chan.stall_rx = (0.1, 0.124)
+    s = TransportSettings(payload_bytes=1024, window_packets=16, region_bytes=4 << 20, min_rto_s=0.028, nscc=False)
+    o = run([random.Random(3).randbytes(300_000)], chan, settings=s)
+    _check(o, 1, False)
+    assert o.t_end > 0.124 and o.sender.rtt.min_rtt == pytest.approx(0.012, abs=0.002)
+    assert o.sender.stats.timeouts == 0

@@ -1,8 +1,14 @@
 """Round-trip time and the retransmission timeout of one QP (:class:`RttEstimator`).
 
 srtt and rttvar follow RFC 6298 (alpha 1/8, beta 1/4; the first sample sets srtt = R, rttvar =
-R/2). The RTO is ``max(min_rto_s, 2 srtt + 4 rttvar, recent peak RTT)``, at most ``max_rto_s``,
-and ``initial_rto_s`` before the first sample. Twice srtt (RFC 6298 has one) and the peak term are
+R/2). The RTO is ``max(min_rtt + min_rto_s, 2 srtt + 4 rttvar, recent peak RTT)``, at most
+``max_rto_s``, and ``initial_rto_s`` before the first sample. The floor sits on top of the path's
+base RTT (the smallest sample, timed from the NIC's departure): it is the allowance for queueing
+and for a peer that answers late (the run's floor is twice the longest queueing a path allows,
+experiments/run/settings.py), and a floor that counted the path's own RTT against it left a 5 ms
+path (12 ms RTT, 28 ms floor) 16 ms for both: a receiver that waited 20 ms for a CPU, under the
+28 ms the fidelity monitor lets an endpoint wait, timed out 11 healthy EVs at once (quickstart,
+linux, once RTT samples left the host's NIC queue out). Twice srtt (RFC 6298 has one) and the peak term are
 ours: a window that keeps the bottleneck queue full makes the RTT swing with the queue; when lost
 packets hold part of the window the queue drains for a moment, srtt follows it down, and the queue
 refills within an RTT, so a timer under the RTT of the full queue would retire healthy EVs. The
@@ -52,4 +58,5 @@ class RttEstimator:
         """The retransmission timeout now, seconds (see the module docstring)."""
         if self.srtt is None:
             return max(self.min_rto_s, self.initial_rto_s)
-        return min(self.max_rto_s, max(self.min_rto_s, 2 * self.srtt + 4 * self.rttvar, self.peak))
+        return min(self.max_rto_s, max(self.min_rto_s + (self.min_rtt or 0.0), 2 * self.srtt + 4 * self.rttvar,
+                                       self.peak))
