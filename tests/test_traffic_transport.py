@@ -667,3 +667,35 @@ def test_a_receiver_late_by_less_than_the_timer_floor_times_nothing_out():
     _check(o, 1, False)
     assert o.t_end > 0.124 and o.sender.rtt.min_rtt == pytest.approx(0.012, abs=0.002)
     assert o.sender.stats.timeouts == 0
+
+
+def test_an_ev_a_resent_packet_died_on_is_retired_one_timer_after_it_left_not_after_its_backoff():
+    """PSN 0 is lost and resent at 23 ms onto another EV, which is dead: nothing sent on it comes
+    back, while packets sent later on the others do (RACK's evidence). The resend's own timer is
+    twice the RTO (44 ms: it is resent at 67 ms), but its EV is judged one RTO after it left
+    (45 ms): a backup EV through a dead T1 carries resent packets first and was retired a timer
+    late (t1-blackhole, both data planes)."""
+    s = TransportSettings(payload_bytes=1024, window_packets=8, region_bytes=1 << 20, min_rto_s=0.02, nscc=False,
+                          probes=False)
+    tx = make_sender(1, PLAN, "h0", "h2", s, random.Random(1), iter([(m, bytes(16 * 1024)) for m in range(8)]))
+
+    def sack(pkts, now, skip_ev=None):
+        got = [p for p in pkts if not p.flags & H.F_RETX and p.ev != skip_ev]
+        base = min(p.psn for p in got)
+        bm = sum(1 << (p.psn - base) for p in got)
+        tx.on_packet(Pkt(op=H.OP_SACK, qp=1, ev=got[0].ev, cum_psn=0, base_psn=base, bitmap=bm, echo_ev=got[0].ev,
+                         echo_psn=got[0].psn, port_state=0xFF), now)
+
+    first = tx.poll(0.0)
+    sack(first[1:], 0.002)  # an RTT of 2 ms: the RTO is 22 ms; PSN 0 never arrives
+    again = tx.poll(0.023)  # PSN 0 times out and is resent first, new data behind it
+    dead = next(p.ev for p in again if p.psn == 0 and p.flags & H.F_RETX)
+    sack(again, 0.026, skip_ev=dead)
+    later = tx.poll(0.030)
+    sack(later, 0.033, skip_ev=dead)  # packets sent 7 ms after the resend arrive; none on its EV
+    assert tx.evs.evs[dead].state == "GOOD"
+    tx.poll(0.044)
+    assert tx.evs.evs[dead].state == "GOOD"  # not yet one RTO since the resend left
+    tx.poll(0.046)
+    assert tx.evs.evs[dead].state == "ASSUMED_BAD"
+    assert tx.recs[0].tx == 2  # the resend itself still waits out its backoff

@@ -135,13 +135,18 @@ def test_time_to_retire_counts_from_the_first_lost_packets_send_even_when_its_lo
     """The loss that retires an EV is written just after the retirement; a busy machine can
     deschedule the endpoint in between (1.3 ms in a bmv2 quickstart, which read 5.02 RTTs where
     the EV took 2.25 from its first lost packet). The loss still dates the retirement from its
-    packet's send time; without a loss found by then, from the fault."""
+    packet's send time, and so does a resent packet's, found lost only after its backoff, long
+    after the EV was retired for it; a packet sent after the retirement or before the failure
+    does not; without a lost packet, from the fault."""
     d = _run([(8.24, THROUGH, "ASSUMED_BAD")], rtt_us=50_000)
-    d.events.append({"kind": "loss", "t": 8.2413, "host": "h0", "peer": "h2", "qp": 1, "ev": THROUGH,
-                     "age_s": 0.1083})
+    loss = {"kind": "loss", "t": 8.2413, "host": "h0", "peer": "h2", "qp": 1, "ev": THROUGH, "age_s": 0.1083}
+    d.events.append(dict(loss))
     assert retire_time_rtts(d, 8.0) == pytest.approx((8.24 - (8.2413 - 0.1083)) / 0.05)  # 2.14, not 4.8
-    d.events[-1]["t"] = 8.6  # a loss found long after the retirement did not cause it
-    assert retire_time_rtts(d, 8.0) == pytest.approx(0.24 / 0.05)
+    d.events[-1].update(t=8.6, age_s=8.6 - 8.133)  # sent at 8.133, found at 8.6 (a resend's backoff)
+    assert retire_time_rtts(d, 8.0) == pytest.approx((8.24 - 8.133) / 0.05)
+    for sent in (8.25, 7.4):  # sent after the retirement; sent before the failure (and its 0.5 s match)
+        d.events[-1].update(t=8.6, age_s=8.6 - sent)
+        assert retire_time_rtts(d, 8.0) == pytest.approx(0.24 / 0.05)
 
 
 def test_capacity_ratio_follows_the_ports_a_fault_leaves():

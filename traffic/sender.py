@@ -147,6 +147,10 @@ class MrcSender:
         #: (quickstart on bmv2, 2026-11-27)
         self.timer_qs: list[deque[tuple[float, int]]] = [deque() for _ in range(MAX_BACKOFF)]
         self.timer_q = self.timer_qs[0]  # first transmissions: the hot path appends here
+        #: (timed from, PSN, sent at) of resent packets, in send order: their EV is judged one RTO
+        #: after they left, though the packet itself times out only after its backoff
+        #: (:meth:`_check_paths`)
+        self.path_checks: deque[tuple[float, int, float]] = deque()
         self.retx_q: deque[int] = deque()
         self._now = 0.0  # the time of the SACK being read (for the loss events it reveals)
         self.delivered_after: dict[int, float] = {}  # EV -> send time of the latest packet it delivered
@@ -212,6 +216,8 @@ class MrcSender:
             q = self.per_ev[ev] = deque()
         q.append(psn)
         self.timer_qs[min(MAX_BACKOFF, self.recs[psn].tx) - 1].append((now, psn))
+        if self.s.ev_health and self.recs[psn].tx > 1:
+            self.path_checks.append((now, psn, now))
         self.evs.evs[ev].packets += 1
 
     # hot path, kept whole on purpose (new data: one call per turn, its per-packet loop inlined)
@@ -327,8 +333,9 @@ class MrcSender:
         send with no packet received before then: ``now`` while packets wait for retransmission
         or the window is open with a message in hand (an EV may come off its ECN hold at any
         time), else the retransmission timer of the oldest timed packet and the probes' next
-        round or expiry; ``inf`` when only a received packet can give it work. Drops the
-        timer queue's stale head entries on the way, as the timer does."""
+        round or expiry, and a resent packet's EV check (:meth:`_check_paths`); ``inf`` when only a
+        received packet can give it work. Drops the timer queues' stale head entries on the way,
+        as the timer does."""
         if self.retx_q or (len(self.recs) < max(1, int(self.cc.cwnd_bytes // self.mss)) and not self.out.idle):
             return now
         due = float("inf")
@@ -342,6 +349,15 @@ class MrcSender:
                     continue
                 due = min(due, t + rto * k)
                 break
+        checks = self.path_checks
+        while checks:
+            t, psn, sent = checks[0]
+            rec = recs.get(psn)
+            if rec is None or rec.acked or rec.t_sent != sent:
+                checks.popleft()
+                continue
+            due = min(due, t + rto)
+            break
         if self.s.probes:
             due = min(due, self.probes.next_due())
         return due
@@ -370,6 +386,8 @@ class MrcSender:
         rto = self.rtt.rto
         if self.timer_q:
             self._check_queue(self.timer_q, rto, now)
+        if self.path_checks:
+            self._check_paths(rto, now)
         if self.stats.retransmits:  # resent packets wait in the other queues
             for k in range(1, MAX_BACKOFF):
                 if self.timer_qs[k]:
@@ -398,6 +416,33 @@ class MrcSender:
             if self.s.ev_health:  # judged by when it was handed to the NIC, as every send time it is compared with
                 self._blame(rec.ev, psn, t - max(0.0, rec.nic_wait))
             self._lose(psn, rec, "timeout", now)
+
+    def _check_paths(self, rto: float, now: float) -> None:
+        """Judge the EV of each resent packet unacknowledged one RTO after it left (its NIC wait
+        counted as for a first transmission), as a first transmission's is (:meth:`_blame`), while
+        the packet waits out its backoff before it is resent again. A backup EV through a dead T1
+        that took over a retired one carried resent packets first (they go before new data), and
+        was retired only when their doubled timer fired: t1-blackhole's slowest retirement was two
+        timers after its first packet, on both data planes (2026-11-27)."""
+        q, recs = self.path_checks, self.recs
+        while q:
+            t, psn, sent = q[0]
+            rec = recs.get(psn)
+            if rec is None or rec.acked or rec.t_sent != sent:
+                q.popleft()
+                continue
+            if now - t < rto:
+                break
+            q.popleft()
+            if t == sent and self.nic_wait is not None:
+                w = self.nic_wait(ev_plane(rec.ev), sent)
+                if w and now - (sent + w) < rto:  # it waited in its NIC queue: judged from when it left
+                    i = len(q)
+                    while i and q[i - 1][0] > sent + w:
+                        i -= 1
+                    q.insert(i, (sent + w, psn, sent))
+                    continue
+            self._blame(rec.ev, psn, sent)
 
     def _blame(self, ev: int, psn: int, t: float) -> None:
         """The packet ``psn`` sent on ``ev`` at ``t`` (handed to its NIC port then: the send times it is

@@ -20,12 +20,6 @@ from mrclab.topologies.addressing import Path
 RETIRE_GRACE_S = RETIRE_CAUSE_S
 #: A repair and a failure are matched to an expectation's ``after`` within this much.
 MATCH_S = 0.5
-#: How long after an EV's retirement the loss that retired it may be written (s): the sender
-#: writes it right after the retirement, and a busy machine can deschedule it in between (1.3 ms
-#: seen on bmv2). Later losses on the EV are of packets sent after the first, so they never move it.
-LOSS_WRITTEN_S = 0.05
-
-
 def _ev_changes(d: RunData) -> dict[tuple, list[tuple[float, str]]]:
     """(host, peer, qp, ev) -> [(t, new state)] in time order."""
     out: dict[tuple, list[tuple[float, str]]] = {}
@@ -93,7 +87,10 @@ def retire_time_rtts(d: RunData, after: float) -> float:
     """For every EV retired whose path crosses an element that failed at ``after``: the time from
     the first packet lost on it (sent, that is: the loss events say how long before they were
     found each packet had left) to its retirement, in smoothed RTTs; the slowest (inf if none was
-    retired)."""
+    retired). A lost packet counts if it was sent after the failure and before the retirement,
+    whenever its loss was found: a resent packet's loss is found only after its backoff, after
+    the EV it was resent on has been retired for it (traffic/sender.py, ``_check_paths``); with
+    no such loss, from the failure."""
     failed = set(_timeline(d).failed_at(after, MATCH_S))
     lost: dict[tuple, list[tuple[float, float]]] = {}  # EV -> [(found at, sent at)]
     for e in d.events:
@@ -107,7 +104,7 @@ def retire_time_rtts(d: RunData, after: float) -> float:
         t = next((t for t, s in changes if t >= after and s == "ASSUMED_BAD"), None)
         if t is None:
             continue
-        sent = [s for found, s in lost.get(key, []) if s >= after - MATCH_S and found <= t + LOSS_WRITTEN_S]
+        sent = [s for _found, s in lost.get(key, []) if after - MATCH_S <= s <= t]
         times.append(t - (min(sent) if sent else after))
     if not times or not d.rtt_us:
         return math.inf
