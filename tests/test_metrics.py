@@ -206,7 +206,7 @@ def test_frames_the_endpoints_sockets_dropped_are_counted_per_span_and_named_bes
     assert d.socket_drops_between(10.0, 10.5) == 40 + 7
     assert d.socket_drops_between(11.0, 14.0) == 0
     retired = [{"t": 10.4, "host": "h0", "ev": 0, "reason": "untrimmed loss of PSN 7"}]
-    assert describe_retirements(retired, d=d).endswith("; endpoint sockets dropped 47 frames (receive "
-                                                       "buffers full) in the 1 s before")
+    assert describe_retirements(retired, d=d).endswith("; endpoint sockets dropped 47 frames (full receive "
+                                                       "buffers, port errors at send) in the 1 s before")
     assert "sockets" not in describe_retirements([dict(retired[0], t=14.5)], d=d)
     assert "sockets" not in describe_retirements(retired)

@@ -326,3 +326,25 @@ def test_a_receive_regions_resident_pages_are_counted_once_as_messages_first_lan
             -(-min(max(placed), size) // PAGE_BYTES) * PAGE_BYTES
     assert ReceiveRegion.resident_total - before <= size
     assert region.stats.messages_delivered == 40
+
+
+def test_an_endpoint_counts_the_frames_a_port_refused_at_send_and_keeps_those_it_had_no_room_for():
+    """A port down (ENETDOWN) drops the frame, counted; a full qdisc (ENOBUFS) keeps it in the
+    backlog to send later, not counted."""
+    import errno
+    from collections import deque
+    from types import SimpleNamespace
+
+    from mrclab.traffic.endpoint import Endpoint
+
+    def refuse(code):
+        def send(frame):
+            raise OSError(code, "refused")
+        return send
+
+    ep = SimpleNamespace(_send_fn={0: refuse(errno.ENETDOWN), 1: refuse(errno.ENOBUFS)}, send_drops=0)
+    backlog = {0: deque(), 1: deque()}
+    Endpoint._send(ep, [(0, b"a"), (1, b"b")], backlog)
+    assert ep.send_drops == 1 and list(backlog[1]) == [b"b"] and not backlog[0]
+    assert Endpoint._sent(ep, 0, b"c") is True and ep.send_drops == 2  # gone: dropped
+    assert Endpoint._sent(ep, 1, b"d") is False and ep.send_drops == 2  # still to send

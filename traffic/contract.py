@@ -340,7 +340,9 @@ class Sample:
     that is receive regions' pages written so far (bytes; traffic/region.py, ``resident_total``):
     registered memory, which an RDMA NIC pins whole at registration and the kernel here fills in
     as messages first land; ``socket_drops``, frames the kernel dropped since the run began because
-    the host's sockets' receive buffers were full (packet(7)'s PACKET_STATISTICS)."""
+    the host's sockets' receive buffers were full (packet(7)'s PACKET_STATISTICS); and
+    ``send_drops``, frames its ports refused since the run began with an error other than "no
+    room yet" (ENOBUFS, which waits in the endpoint's backlog): dropped at send, a port going down."""
 
     tx: tuple[TxQp, ...]
     rx: tuple[RxQp, ...]
@@ -349,6 +351,7 @@ class Sample:
     rss_bytes: int = 0
     region_bytes: int = 0
     socket_drops: int = 0
+    send_drops: int = 0
 
 
 @dataclass(frozen=True)
@@ -419,7 +422,8 @@ def decode(line: str, source: str = "telemetry") -> Timed:
         elif typ == "sample":
             rec = Sample(tuple(_tx(q) for q in d["tx"]), tuple(_rx(q) for q in d["rx"]), int(d["ports"]),
                          float(d.get("loop_gap_max_s", 0.0)), int(d.get("rss_bytes", 0)),
-                         int(d.get("region_bytes", 0)), int(d.get("socket_drops", 0)))
+                         int(d.get("region_bytes", 0)), int(d.get("socket_drops", 0)),
+                         int(d.get("send_drops", 0)))
         elif typ == "summary":
             rec = Summary(tuple(_tx(q) for q in d["tx"]), tuple(_rx(q) for q in d["rx"]), dict(d["dropped"]),
                           float(d["cpu_s"]), float(d["cpu_sys_s"]))

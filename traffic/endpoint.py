@@ -162,6 +162,7 @@ class Endpoint:
         self.loop_gap_max_s = 0.0  # since the last sample: the longest wait for a CPU between two turns (s)
         self._statm: int | None = None  # fd of /proc/self/statm
         self.socket_drops = 0  # frames the kernel dropped because a socket's receive buffer was full
+        self.send_drops = 0  # frames a port refused with an error other than "no room yet" (dropped)
         #: the path's one-way propagation delay (s; topologies.spec.LinkParams.path_delay_ms), applied
         #: here: a received frame waits in ``_line`` (arrival order, so due times ascend) until then
         self.delay_s = spec.link.path_delay_ms / 1000
@@ -358,6 +359,8 @@ class Endpoint:
             except OSError as e:
                 if e.errno == errno.ENOBUFS:
                     q.append(frame)
+                else:
+                    self.send_drops += 1
 
     def _sent(self, plane: int, frame: bytes) -> bool:
         """True when the frame is gone: sent, or dropped because the port is down (the transport
@@ -368,7 +371,9 @@ class Endpoint:
         except (BlockingIOError, InterruptedError):
             return False
         except OSError as e:
-            return e.errno != errno.ENOBUFS
+            if e.errno == errno.ENOBUFS:
+                return False
+            self.send_drops += 1
         return True
 
     def _tx(self, final: bool = False) -> tuple[C.TxQp, ...]:
@@ -384,7 +389,8 @@ class Endpoint:
 
     def _sample(self) -> None:
         self.tel.write(C.Sample(self._tx(), self._rx(), self.stack.local_ports, round(self.loop_gap_max_s, 6),
-                                self._rss_bytes(), ReceiveRegion.resident_total, self._socket_drops()))
+                                self._rss_bytes(), ReceiveRegion.resident_total, self._socket_drops(),
+                                self.send_drops))
         self.loop_gap_max_s = 0.0
 
     def _socket_drops(self) -> int:

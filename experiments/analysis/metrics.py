@@ -65,7 +65,8 @@ class RunData:
     held_limits: HeldLimits = field(default_factory=HeldLimits)
     #: (t_s, host, the endpoint's resident memory in bytes) at each of its telemetry samples
     rss: list[tuple[float, str, int]] = field(default_factory=list)
-    #: (t_s, host, frames its sockets' full receive buffers dropped since the run began) at each sample
+    #: (t_s, host, frames its sockets dropped since the run began: received into full buffers, or
+    #: refused at send by a port's error) at each sample
     socket_drops: list[tuple[float, str, int]] = field(default_factory=list)
     #: [t0, t1] (s) of every fidelity fault of the run (experiments/analysis/fidelity.py): the run-long counts
     #: leave out what happened inside them (experiments/analysis/expectations.py ``LEAVES_OUT``)
@@ -77,7 +78,7 @@ class RunData:
         return {f"p{p:g}": percentile(xs, p) for p in (50, 99, 99.9)} if xs else {}
 
     def socket_drops_between(self, lo: float = 0.0, hi: float = math.inf) -> int:
-        """Frames the endpoints' sockets dropped (full receive buffers) between their samples in
+        """Frames the endpoints' sockets dropped (full receive buffers, port errors at send) between their samples in
         [lo, hi] (s), over all hosts: each host's count at its last sample in the span less its
         count at its last sample before it."""
         before: dict[str, int] = {}
@@ -288,8 +289,8 @@ def describe_retirements(events: list[dict], shown: int = 3, d: RunData | None =
         ts = [e["t"] for e in events]
         lost = d.socket_drops_between(min(ts) - RETIRE_CAUSE_S, max(ts))
         if lost:
-            parts.append(f"endpoint sockets dropped {lost} frames (receive buffers full) in the "
-                         f"{RETIRE_CAUSE_S:g} s before")
+            parts.append(f"endpoint sockets dropped {lost} frames (full receive buffers, port errors at send) "
+                         f"in the {RETIRE_CAUSE_S:g} s before")
     return "; ".join(parts)
 
 

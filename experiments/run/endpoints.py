@@ -252,8 +252,8 @@ def collect(scn: Scenario, folder: Path, t0_wall: float) -> RunData:
                 d.loop_gaps.append((round(t, 3), host, rec.loop_gap_max_s))
                 if rec.rss_bytes:  # the endpoint's own memory: its receive regions' pages apart
                     d.rss.append((round(t, 3), host, rec.rss_bytes - rec.region_bytes))
-                if rec.socket_drops:
-                    d.socket_drops.append((round(t, 3), host, rec.socket_drops))
+                if rec.socket_drops or rec.send_drops:
+                    d.socket_drops.append((round(t, 3), host, rec.socket_drops + rec.send_drops))
                 for rq in rec.rx:
                     name = f"{rq.src}->{host}#{rq.qp}"
                     d.samples.setdefault(name, []).append((t, rq.delivered_bytes))

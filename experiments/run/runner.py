@@ -446,7 +446,7 @@ def _summary(m: dict, out: Path) -> None:
            if mct else "")
         + (f"; switch ports: {sw['marked']} marked, {sw['trimmed']} trimmed, {sw['queue_full']} dropped full"
            if sw else "")
-        + (f"; endpoint sockets dropped {m['socket_drops']} frames (receive buffers full)"
+        + (f"; endpoint sockets dropped {m['socket_drops']} frames (full receive buffers, port errors at send)"
            if m.get("socket_drops") else "")
         + f"; results in {out}/ (plot: {out / 'goodput.png'})")
     if m.get("regime"):
