@@ -108,7 +108,8 @@ CLAIMS: dict[str, Claim] = {c.name: c for c in (
           "the longest time a QP delivered nothing between two moments it did (in window, or the run)",
           (), ("window", *_BOUND)),
     Claim("rss_growth", "ratio",
-          "the endpoints' resident memory at the end over at after, the largest of any host (1.0 is flat)",
+          "the endpoints' resident memory at the end over at after, the largest of any host (1.0 is flat), "
+          "their receive regions' pages apart",
           ("after",), _BOUND),
     Claim("recovery_time_s", "s",
           "from after until the 0.5 s moving mean of goodput is back above fraction x baseline",
