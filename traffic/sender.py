@@ -349,15 +349,9 @@ class MrcSender:
                     continue
                 due = min(due, t + rto * k)
                 break
-        checks = self.path_checks
-        while checks:
-            t, psn, sent = checks[0]
-            rec = recs.get(psn)
-            if rec is None or rec.acked or rec.t_sent != sent:
-                checks.popleft()
-                continue
-            due = min(due, t + rto)
-            break
+        head = self._path_check_head()
+        if head is not None:
+            due = min(due, head[0] + rto)
         if self.s.probes:
             due = min(due, self.probes.next_due())
         return due
@@ -424,13 +418,9 @@ class MrcSender:
         that took over a retired one carried resent packets first (they go before new data), and
         was retired only when their doubled timer fired: t1-blackhole's slowest retirement was two
         timers after its first packet, on both data planes (2026-11-27)."""
-        q, recs = self.path_checks, self.recs
-        while q:
-            t, psn, sent = q[0]
-            rec = recs.get(psn)
-            if rec is None or rec.acked or rec.t_sent != sent:
-                q.popleft()
-                continue
+        q = self.path_checks
+        while (head := self._path_check_head()) is not None:
+            t, psn, sent, rec = head
             if now - t < rto:
                 break
             q.popleft()
@@ -443,6 +433,18 @@ class MrcSender:
                     q.insert(i, (sent + w, psn, sent))
                     continue
             self._blame(rec.ev, psn, sent)
+
+    def _path_check_head(self) -> tuple[float, int, float, _Rec] | None:
+        """The path-check queue's first entry still pending, with its packet's record, dropping those
+        whose packet was acknowledged or sent again since; None when none is left."""
+        q, recs = self.path_checks, self.recs
+        while q:
+            t, psn, sent = q[0]
+            rec = recs.get(psn)
+            if rec is not None and not rec.acked and rec.t_sent == sent:
+                return t, psn, sent, rec
+            q.popleft()
+        return None
 
     def _blame(self, ev: int, psn: int, t: float) -> None:
         """The packet ``psn`` sent on ``ev`` at ``t`` (handed to its NIC port then: the send times it is
