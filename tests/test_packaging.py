@@ -1,6 +1,7 @@
 """The lab VM and set-up scripts are at least syntactically sound, and .ci/run runs the README's
 test command exactly."""
 
+import os
 import re
 import shutil
 import subprocess
@@ -156,3 +157,16 @@ def test_imports_run_down_the_floors_and_no_module_imports_itself_back():
     assert not circles, f"import circles: {circles}"
     # the check sees imports at all: the command line reaches the runner
     assert "mrclab.experiments.run.runner" in graph["mrclab.cli.main"]
+
+
+def test_every_script_the_readme_runs_by_its_path_is_executable():
+    """A command such as ``sudo vagrant/build-toolchain.sh`` or ``./setup.sh`` runs only if the
+    checkout marks the file executable (build-toolchain.sh was not: 'Permission denied' on a fresh
+    clone)."""
+    readme = (ROOT / "README.md").read_text()
+    blocks = [b for lang, b in re.findall(r"```(\w*)\n(.*?)```", readme, re.S) if lang in ("", "sh", "bash")]
+    run = {m for b in blocks for m in re.findall(r"(?:^|[\s;&|])(?:sudo\s+)?(\.?/?[\w./-]+\.sh)\b", b, re.M)}
+    scripts = {ROOT / p.removeprefix("./") for p in run}
+    assert ROOT / "vagrant" / "build-toolchain.sh" in scripts and ROOT / "setup.sh" in scripts
+    not_executable = sorted(str(p.relative_to(ROOT)) for p in scripts if not os.access(p, os.X_OK))
+    assert not not_executable, f"the README runs these by path but they are not executable: {not_executable}"
