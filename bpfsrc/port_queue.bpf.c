@@ -11,11 +11,15 @@
  *               at random moments and a run would not repeat).
  *   priority    trimmed packets and control packets (every MRC opcode but WRITE / WRITE_IMM) go
  *               to the high-priority htb class 1:10, everything else to the low one 1:20.
- *   queue       a virtual queue per port counts the low-priority packets, drained at the port's
- *               rate in full data frames per second (rate_pps, controller/queues.py), as BMv2's
- *               queue is: an eBPF program cannot read a qdisc's backlog, so it keeps its own
- *               ("phantom queue", HULL, NSDI 2012); the real queue behind it is htb at the
- *               same rate.
+ *   queue       a virtual queue per port counts the low-priority bytes queued, in units of a
+ *               full data frame (frame_bytes; a packet of half a frame counts half), drained at
+ *               the port's rate in full data frames per second (rate_pps, controller/queues.py):
+ *               an eBPF program cannot read a qdisc's backlog, so it keeps its own ("phantom
+ *               queue", HULL, NSDI 2012); the real queue behind it is htb at the same bit rate,
+ *               which sends a small packet in its own bytes' time, so the count is of bytes
+ *               (as a switch's buffer is). Counted in packets, 16 QPs writing 64-byte chunks
+ *               (222-byte frames) read five times the queue htb held: ECN marks, trims and PFC
+ *               pauses for a queue that was not there (fig. 16, RoCE 16 QPs at 8 KiB).
  *   trim        a data packet that finds trim_t or more packets queued is cut to its headers
  *               (TRIM_BYTES), its lengths rewritten, DSCP TRIM_DSCP, the BTH's TRIM flag set,
  *               and sent high priority. The kernel fixes a packet's length for the qdiscs before
@@ -62,7 +66,7 @@
 #define CLASS_HIGH 0x00010010 /* htb 1:10 */
 #define CLASS_LOW 0x00010020  /* htb 1:20 */
 #define MARK_TRIMMED 0x6d72634bU /* skb->mark of a packet this program trimmed and sent again */
-#define FP_SHIFT 20           /* the virtual queue counts packets in 1/2^20 */
+#define FP_SHIFT 20           /* the virtual queue counts full frames in 1/2^20 */
 #define FP_ONE (1ULL << FP_SHIFT)
 
 struct port_cfg {
@@ -74,13 +78,14 @@ struct port_cfg {
 	__u32 salt;
 	__u32 lossless;       /* PFC: the low-priority class is never dropped for a full queue */
 	__u32 port_no;        /* this port's number on its switch (its bit in pfc.feeds) */
+	__u32 frame_bytes;    /* a full data frame, the virtual queue's unit (0: count packets) */
 };
 
 struct port_state {
 	struct bpf_spin_lock lock;
 	__u32 lcg;     /* gray loss generator */
 	__u64 last_ns; /* when the queue was last drained */
-	__u64 occ;     /* low-priority packets queued, fixed point (FP_SHIFT) */
+	__u64 occ;     /* low-priority bytes queued in full frames, fixed point (FP_SHIFT) */
 	__u64 marked;
 	__u64 trimmed;
 	__u64 queue_full;
@@ -241,7 +246,7 @@ int mrclab_egress(struct __sk_buff *skb)
 		v = V_LOW;
 		st->low++;
 		if (cfg->rate_pps)
-			st->occ += FP_ONE;
+			st->occ += cfg->frame_bytes ? ((__u64)skb->len << FP_SHIFT) / cfg->frame_bytes : FP_ONE;
 		if (cfg->ecn_k && ect && occ >= cfg->ecn_k) {
 			mark = 1;
 			st->marked++;

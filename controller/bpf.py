@@ -4,17 +4,21 @@ to the egress (tc clsact, direct action) of every switch port, configured from t
 
 Each switch port's real queue becomes an ``htb`` with two classes, each at the link's rate on its
 own as BMv2's two priority queues are (controller/queues.py): 1:10 (trimmed and control packets)
-and 1:20 (data), each a ``pfifo``; the program puts a packet in one or the other through
+and 1:20 (data, a ``bfifo``: bytes, as the virtual queue counts), 1:10 a ``pfifo``; the program
+puts a packet in one or the other through
 ``skb->priority``. A trimmed packet thus skips the data queue it would have waited in, and the
 headers never slow the data class down (a port passing both can exceed its rate by its headers'
 share, as on BMv2; with the classes sharing one rate, measured: trimmed headers took a quarter of
 a 3x-overloaded port and the real data queue overflowed behind a virtual one that drained at full
-rate). The program's *virtual* queue (per port, drained at the port's rate in full frames per
-second) decides marking, trimming and the queue-full drop; htb does the real rate limiting. The
-two agree while data frames are full-sized; they part where data frames are short (a short frame
-takes a whole packet of the virtual queue's rate, less of the real one's: the real queue runs
-ahead), and by the jitter of htb's token bucket: the pfifo is ``QUEUE_SLACK`` packets deeper than
-the program's limit. BMv2 makes the same approximation (a queue's rate is in packets).
+rate). The program's *virtual* queue (per port: bytes in units of a full data frame, drained at
+the port's rate in full frames per second) decides marking, trimming and the queue-full drop; htb
+does the real rate limiting, also in bytes, so the two agree whatever the frames' sizes, but for
+the jitter of htb's token bucket: the data fifo is ``QUEUE_SLACK`` full frames deeper than the
+program's limit. Until 2026-11-28 the virtual queue counted packets, as BMv2's queue does (its rate
+is in packets per second, so there a short frame takes a full frame's time); where data frames
+are short (RoCE's 16 QPs each writing a 64-byte share of a 1 KiB ring step) it read five times the
+queue htb held, and marked, trimmed and paused for it. BMv2 keeps that approximation: a queue
+rate in packets is all its queues have.
 
 Errors: :class:`BpfError` (a :class:`~topologies.errors.RunFailed`) with the step and the reason;
 :func:`bpf_missing` says what this machine lacks (clang, libbpf, the BPF syscall).
@@ -46,8 +50,9 @@ CACHE_ROOT = Path(os.environ.get("MRCLAB_CACHE", Path.home() / ".cache" / "mrcla
 CLASS_HIGH, CLASS_LOW = "1:10", "1:20"
 BPF_ANY, BPF_NOEXIST, BPF_F_LOCK = 0, 1, 4  # linux/bpf.h
 BPF_TC_EGRESS, BPF_TC_F_REPLACE = 2, 1  # libbpf.h
-#: struct port_cfg: rate_pps, ecn_k, trim_t, q_limit, loss_threshold (of 65536), salt, lossless, port_no
-CFG = struct.Struct("<8I")
+#: struct port_cfg: rate_pps, ecn_k, trim_t, q_limit, loss_threshold (of 65536), salt, lossless, port_no,
+#: frame_bytes
+CFG = struct.Struct("<9I")
 #: struct pfc_state: feeds (bit n: port n fed the low-priority queue), pause_start, pause_end (ns)
 PFC = struct.Struct("<3Q")
 #: struct port_state: lock, lcg, last_ns, occ, marked, trimmed, queue_full, gray, low, high
@@ -72,12 +77,14 @@ class PortConfig:
     salt: int = 0
     lossless: bool = False  # PFC: no drop for a full low-priority queue
     port_no: int = 0  # the port's number on its switch (its bit in another port's PFC feeds)
+    #: a full data frame (bytes): the virtual queue counts bytes in these units (0: packets)
+    frame_bytes: int = 0
 
     def pack(self) -> bytes:
-        """The ``struct port_cfg`` map value: eight little-endian u32, ``loss`` as a threshold out of
+        """The ``struct port_cfg`` map value: nine little-endian u32, ``loss`` as a threshold out of
         65536."""
         return CFG.pack(self.rate_pps, self.ecn_k, self.trim_t, self.q_limit, round(self.loss * 65536),
-                        self.salt & 0xFFFFFFFF, int(self.lossless), self.port_no)
+                        self.salt & 0xFFFFFFFF, int(self.lossless), self.port_no, self.frame_bytes)
 
 
 def bpf_missing() -> str | None:
@@ -317,15 +324,17 @@ class SwitchBpf:
 def htb_lines(intf: str, mbps: float, low_packets: int, high_packets: int, lossless: bool = False,
               frame_bytes: int = 0) -> list[str]:
     """``tc -batch`` lines giving ``intf`` the two htb classes the program feeds (module
-    docstring), each at the link's rate on its own; pfifos ``low_packets`` / ``high_packets`` deep.
-    ``lossless`` (PFC): the low class's leaf is a tbf at the link's rate instead of a pfifo, the
+    docstring), each at the link's rate on its own; the data class a bfifo of ``low_packets``
+    frames of 1,600 bytes (or ``frame_bytes``), the high class a pfifo of ``high_packets``.
+    ``lossless`` (PFC): the low class's leaf is a tbf at the link's rate instead of a bfifo, the
     lever the pause agent pulls (controller/pfc.py: tbf starts afresh when its rate changes, where
     htb would keep the debt of a packet charged at the paused rate). ``frame_bytes``: the largest
     frame the run sends, which sets the burst (:func:`~emulation.kernel.shaper_burst_bytes`)."""
     rate = f"{mbps}mbit"
     burst = kernel.shaper_burst_bytes(frame_bytes)  # as the host ports' tbf
     low_leaf = (f"qdisc replace dev {intf} parent {CLASS_LOW} handle 20: {tbf_leaf(mbps, low_packets, frame_bytes)}"
-                if lossless else f"qdisc replace dev {intf} parent {CLASS_LOW} handle 20: pfifo limit {low_packets}")
+                if lossless else f"qdisc replace dev {intf} parent {CLASS_LOW} handle 20: "
+                            f"bfifo limit {low_packets * max(1600, frame_bytes)}")
     return [
         f"qdisc replace dev {intf} root handle 1: htb default 20",
         f"class replace dev {intf} parent 1: classid {CLASS_HIGH} htb rate {rate} ceil {rate} burst {burst} "

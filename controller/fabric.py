@@ -69,6 +69,8 @@ class Fabric:
         #: every switch port's rate, depth and thresholds (controller/queues.py), where switches queue
         self.queues: dict[tuple[str, int], PortQueue] = queue_plan(self.plan, queues, frame_bytes) \
             if self.congestion else {}
+        #: a full data frame (bytes): the queue plan's packet, the linux queues' unit of bytes
+        self.frame_bytes = frame_bytes
         self.emu = Emulation(spec, self.plane, debug=debug, progress=self.progress, bmv2_build=bmv2_build,
                              thrift_port=THRIFT_PORT if self.congestion else None, switch_queues=self.congestion,
                              placement=placement, ssh=ssh, frame_bytes=frame_bytes)
@@ -145,7 +147,7 @@ class Fabric:
         """The tc eBPF program's settings for one port (linux): its queue plan and gray loss."""
         q = self.queues[(switch, port)]
         return PortConfig(q.rate_pps, q.ecn_k, q.trim_t, q.q_limit, self.port_loss_now.get((switch, port), 0.0),
-                          self.loss_salt, q.lossless, port)
+                          self.loss_salt, q.lossless, port, self.frame_bytes)
 
     def port_queues(self, switch: str) -> dict[int, PortQueue]:
         """Port -> queue plan of ``switch`` (empty where switches do not queue)."""

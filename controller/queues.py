@@ -9,7 +9,9 @@ so a port's rate in pps is its rate in bits/s over the bits of a full data frame
 ``pps = Mb/s x 10^6 / (8 x frame_bytes)``, a frame being the payload plus MRC's 154 bytes of
 headers and ICRC (1,178 bytes for the default 1 KiB payload). Smaller
 frames (SACKs, probes) take a whole packet slot of that rate: the approximation costs the reverse
-direction a little and the data direction nothing. The high-priority queue, which holds
+direction a little, and the data direction nothing while data frames are full (a short one, such as
+each of 16 QPs' 64-byte share of a 1 KiB ring step, takes a full frame's time on BMv2). The linux
+plane's queues count bytes (controller/bpf.py): there a short frame takes its own bytes' time. The high-priority queue, which holds
 trimmed packets and control packets (SACKs, NACKs, probes, CNPs: all about the size of a trimmed
 header), runs at the same bit rate in packets of that size (``rate_pps_high``, about 8x): BMv2
 serves each worker's highest priority first across all its ports, and small packets paced as

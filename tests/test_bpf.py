@@ -42,9 +42,10 @@ def test_a_missing_clang_is_said_before_anything_is_built(monkeypatch):
 
 
 def test_port_settings_pack_as_the_program_reads_them():
-    cfg = PortConfig(rate_pps=212, ecn_k=8, trim_t=16, q_limit=32, loss=0.2, salt=-1, lossless=True, port_no=5)
-    rate, k, t, limit, threshold, salt, lossless, port_no = CFG.unpack(cfg.pack())
-    assert (rate, k, t, limit, lossless, port_no) == (212, 8, 16, 32, 1, 5)
+    cfg = PortConfig(rate_pps=212, ecn_k=8, trim_t=16, q_limit=32, loss=0.2, salt=-1, lossless=True, port_no=5,
+                     frame_bytes=1182)
+    rate, k, t, limit, threshold, salt, lossless, port_no, frame = CFG.unpack(cfg.pack())
+    assert (rate, k, t, limit, lossless, port_no, frame) == (212, 8, 16, 32, 1, 5, 1182)
     assert threshold == round(0.2 * 65536) and salt == 0xFFFFFFFF  # a draw below it of 65536 drops
     assert CFG.unpack(PortConfig(loss=1.0).pack())[4] == 65536  # every packet
 
@@ -54,7 +55,10 @@ def test_each_htb_class_has_the_links_rate_on_its_own():
     classes = [x for x in lines if x.startswith("class")]
     assert len(classes) == 2 and all("parent 1: " in x and "rate 2.0mbit ceil 2.0mbit" in x for x in classes)
     assert any("classid 1:10" in x and "prio 0" in x for x in classes)
-    assert any("pfifo limit 40" in x and "parent 1:20" in x for x in lines)
+    # the data class holds bytes, as the program's virtual queue counts them: 40 frames of 1,600
+    assert any("bfifo limit 64000" in x and "parent 1:20" in x for x in lines)
+    assert any("bfifo limit 64000" in x for x in htb_lines("t0-0-0-eth3", 2.0, 40, 128, frame_bytes=1000))
+    assert any("bfifo limit 170000" in x for x in htb_lines("t0-0-0-eth3", 2.0, 40, 128, frame_bytes=4250))
 
 
 def test_every_shaper_lets_the_runs_largest_frame_through():

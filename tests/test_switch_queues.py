@@ -39,15 +39,15 @@ def spec(host_mbps: float = HOST_MBPS, uplink_mbps: float = UPLINK_MBPS, t1s: in
                                         "queue_packets": QUEUE}}, source="test")
 
 
-def data_frames(fab, src: str, dst: str, n: int, qp: int = 1, path: int = 0) -> list[bytes]:
-    """``n`` ECT(0) MRC data frames (1 KiB payload) from ``src`` to ``dst`` on plane 0, PSNs
-    0..n-1, on the ``path``-th path of plan.paths (its T1)."""
+def data_frames(fab, src: str, dst: str, n: int, qp: int = 1, path: int = 0, payload: int = PAYLOAD) -> list[bytes]:
+    """``n`` ECT(0) MRC data frames (``payload`` bytes each, 1 KiB unless given) from ``src`` to
+    ``dst`` on plane 0, PSNs 0..n-1, on the ``path``-th path of plan.paths (its T1)."""
     w = Wire(fab.plan, src)
     ev = fab.plan.paths(src, dst)[path].ev | (9 << 16)
     out = []
     for psn in range(n):
-        p = Pkt(H.OP_WRITE, qp, psn, ev, 0, 0, n * PAYLOAD, 0, psn * PAYLOAD, psn * PAYLOAD, rkey_for(qp), PAYLOAD,
-                bytes([psn & 0xFF]) * PAYLOAD)
+        p = Pkt(H.OP_WRITE, qp, psn, ev, 0, 0, n * payload, 0, psn * payload, psn * payload, rkey_for(qp), payload,
+                bytes([psn & 0xFF]) * payload)
         out.append(w.encode(p, dst)[1])
     return out
 
@@ -124,6 +124,30 @@ def test_a_port_drains_at_its_rate_marks_at_k_and_trims_ahead_of_its_full_queue(
              sum(r[k] for r in before if r["switch"] == "t0-0-0" and r["peer"] == "t1-0-0")
              for k in ("marked", "trimmed")}
     assert delta["trimmed"] == len(trimmed) and delta["marked"] >= len(marked) > 0.5 * delta["marked"]
+
+
+def test_a_linux_port_queues_bytes_so_short_frames_under_its_bit_rate_never_queue(tmp_path):
+    """Frames of 64 bytes of payload (222 bytes on the wire, a fifth of a full frame) at 2.5 times
+    the port's rate in full frames per second: a quarter under its bit rate, so nothing queues; the
+    virtual queue counted packets until 2026-11-28 and read this as a queue growing by 1.5 frames a
+    frame time: marked, then trimmed (RoCE's 16 QPs each writing 64 bytes of a ring step were
+    paused by PFC for a queue htb never held). BMv2's queue rate is in packets, so there short
+    frames do queue (controller/bpf.py): linux only."""
+    needs_queues("linux")
+    with Fabric(spec(), "linux", watchdog=False, queues=QueueSettings(ecn_k=8, trim_t=16)) as fab:
+        frames = data_frames(fab, "h0", "h2", 3000, payload=64)
+        assert len(frames[0]) * 5 <= fab.frame_bytes  # a fifth of a full frame or less
+        rate = mbps_to_pps(UPLINK_MBPS)
+        up = f"t0-0-0-eth{fab.plan.port_to('t0-0-0', 't1-0-0')}"
+        before = fab.bpf["t0-0-0"].state(up)
+        b = blast(fab, "h0", frames, 2.5 * rate, 4.0, tmp_path)
+        out, err = b.communicate(timeout=60)
+        after = fab.bpf["t0-0-0"].state(up)
+    sent = int(out.split()[1]) if out.startswith("sent") else 0
+    assert sent > 2 * rate * 3, (out, err)  # the blaster kept up: more than 2 full-frame rates for 3 s
+    delta = {k: after[k] - before[k] for k in ("marked", "trimmed", "queue_full", "low")}
+    assert delta["low"] >= sent * 0.95, (delta, sent)  # they went through the T0-T1 port's queue
+    assert delta["marked"] == delta["trimmed"] == delta["queue_full"] == 0, delta
 
 
 @pytest.mark.parametrize("dp", DATAPLANES)
