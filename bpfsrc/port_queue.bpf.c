@@ -18,7 +18,7 @@
  *               queue", HULL, NSDI 2012); the real queue behind it is htb at the same bit rate,
  *               which sends a small packet in its own bytes' time, so the count is of bytes
  *               (as a switch's buffer is). Counted in packets, 16 QPs writing 64-byte chunks
- *               (222-byte frames) read five times the queue htb held: ECN marks, trims and PFC
+ *               (218-byte frames) read five times the queue htb held: ECN marks, trims and PFC
  *               pauses for a queue that was not there (fig. 16, RoCE 16 QPs at 8 KiB).
  *   trim        a data packet that finds trim_t or more packets queued is cut to its headers
  *               (TRIM_BYTES), its lengths rewritten, DSCP TRIM_DSCP, the BTH's TRIM flag set,

@@ -11,13 +11,13 @@ headers and ICRC (1,178 bytes for the default 1 KiB payload). Smaller
 frames (SACKs, probes) take a whole packet slot of that rate: the approximation costs the reverse
 direction a little, and the data direction nothing while data frames are full (a short one, such as
 each of 16 QPs' 64-byte share of a 1 KiB ring step, takes a full frame's time on BMv2). The linux
-plane's queues count bytes (controller/bpf.py): there a short frame takes its own bytes' time. The high-priority queue, which holds
-trimmed packets and control packets (SACKs, NACKs, probes, CNPs: all about the size of a trimmed
-header), runs at the same bit rate in packets of that size (``rate_pps_high``, about 8x): BMv2
-serves each worker's highest priority first across all its ports, and small packets paced as
-full frames would starve every low-priority queue behind them, and charge an acknowledgement a
-data packet's time. (Each priority has its own rate,
-so a port passing both can exceed its rate by its headers' share: small, and only while trimming.)
+plane's queues count bytes (controller/bpf.py): there a short frame takes its own bytes' time.
+The high-priority queue, which holds trimmed packets and control packets (SACKs, NACKs, probes,
+CNPs: all about the size of a trimmed header), runs at the same bit rate in packets of that size
+(``rate_pps_high``, about 8x): BMv2 serves each worker's highest priority first across all its
+ports, and small packets paced as full frames would starve every low-priority queue behind them,
+and charge an acknowledgement a data packet's time. (Each priority has its own rate, so a port
+passing both can exceed its rate by its headers' share: small, and only while trimming.)
 
 PFC (``pfc: true``; RoCE runs only: the paper runs MRC lossy and RoCE over PFC): every port's
 low-priority class is lossless (``lossless``): nothing is dropped for a full queue; at ``xoff``

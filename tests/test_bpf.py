@@ -43,9 +43,9 @@ def test_a_missing_clang_is_said_before_anything_is_built(monkeypatch):
 
 def test_port_settings_pack_as_the_program_reads_them():
     cfg = PortConfig(rate_pps=212, ecn_k=8, trim_t=16, q_limit=32, loss=0.2, salt=-1, lossless=True, port_no=5,
-                     frame_bytes=1182)
+                     frame_bytes=1178)
     rate, k, t, limit, threshold, salt, lossless, port_no, frame = CFG.unpack(cfg.pack())
-    assert (rate, k, t, limit, lossless, port_no, frame) == (212, 8, 16, 32, 1, 5, 1182)
+    assert (rate, k, t, limit, lossless, port_no, frame) == (212, 8, 16, 32, 1, 5, 1178)
     assert threshold == round(0.2 * 65536) and salt == 0xFFFFFFFF  # a draw below it of 65536 drops
     assert CFG.unpack(PortConfig(loss=1.0).pack())[4] == 65536  # every packet
 

@@ -127,7 +127,7 @@ def test_a_port_drains_at_its_rate_marks_at_k_and_trims_ahead_of_its_full_queue(
 
 
 def test_a_linux_port_queues_bytes_so_short_frames_under_its_bit_rate_never_queue(tmp_path):
-    """Frames of 64 bytes of payload (222 bytes on the wire, a fifth of a full frame) at 2.5 times
+    """Frames of 64 bytes of payload (218 bytes on the wire, a fifth of a full frame) at 2.5 times
     the port's rate in full frames per second: a quarter under its bit rate, so nothing queues; the
     virtual queue counted packets until 2026-11-28 and read this as a queue growing by 1.5 frames a
     frame time: marked, then trimmed (RoCE's 16 QPs each writing 64 bytes of a ring step were
