@@ -24,11 +24,10 @@ import sys
 import tempfile
 from pathlib import Path
 
-from mrclab.bench.tables import emit, progress
+from mrclab.bench.tables import emit, progress, run_scenario
 from mrclab.controller.dataplanes import available, here, missing_features
 from mrclab.experiments.analysis.metrics import BIN_S, percentile
 from mrclab.experiments.model.scenario import parse_scenario
-from mrclab.experiments.run import runner
 from mrclab.topologies.errors import NotAvailable
 from rich.table import Table
 
@@ -67,7 +66,7 @@ def one(n: int, cc: str, dp: str, out: Path) -> dict:
     :data:`STEADY_FRACTION` of the run, ``p99_queue`` (packets, h0's T0 port, every sample of the
     run), ``converge_rtts`` (None: never), ``rtt_ms`` and ``passed`` (the scenario's own verdict)."""
     scn = parse_scenario(scenario(n, cc, dp), f"bench congestion N={n} {cc}")
-    metrics, data = runner.run_with_data(scn, out, live=False)
+    metrics, data = run_scenario(scn, out)
     per_qp = data.qp_goodput_mbps()
     lo = int(len(data.bins()) * (1 - STEADY_FRACTION))
     shares = [sum(v[lo:]) / len(v[lo:]) for v in per_qp.values()]

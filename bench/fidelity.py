@@ -35,13 +35,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from mrclab.bench.tables import header
+from mrclab.bench.tables import header, run_scenario
 from mrclab.controller.dataplanes import DATAPLANES, available, here
 from mrclab.controller.dataplanes import dataplane as resolve
 from mrclab.experiments.analysis.expectations import verdict_word
 from mrclab.experiments.model.claims import NEVER_VOID
 from mrclab.experiments.model.scenario import load_scenario
-from mrclab.experiments.run import runner
 from mrclab.experiments.run.results import results_folder
 from mrclab.topologies.errors import BadInput, NotAvailable
 from rich.console import Console
@@ -160,7 +159,7 @@ def one(name: str, dp: str, level: Level, target: str, out: Path, seed: int = 1)
     with throttled_group(level) if level.period_ms else contextlib.nullcontext() as group, \
             open(f"{out}.log", "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
         starver = Starver(group, target)
-        m, data = runner.run_with_data(scn, out, live=False, on_start=starver)
+        m, data = run_scenario(scn, out, on_start=starver)
     # the verdicts a fault can move: bounded, and not correctness (a count of messages delivered is
     # throughput, and whether they are intact never depends on the machine)
     bounded = [v for v in m["expectations"] if v["bound"] != "reported" and v["metric"] not in NEVER_VOID]

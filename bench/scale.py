@@ -31,11 +31,10 @@ import time
 from pathlib import Path
 
 import psutil
-from mrclab.bench.tables import emit, progress
+from mrclab.bench.tables import emit, progress, run_scenario
 from mrclab.controller.dataplanes import dataplane as resolve
 from mrclab.controller.dataplanes import here
 from mrclab.experiments.model.scenario import parse_scenario
-from mrclab.experiments.run import runner
 from mrclab.topologies.errors import MrclabError
 from rich.table import Table
 
@@ -135,7 +134,7 @@ def rung(fabric: tuple[int, int, int, int], mbps: float, dp: str, out: Path) -> 
     ports = hosts(fabric) * fabric[0]
     try:
         with SwitchCpu(dp) as cpu:
-            m, data = runner.run_with_data(scn, out, live=False)
+            m, data = run_scenario(scn, out)
     except MrclabError as e:  # refused by admission, or endpoints not ready in time: this machine cannot
         return {"faithful": False, "why": e.one_line(), "mbps": 0.0, "share": 0.0, "us_per_hop": None, "faults": []}
     share = (m["expectations"][0]["value"] or 0.0) / ports

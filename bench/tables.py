@@ -3,14 +3,16 @@
 and the machine that printed it, so that a table there is always one a command printed.
 
 Progress goes to stderr (:data:`progress`), so ``mrclab bench X --markdown > t.md`` keeps only the
-tables.
+tables; a benchmark runs scenarios through :func:`run_scenario`, whose per-run summary is progress too.
 """
 from __future__ import annotations
 
+import contextlib
 import shlex
 import sys
 import time
 
+from mrclab.experiments.run import runner
 from mrclab.experiments.run.reproduce import provenance
 from rich.console import Console
 from rich.table import Table
@@ -51,3 +53,11 @@ def emit(tables: list[Table], notes: list[str], as_markdown: bool) -> None:
         _out.print(t)
     for n in notes:
         _out.print(n)
+
+
+def run_scenario(scn, out, **kw):
+    """:func:`~experiments.run.runner.run_with_data` for a benchmark (``live=False``; ``kw`` passed
+    on): the run's own summary (verdict table, totals, regime) goes to stderr with the progress,
+    so stdout keeps only the benchmark's tables. Returns (metrics, run data); raises as it does."""
+    with contextlib.redirect_stdout(sys.stderr):
+        return runner.run_with_data(scn, out, live=False, **kw)

@@ -35,3 +35,18 @@ def test_emit_for_a_person_prints_no_markdown(capsys):
     tables.emit([_table()], ["note"], as_markdown=False)
     out = capsys.readouterr().out
     assert "veth pair" in out and "| --- |" not in out and "commit" not in out
+
+
+def test_a_benchmarks_scenario_run_prints_its_summary_to_stderr_so_stdout_keeps_the_tables(capsys, monkeypatch):
+    from mrclab.bench import tables
+    from rich.console import Console
+
+    def fake(scn, out, live, **kw):
+        assert live is False and kw == {"on_start": None}
+        Console().print("verdict table")  # as the runner's summary prints it
+        return {"m": 1}, None
+
+    monkeypatch.setattr(tables.runner, "run_with_data", fake)
+    assert tables.run_scenario(None, None, on_start=None) == ({"m": 1}, None)
+    out, err = capsys.readouterr()
+    assert out == "" and "verdict table" in err
