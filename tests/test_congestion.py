@@ -9,7 +9,7 @@ import pytest
 from channel import Channel
 from mrclab.protocol import headers as H
 from mrclab.traffic.cc import DELAY_EWMA, GAMMA, REF_BDP_BYTES, FixedWindow, Nscc
-from mrclab.traffic.dcqcn import F_STAGES, RAI_FRACTION, Dcqcn, G
+from mrclab.traffic.dcqcn import F_STAGES, PACER_HORIZON_S, RAI_FRACTION, Dcqcn, G, Pacer
 from mrclab.traffic.receiver import MrcReceiver
 from mrclab.traffic.sender import make_sender
 from mrclab.traffic.settings import TransportSettings
@@ -173,6 +173,31 @@ def test_dcqcn_rate_never_under_its_floor():
     for k in range(100):
         d.on_cnp(k * 0.001)
     assert d.rate_bps == pytest.approx(LINE / 100)
+
+
+@pytest.mark.parametrize("frame", [1178, 4250])
+def test_a_pacer_turned_every_millisecond_and_a_bit_holds_its_rate(frame):
+    """The endpoint's loop sleeps whole milliseconds (poll), and a bucket of two frames at 64 Mb/s
+    (0.3 ms of it) overflowed between turns: a lone RoCE QP sent 0.70 of its line rate. Turned every
+    1.1 ms for 2 s, the pacer sends its rate within a frame a turn."""
+    rate, p, now, sent = 64e6, Pacer(2 * frame), 0.0, 0
+    while now < 2.0:
+        while p.allow(frame, rate, now):
+            sent += frame
+        now += 0.0011
+    assert sent * 8 / now == pytest.approx(rate, rel=0.02)
+    assert PACER_HORIZON_S >= 0.0011  # the bucket outlasts a turn
+    # and says when the next frame may leave, so the loop sleeps until then
+    while p.allow(frame, rate, now):
+        pass
+    ready = p.ready_at(frame, rate, now)
+    assert now < ready <= now + frame * 8 / rate and p.allow(frame, rate, ready + 1e-9)
+
+
+def test_a_slow_pacer_keeps_its_two_frame_burst():
+    p = Pacer(2 * 1178)  # at 4 Mb/s 2 ms is 1,000 bytes: the two frames stand
+    assert p.allow(1178, 4e6, 0.0) and p.allow(1178, 4e6, 0.0) and not p.allow(1178, 4e6, 0.0)
+    assert p.allow(1178, 4e6, 10.0) and p.allow(1178, 4e6, 10.0) and not p.allow(1178, 4e6, 10.0)
 
 
 # ---- trimming and ECN in the transport ----------------------------------------------------------

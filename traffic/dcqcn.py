@@ -92,8 +92,17 @@ class Dcqcn:
             self.next_timer = now + self.timer_s
 
 
+#: The pacer's bucket holds this long of its rate (s), two frames at least: the endpoint's loop
+#: sleeps in whole milliseconds (poll(2)'s resolution, traffic/endpoint.py), so a bucket of two
+#: frames overflowed between turns at 64 Mb/s (a frame every 0.15 ms) and a lone QP at DCQCN's
+#: line rate sent 0.70 of it (mrclab bench qp, linux, 2026-11-28). A hardware pacer works at
+#: nanoseconds; the NIC port's own shaper still holds the wire to the port's rate.
+PACER_HORIZON_S = 0.002
+
+
 class Pacer:
-    """A token bucket that lets a sender send at ``rate_bps``: ``burst_bytes`` at most at once."""
+    """A token bucket that lets a sender send at ``rate_bps``: ``burst_bytes`` at most at once, or
+    :data:`PACER_HORIZON_S` of the rate where that is more."""
 
     def __init__(self, burst_bytes: int) -> None:
         """A full bucket of ``burst_bytes``."""
@@ -101,12 +110,22 @@ class Pacer:
         self.tokens = float(burst_bytes)
         self.last: float | None = None
 
+    def _fill(self, rate_bps: float, now: float) -> None:
+        if self.last is not None:
+            cap = max(self.burst, rate_bps / 8 * PACER_HORIZON_S)
+            self.tokens = min(cap, self.tokens + (now - self.last) * rate_bps / 8)
+        self.last = now
+
     def allow(self, nbytes: int, rate_bps: float, now: float) -> bool:
         """True (and the tokens spent) when ``nbytes`` may leave at ``now``."""
-        if self.last is not None:
-            self.tokens = min(self.burst, self.tokens + (now - self.last) * rate_bps / 8)
-        self.last = now
+        self._fill(rate_bps, now)
         if self.tokens >= nbytes:
             self.tokens -= nbytes
             return True
         return False
+
+    def ready_at(self, nbytes: int, rate_bps: float, now: float) -> float:
+        """When (s, the clock of ``now``) the bucket will hold ``nbytes`` at ``rate_bps``: ``now``
+        if it does already."""
+        self._fill(rate_bps, now)
+        return now if self.tokens >= nbytes else now + (nbytes - self.tokens) * 8 / rate_bps

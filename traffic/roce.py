@@ -183,11 +183,15 @@ class RoceSender:
 
     def next_due(self, now: float) -> float:
         """The earliest time (s, the clock of ``now``) at which :meth:`poll` may have something to
-        send with no packet received before then: ``now`` while the window is open and a PSN or
-        message is at hand (the pacer's tokens grow with time), else the go-back-N timer and
+        send with no packet received before then: while the window is open and a PSN or message is
+        at hand, ``now``, or with DCQCN when the pacer's bucket holds the next PSN; else the go-back-N timer and
         DCQCN's timers; ``inf`` when only a received packet can give it work."""
         if self.nxt - self.una < self.s.window_packets and (self.nxt < self.built or not self.box.idle):
-            return now
+            cc = self.dcqcn
+            if cc is None or self.nxt >= self.built:
+                return now
+            # paced: when the bucket holds the next packet (its tokens grow with time)
+            return self.pacer.ready_at(self.pkts[self.nxt][4] + H.DATA_OVERHEAD, cc.rate_bps, now)
         due = float("inf")
         if self.timer is not None and self.una < self.nxt:
             due = self.timer + min(self.s.max_rto_s, self.s.min_rto_s * 5 * self.backoff)
