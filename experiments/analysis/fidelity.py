@@ -3,7 +3,7 @@
 An emulated result counts only while the machine that runs it keeps up (Mininet-HiFi: Handigol et
 al., "Reproducible Network Experiments Using Container-Based Emulation", CoNEXT 2012, which
 monitors the emulation's own invariants during each run and discards a run that broke them).
-mrclab watches two, each sampled into the results folder (``fidelity.csv``):
+mrclab watches four, each sampled into the results folder (``fidelity.csv``):
 
 * **CPU starvation** (experiments/run/monitor.py): every endpoint's and every BMv2 switch's time
   runnable but not running (a switch on another server read there, by its server's agent, one
@@ -38,15 +38,25 @@ mrclab watches two, each sampled into the results folder (``fidelity.csv``):
   mechanism. (The arrival is when the receiving endpoint read it: a receiver busy with its own
   work reads late, which a kernel receive stamp would leave out.)
 
+* **Packets lost outside the model** (experiments/run/monitor.py): packets this machine's kernel
+  dropped because a CPU's receive backlog was full (``/proc/net/softnet_stat``; the backlog holds
+  ``net.core.netdev_max_backlog`` packets). Every veth hands what it sends to that backlog, and
+  when softirq work falls that far behind (a CPU taken from it long enough) packets between two
+  emulated ports vanish on every plane at once, a loss no switch program counted: a sender reads it
+  as path loss and may retire healthy EVs. Any such drop in a sample interval is a fault over that
+  interval (a loss is found up to a retransmission timer later: run-long counts leave out what
+  follows a fault by ``RETIRE_CAUSE_S``, experiments/analysis/metrics.py). Read on this machine
+  only: a server's kernel is not read yet.
+
 A sample interval where an invariant broke is a :class:`FidelityFault`; overlapping faults of one
 invariant merge. A verdict whose window overlaps a fault reads ``void (<invariant>, <where>,
 <how long>)``: neither pass nor FAIL (experiments/run/runner.py), and a run with a void verdict and no
 failed one exits 3, "this machine could not".
 
 Not watched yet (named so nobody reads the silence as a pass): each backlogged port's drain rate
-against its configured rate, a hold shorter than the retransmission timer, and packets lost
-outside the model (veth, qdisc or BMv2 input drops
-that neither the P4 nor the eBPF program counts).
+against its configured rate, a hold shorter than the retransmission timer, and the other packets
+lost outside the model (a switch port's real qdisc overflowing past the eBPF program's count,
+BMv2's input queues, a server's kernel backlog).
 
 Thresholds: :data:`SCHED_DELAY_MAX_S` (:func:`sched_delay_limit` on a slow fabric) and
 :func:`loop_gap_limit`; docs/fidelity.md says where each sits and why, and docs/benchmarks.md has
@@ -204,11 +214,13 @@ class FidelityFault:
     t1: float
     worst: float
     limit: float
+    #: ``worst`` and ``limit``'s unit as :meth:`describe` writes it after the number
+    unit: str = "s"
 
     def describe(self) -> str:
         """``<invariant>, <where>, <how long>`` as a void verdict says it (at most
         :data:`PLACES_SHOWN` places named; metrics.json's ``where`` has them all)."""
-        unit = "s"
+        unit = self.unit
         return (f"{self.invariant}, {places(self.where)}, {self.t1 - self.t0:.2f} s at {self.t0:.1f}-{self.t1:.1f} s "
                 f"(worst {self.worst:.3g}{unit} against {self.limit:g}{unit})")
 
@@ -218,16 +230,24 @@ class FidelityFault:
                 "worst": self.worst, "limit": self.limit}
 
 
+#: The invariant of packets lost outside the model, and where the kernel's backlog drops are.
+LOST = "packets lost outside the model"
+KERNEL_BACKLOG = "the kernel's receive backlog (softnet)"
+
+
 def faults(cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[float, str, float]], *,
            period_s: float = PERIOD_S, gap_period_s: float = 0.1, sched_delay_max_s: float = SCHED_DELAY_MAX_S,
            min_wait: float = MIN_WAIT, loop_gap_max_s: float = LOOP_GAP_MIN_S,
-           held: Sequence[tuple[float, str, float, float]] = ()) -> list[FidelityFault]:
+           held: Sequence[tuple[float, str, float, float]] = (),
+           lost: Sequence[tuple[float, int, float]] = ()) -> list[FidelityFault]:
     """The fidelity faults of a run: from the monitor's CPU samples ``(t, label, scheduling delay
     per run (s), waited share of the interval, interval s)``, each covering the interval before
     ``t`` (a starved sample's fault is the whole of it: the monitor cannot say when in it the
     process waited), the endpoints' loop gaps ``(t, host, gap s)``,
-    each covering the ``gap_period_s`` before ``t``, and the held packets (:func:`held_packets`:
-    ``(t, path, age s, limit s)``), those older than their limit each covering its round trip.
+    each covering the ``gap_period_s`` before ``t``, the held packets (:func:`held_packets`:
+    ``(t, path, age s, limit s)``), those older than their limit each covering its round trip, and
+    the kernel's backlog drops ``(t, packets, interval s)`` (the monitor's ``kernel_drops``), each
+    covering its interval.
     Intervals of one invariant that overlap, or
     are less than half a sample period apart (the samples' own jitter), merge (their ``where``
     lists every place)."""
@@ -242,14 +262,17 @@ def faults(cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[f
     for t, path, age, limit in held:
         if age > limit:
             raw.append(FidelityFault("held packets", path, t - age, t, age, limit))
+    for t, n, span in lost:
+        if n > 0:
+            raw.append(FidelityFault(LOST, KERNEL_BACKLOG, t - max(span, period_s), t, n, 0, " packets"))
     merged: list[FidelityFault] = []
     for f in sorted(raw, key=lambda f: (f.invariant, f.t0)):
         last = merged[-1] if merged else None
         if last is not None and last.invariant == f.invariant and f.t0 <= last.t1 + period_s / 2:
             wheres = last.where.split(", ")
             where = ", ".join(wheres + ([f.where] if f.where not in wheres else []))
-            merged[-1] = FidelityFault(f.invariant, where, last.t0, max(last.t1, f.t1), max(last.worst, f.worst),
-                                       f.limit)
+            worst = last.worst + f.worst if f.invariant == LOST else max(last.worst, f.worst)  # packets add up
+            merged[-1] = FidelityFault(f.invariant, where, last.t0, max(last.t1, f.t1), worst, f.limit, f.unit)
         else:
             merged.append(f)
     return sorted(merged, key=lambda f: f.t0)
@@ -262,10 +285,11 @@ def overlapping(windows: list[tuple[float, float]], found: list[FidelityFault]) 
 
 def write_csv(path: Path, cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[float, str, float]],
               loop_gap_max_s: float = LOOP_GAP_MIN_S, held: Sequence[tuple[float, str, float, float]] = (),
-              sched_delay_max_s: float = SCHED_DELAY_MAX_S) -> None:
+              sched_delay_max_s: float = SCHED_DELAY_MAX_S, lost: Sequence[tuple[float, int, float]] = ()) -> None:
     """``fidelity.csv``: one row per sample: t_s, invariant, where, value, limit, interval_s (the
-    interval before t_s a CPU sample covers; empty for a loop gap, which covers its telemetry
-    interval, and for a spurious timeout's age at arrival, which covers its round trip)."""
+    interval before t_s a CPU sample or a backlog drop covers; empty for a loop gap, which covers
+    its telemetry interval, and for a spurious timeout's age at arrival, which covers its round
+    trip)."""
     with open(path, "w", newline="") as fh:
         w = csv.writer(fh)
         w.writerow(["t_s", "invariant", "where", "value", "limit", "interval_s"])
@@ -277,3 +301,5 @@ def write_csv(path: Path, cpu: list[tuple[float, str, float, float, float]], gap
             w.writerow([f"{t:.3f}", "loop gap (s)", f"endpoint {host}", f"{gap:.4f}", loop_gap_max_s, ""])
         for t, where, age, limit in held:
             w.writerow([f"{t:.3f}", "timed-out packet's time on its way (s)", where, f"{age:.4f}", f"{limit:.4f}", ""])
+        for t, n, span in lost:
+            w.writerow([f"{t:.3f}", "packets the kernel dropped (backlog full)", KERNEL_BACKLOG, n, 0, f"{span:.3f}"])

@@ -60,6 +60,9 @@ class RunData:
     #: (t_s, "endpoint h0" | "switch t1-0-0", scheduling delay per run (s), waited share of the interval
     #: before t, that interval (s))
     run_delays: list[tuple[float, str, float, float, float]] = field(default_factory=list)
+    #: (t_s, packets this machine's kernel dropped from its receive backlogs in the interval before t,
+    #: that interval (s)): the monitor's ``kernel_drops``, intervals with drops only
+    kernel_drops: list[tuple[float, int, float]] = field(default_factory=list)
     #: what the model lets a round trip take (experiments/analysis/fidelity.py): a packet older when it
     #: arrived was held outside the model
     held_limits: HeldLimits = field(default_factory=HeldLimits)

@@ -1,6 +1,7 @@
 """The fidelity monitor: a thread that samples, every :data:`~mrclab.experiments.analysis.fidelity.PERIOD_S`,
 how long each watched process (an endpoint, a BMv2 switch, here or on a server) waited for a CPU,
-from the scheduler's own account (``/proc/PID/task/*/schedstat``). What those samples mean (which
+from the scheduler's own account (``/proc/PID/task/*/schedstat``), and the packets this machine's
+kernel dropped from its receive backlogs (``/proc/net/softnet_stat``). What those samples mean (which
 are faults, which verdicts they void) is experiments/analysis/fidelity.py's.
 """
 
@@ -36,6 +37,19 @@ def schedstat(pid: int) -> tuple[int, int]:
         except (OSError, IndexError, ValueError):
             continue
     return wait, runs
+
+
+def softnet_drops(path: str = "/proc/net/softnet_stat") -> int:
+    """Packets the kernel dropped so far because a CPU's receive backlog was full, summed over the
+    CPUs: the second column of ``/proc/net/softnet_stat`` (hexadecimal, one row per CPU; the
+    backlog holds ``net.core.netdev_max_backlog`` packets). A veth hands every packet it sends to
+    that backlog, so on one machine this counts the packets lost between emulated ports that no
+    switch program counted; 0 where the file cannot be read."""
+    try:
+        with open(path) as fh:
+            return sum(int(row.split()[1], 16) for row in fh if row.strip())
+    except (OSError, IndexError, ValueError):
+        return 0
 
 
 SCHEDSTAT_SCRIPT = ("for f in {files}; do echo \"== $f\"; p=$(cat \"$f\" 2>/dev/null) && "
@@ -75,6 +89,10 @@ class FidelityMonitor:
         #: each sample covers the interval before t_s, which is longer than ``period_s`` when the
         #: monitor itself was late (a busy machine: its thread shares the runner's interpreter)
         self.samples: list[tuple[float, str, float, float, float]] = []
+        #: (t_s, packets the kernel dropped from its receive backlogs in the interval before t_s, the
+        #: interval (s)), only intervals that dropped some (:func:`softnet_drops`)
+        self.kernel_drops: list[tuple[float, int, float]] = []
+        self._drops_last = (time.monotonic(), softnet_drops())
         now = time.monotonic()
         self._last = {label: (now, *stat) for label, stat in self._read().items()}
         self._stop = threading.Event()
@@ -101,6 +119,7 @@ class FidelityMonitor:
         due = time.monotonic() + self.period_s
         while not self._stop.wait(max(0.0, due - time.monotonic())):
             due = max(due + self.period_s, time.monotonic())
+            self._read_drops()
             stats = self._read()
             for label, (wait, runs) in stats.items():
                 now = time.monotonic()
@@ -114,7 +133,14 @@ class FidelityMonitor:
                     self.samples.append((round(now - self.t0, 3), label, d_wait / 1e9 / d_runs,
                                          d_wait / 1e9 / (now - t_prev), round(now - t_prev, 3)))
 
+    def _read_drops(self) -> None:
+        now, n = time.monotonic(), softnet_drops()
+        t_prev, n_prev = self._drops_last
+        self._drops_last = (now, n)
+        if n > n_prev:
+            self.kernel_drops.append((round(now - self.t0, 3), n - n_prev, round(now - t_prev, 3)))
+
     def stop(self) -> None:
-        """Stop sampling (the samples stay in :attr:`samples`)."""
+        """Stop sampling (the samples stay in :attr:`samples` and :attr:`kernel_drops`)."""
         self._stop.set()
         self._thread.join(timeout=5)

@@ -181,7 +181,8 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
         endpoints.stop(procs)
 
     data = _run_data(run, endpoints.collect(scn, out / "endpoints", t0_wall), fault_log,
-                     sampler.samples if sampler is not None else [], monitor.samples if monitor is not None else [])
+                     sampler.samples if sampler is not None else [], monitor.samples if monitor is not None else [],
+                     monitor.kernel_drops if monitor is not None else [])
     return _finish(scn, dp, data, fault_log, out, queues), data
 
 
@@ -226,9 +227,10 @@ def _watched(fab: Fabric, procs: dict) -> tuple[dict[str, int], dict[str, tuple]
     return watched, remote
 
 
-def _run_data(run: RunSettings, data: RunData, fault_log: list[dict], ports: list[dict], delays: list) -> RunData:
+def _run_data(run: RunSettings, data: RunData, fault_log: list[dict], ports: list[dict], delays: list,
+              kernel_drops: list | None = None) -> RunData:
     """What the endpoints reported (``data``), completed with what the runner knows of the run: the
-    faults played, the port samples and the monitor's CPU samples, the held-packet limits the
+    faults played, the port samples and the monitor's CPU samples and kernel backlog drops, the held-packet limits the
     model allows, the flows, the collective and the fabric's timeline."""
     scn, spec = run.scenario, run.spec
     senders = {f.src for f in scn.flows} | set(scn.collective.hosts if scn.collective is not None else ())
@@ -238,6 +240,7 @@ def _run_data(run: RunSettings, data: RunData, fault_log: list[dict], ports: lis
         data, events=sorted(fault_log + data.events, key=lambda e: e["t"]),
         first_fault_s=min((f["t"] for f in fault_log), default=None),
         traffic_start_s=min((f.start_s for f in scn.flows), default=0.0), ports=ports, run_delays=delays,
+        kernel_drops=list(kernel_drops or []),
         held_limits=fidelity.HeldLimits(run.queue_bound_s, link.path_delay_ms / 1e3, nic_queue_s(link, frame),
                                         frame * 8 / (link.bandwidth_mbps * 1e6) if link.bandwidth_mbps > 0 else 0.0,
                                         frozenset(senders)),
@@ -351,8 +354,9 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
     delay_limit = fidelity.sched_delay_limit(fastest_frame_s(scn.spec_for(dp), scn.settings.frame_bytes))
     held = fidelity.held_packets(data.events, data.held_limits)
     found = fidelity.faults(data.run_delays, data.loop_gaps, loop_gap_max_s=gap_limit, held=held,
-                            sched_delay_max_s=delay_limit)
-    fidelity.write_csv(out / "fidelity.csv", data.run_delays, data.loop_gaps, gap_limit, held, delay_limit)
+                            sched_delay_max_s=delay_limit, lost=data.kernel_drops)
+    fidelity.write_csv(out / "fidelity.csv", data.run_delays, data.loop_gaps, gap_limit, held, delay_limit,
+                       data.kernel_drops)
     faults = [{"t": f["t"], "label": f["label"]} for f in fault_log] + \
         [{"t": f.t0, "t_end": f.t1, "kind": "fidelity", "label": f.describe()} for f in found]
     title = f"{scn.name}: {scn.transport} on {dp}"
