@@ -562,6 +562,66 @@ def test_a_host_stack_on_a_shaped_port_tells_its_senders_the_nic_queue_wait_each
     assert HostStack(PLAN, "h0", TransportSettings(), seed=1).add_sender(1, "h2", iter([])).nic_wait is None
 
 
+class _Counted:
+    """A sender double: counts its polls, says it has nothing until ``due``."""
+
+    def __init__(self, due: float) -> None:
+        self.due, self.polls = due, 0
+
+    def poll(self, now, budget=64):
+        self.polls += 1
+        return []
+
+    def next_due(self, now):
+        return self.due
+
+    def set_local_ports(self, state):
+        pass
+
+    def on_packet(self, p, now):
+        pass
+
+
+def test_a_host_stack_polls_a_qp_only_when_due_or_given_work():
+    """A host of a collective holds a QP per peer; polling all at every wake-up cost an 8-host
+    all-to-all's endpoints most of their CPU. A sender whose next_due is ahead is skipped until then,
+    unless a packet for it, a message for it (a collective's post) or a wake-up (a port, a stop)
+    gives it work."""
+    a = HostStack(PLAN, "h0", TransportSettings(), seed=1)
+    idle, busy = _Counted(5.0), _Counted(0.0)
+    a.senders[("h2", 1)], a.senders[("h2", 2)] = idle, busy
+    assert a.next_due(1.0) == 1.0  # busy is due at once
+    for t in (1.0, 1.1, 1.2):
+        a.poll(t)
+        a.next_due(t)
+    assert (idle.polls, busy.polls) == (0, 3)
+    a.poll(5.0)
+    assert idle.polls == 1  # its time came
+    a.next_due(5.0)
+    idle.due = 9.0
+    a.poll(5.1)
+    assert idle.polls == 2  # still cached at 5.0: due, polled, then 9.0
+    a.next_due(5.1)
+    a.poll(5.2)
+    assert idle.polls == 2
+    a._packet_in("h2", Pkt(op=H.OP_SACK, qp=1), 5.3)  # a SACK for it
+    a.poll(5.3)
+    assert idle.polls == 3
+    a.next_due(5.3)
+
+    class Coll:
+        posted: set = set()
+
+    a._colls.append(Coll)
+    Coll.posted.add(("h2", 1))  # the collective gave it a message
+    a.poll(5.4)
+    assert idle.polls == 4 and not Coll.posted
+    a.next_due(5.4)
+    a.set_local_ports(0b1)  # a port went down: every QP looks
+    a.poll(5.5)
+    assert idle.polls == 5
+
+
 def test_a_dead_path_times_out_but_never_reports_a_spurious_timeout():
     """Packets a dead EV swallowed never arrive: their timeouts were right, and none is reported
     as spurious."""

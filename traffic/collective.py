@@ -125,6 +125,9 @@ class Collective:
             self.to, self.frm = [succ], [pred]
         self.outq: dict[tuple[str, int], list[bytes]] = {(p, QP_BASE + j): [] for p in self.to for j in range(self.q)}
         self.sent: dict[tuple[str, int], int] = dict.fromkeys(self.outq, 0)
+        #: (peer, QP) keys given a message since the host stack last looked (it wakes their senders,
+        #: traffic/host.py ``wake``, and clears it)
+        self.posted: set[tuple[str, int]] = set()
         # arrived parts not yet used: (peer, global step) -> {j: bytes}
         self.arrived: dict[tuple[str, int], dict[int, bytes]] = {}
         self.iteration = 0
@@ -194,6 +197,7 @@ class Collective:
     def _post(self, peer: str, off: int, ln: int) -> None:
         for j, (o, part) in enumerate(self._split(off, ln)):
             self.outq[(peer, QP_BASE + j)].append(self.buf[o : o + part].tobytes())
+            self.posted.add((peer, QP_BASE + j))
 
     def _begin_iteration(self) -> None:
         np = self._np

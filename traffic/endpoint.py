@@ -264,6 +264,7 @@ class Endpoint:
             if dur is not None and i not in stopped and t >= start + dur:
                 s.stop()
                 stopped.add(i)
+                stack.wake()
         work = 0
         rxview = _RXVIEW
         delay, line = self.delay_s, self._line

@@ -88,6 +88,12 @@ class HostStack:
         #: whether the senders are MRC's and the NIC is modelled: each is then told when its packets
         #: left the port (:meth:`MrcSender.departed`)
         self.stamps = self.nic is not None and self.transport == "mrc"
+        #: id() of a sender or receiver -> its next_due as last computed: until then, with no packet
+        #: for it and nothing :meth:`wake` says, its poll has nothing, and :meth:`poll` skips it. A
+        #: host of a collective holds a QP per peer; polling every one at every wake-up cost the
+        #: endpoints of an 8-host all-to-all (14 QPs a host) most of their CPU (py-spy, 2026-11-28)
+        self._due: dict[int, float] = {}
+        self._colls: list = []  # the collectives feeding this host's senders (their ``posted`` wakes them)
 
     def _events_for(self, peer: str) -> Callable[[Event], None]:
         sink = self.events
@@ -121,7 +127,24 @@ class HostStack:
         per (peer, QP) it writes on, fed by the collective's schedule, and every message that
         arrives whole handed to it. Call ``coll.start`` to begin."""
         self.on_message = coll.on_message
+        self._colls.append(coll)
         return [self.add_sender(qp, peer, src, imm=True) for (peer, qp), src in coll.sources().items()]
+
+    def wake(self, key: tuple[str, int] | None = None) -> None:
+        """Something outside the packets gave the sender of ``key`` (peer, QP), or with None every
+        sender and receiver, work to look at (a message, a stop, a port): :meth:`poll` polls it
+        next time whatever its last next_due said."""
+        if key is None:
+            self._due.clear()
+        elif (s := self.senders.get(key)) is not None:
+            self._due.pop(id(s), None)
+
+    def _wake_posted(self) -> None:
+        for c in self._colls:
+            if c.posted:
+                for key in c.posted:
+                    self.wake(key)
+                c.posted.clear()
 
     def _reverse_set(self, peer: str) -> _Reverse:
         r = self.reverse.get(peer)
@@ -227,6 +250,7 @@ class HostStack:
                 self.unknown_qp += 1
                 return []
             s.on_packet(p, now)
+            self._due.pop(id(s), None)
         return out
 
     def _write_in(self, peer: str, qp: int, psn: int, ev: int, flags: int, msn: int, msg_len: int, msg_crc: int,
@@ -242,6 +266,7 @@ class HostStack:
             p.stamp = stamp
             return self._data_in(peer, p, self._now)
         self.peer_ports[peer] = port_state
+        self._due.pop(id(rx), None)
         acks = rx.on_write(psn, ev, flags, msn, msg_len, msg_crc, off, va, rkey, dma_len, payload, None, port_state,
                            ecn_ce, self._now, stamp)
         if not acks:  # usually none: SACKs leave at the end of the receive batch
@@ -269,6 +294,7 @@ class HostStack:
                 hear, qp = self.on_message, p.qp
                 rx.region.on_message = lambda msn, data: hear(peer, qp, msn, data)
         out: list = []
+        self._due.pop(id(rx), None)
         acks = rx.on_packet(p, now)
         if acks:  # usually none: SACKs leave at the end of the receive batch
             self._out(peer, acks, out)
@@ -277,16 +303,29 @@ class HostStack:
     def poll(self, now: float, budget: int = 64, active: set[int] | None = None) -> list[tuple[int, bytes]]:
         """Every frame due at ``now`` (monotonic s): senders' data (at most ``budget`` packets each),
         receivers' acknowledgements, reverse-EV probes; as ``[(plane, frame)]``. With
-        ``active``, only the senders whose ``id()`` is in it send (QPs whose start time has come)."""
+        ``active``, only the senders whose ``id()`` is in it send (QPs whose start time has come).
+        A sender or receiver whose last next_due is still ahead, with no packet for it since and
+        nothing woken (:meth:`wake`), is not polled: it has nothing."""
         out: list = []
         stamped = []  # (MRC sender, the index of its first frame in out): each told its frames' waits
+        due = self._due
+        if self._colls:
+            self._wake_posted()
         for (peer, _), s in self.senders.items():
             if active is None or id(s) in active:
+                d = due.get(id(s))
+                if d is not None and d > now:
+                    continue
+                due.pop(id(s), None)
                 start = len(out)
                 self._out(peer, s.poll(now, budget), out)
                 if self.stamps and len(out) > start:
                     stamped.append((s, start))
         for (peer, _), r in self.receivers.items():
+            d = due.get(id(r))
+            if d is not None and d > now:
+                continue
+            due.pop(id(r), None)
             self._out(peer, r.poll(now), out)
         if self.receivers and self.transport == "mrc":
             out += self.probe_reverse(now)
@@ -300,15 +339,27 @@ class HostStack:
         """The earliest time (monotonic s) :meth:`poll` may have a frame to send with no frame
         received before then (``now``: at once; ``inf``: only a received frame can give it work):
         the soonest of its senders' (those in ``active``, as for :meth:`poll`), its receivers'
-        and, with receivers, the reverse-EV probes'."""
+        and, with receivers, the reverse-EV probes'. Each sender's and receiver's is kept until a
+        packet for it, :meth:`poll` or :meth:`wake` drops it."""
         due = float("inf")
+        cache = self._due
+        if self._colls:
+            self._wake_posted()
         for s in self.senders.values():
             if active is None or id(s) in active:
-                due = min(due, s.next_due(now))
+                d = cache.get(id(s))
+                if d is None:
+                    d = cache[id(s)] = s.next_due(now)
+                if d < due:
+                    due = d
                 if due <= now:
                     return now
         for r in self.receivers.values():
-            due = min(due, r.next_due(now))
+            d = cache.get(id(r))
+            if d is None:
+                d = cache[id(r)] = r.next_due(now)
+            if d < due:
+                due = d
         if self.receivers and self.transport == "mrc":
             due = min(due, self.rev_probes.next_due())
         return due
@@ -319,6 +370,7 @@ class HostStack:
             return
         self.events(PortsChanged(state=state))
         self.local_ports = state
+        self.wake()
         for s in self.senders.values():
             s.set_local_ports(state)
         for r in self.receivers.values():
