@@ -210,3 +210,23 @@ def test_frames_the_endpoints_sockets_dropped_are_counted_per_span_and_named_bes
                                                        "buffers, port errors at send) in the 1 s before")
     assert "sockets" not in describe_retirements([dict(retired[0], t=14.5)], d=d)
     assert "sockets" not in describe_retirements(retired)
+
+
+def test_a_telemetry_sample_encodes_as_asdict_did():
+    """The endpoint's encoder walks its records itself (dataclasses.asdict deep-copied every sample):
+    the JSON is the same, and it decodes back to the same record."""
+    import dataclasses
+    import json
+
+    from mrclab.traffic import contract as C
+    from mrclab.traffic.evs import EvState
+    from mrclab.traffic.stats import ReceiverStats, SenderStats
+
+    tx = C.TxQp("h2", 3, SenderStats(data_packets=5, retransmits=1), 1234.5, {7: EvState.GOOD, 9: EvState.ASSUMED_BAD},
+                9000.0, None, (0.1, 0.2), {7: 4, 9: 1})
+    rx = C.RxQp.of("h0", 3, ReceiverStats())
+    rec = C.Sample((tx,), (rx,), 15, 0.002, 1 << 20, 4096, 2, 1)
+    got = json.loads(C.encode(rec))
+    want = json.loads(json.dumps({"type": "sample", **dataclasses.asdict(rec)}))
+    assert {k: v for k, v in got.items() if k not in ("v", "t_wall", "t_mono")} == want
+    assert C.decode(C.encode(rec)).rec == rec
