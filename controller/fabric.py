@@ -76,8 +76,6 @@ class Fabric:
                              placement=placement, ssh=ssh, frame_bytes=frame_bytes)
         self.thrift: dict = {}  # switch -> SwitchThrift (bmv2 with queues)
         self.bpf: dict = {}  # switch -> SwitchBpf (linux with queues)
-        #: switch -> netlink inside its namespace (linux with queues): its ports' qdisc drops
-        self._qdiscs: dict = {}
         self.pfc: PauseAgent | None = None  # with lossless (PFC) queues
         #: (switch, port) -> gray loss in force (linux; bmv2 keeps it in its table entries)
         self.port_loss_now: dict[tuple[str, int], float] = {}
@@ -175,9 +173,6 @@ class Fabric:
         for b in self.bpf.values():
             b.close()
         self.bpf.clear()
-        for q in self._qdiscs.values():
-            q.close()
-        self._qdiscs.clear()
         self.emu.stop()
 
     def verify(self) -> None:
@@ -274,9 +269,7 @@ class Fabric:
     def port_samples(self, switches: Collection[str] | None = None) -> list[dict]:
         """Per switch port now: low-priority packets queued and, since start, packets ECN-marked,
         trimmed and dropped at a full queue, one dict per port (bmv2 with Thrift; linux with the tc
-        eBPF program, which adds ``gray``: gray-loss drops, and ``qdisc_drops``: what the port's
-        real queue dropped past the program's count, a loss outside the model); empty where
-        switches do not queue.
+        eBPF program, which adds ``gray``: gray-loss drops); empty where switches do not queue.
         Of ``switches`` only (None: every switch :meth:`sampled_switches` names); bmv2 switches
         that are down are left out."""
         out = []
@@ -285,14 +278,11 @@ class Fabric:
             for sw, prog in self.bpf.items():
                 if switches is not None and sw not in switches:
                     continue
-                qd = self._qdiscs.get(sw)
-                if qd is None:
-                    qd = self._qdiscs[sw] = kernel.QdiscBacklog(self.emu.netns(sw))
                 for port, q in self.port_queues(sw).items():
                     st = prog.state(f"{sw}-eth{port}")
                     row = {"switch": sw, "port": port, "peer": q.peer, "queue": st["queue"],
                            "marked": st["marked"], "trimmed": st["trimmed"], "queue_full": st["queue_full"],
-                           "gray": st["gray"], "qdisc_drops": qd.root_drops(f"{sw}-eth{port}")}
+                           "gray": st["gray"]}
                     if q.lossless:
                         row["pauses"], row["pause_s"] = paused.get((sw, port), (0, 0.0))
                     out.append(row)

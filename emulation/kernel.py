@@ -251,10 +251,6 @@ def offloads_off(netns: str, intfs: list[str]) -> None:
     netns_exec(netns, ["sh", "-c", script + "true"], capture_output=True)
 
 
-#: A root qdisc's parent handle (linux <linux/pkt_sched.h> TC_H_ROOT).
-TC_H_ROOT = 0xFFFFFFFF
-
-
 class QdiscBacklog:
     """Reads the queue length of one kind of qdisc on interfaces of a local namespace over netlink
     (pyroute2's ``IPRoute`` opened inside it, one socket kept per namespace): a few hundred µs a read,
@@ -274,17 +270,6 @@ class QdiscBacklog:
         for msg in self._ipr.get_qdiscs(index=idx):
             if msg.get_attr("TCA_KIND") == kind:
                 return int(msg.get_attr("TCA_STATS2").get_attr("TCA_STATS_QUEUE")["qlen"])
-        return 0
-
-    def root_drops(self, ifname: str) -> int:
-        """Packets ``ifname``'s root qdisc dropped so far (its children's drops counted in it, as
-        htb counts them; 0 when it has none)."""
-        idx = self._index.get(ifname)
-        if idx is None:
-            idx = self._index[ifname] = self._ipr.link_lookup(ifname=ifname)[0]
-        for msg in self._ipr.get_qdiscs(index=idx):
-            if msg["parent"] == TC_H_ROOT:
-                return int(msg.get_attr("TCA_STATS2").get_attr("TCA_STATS_QUEUE")["drops"])
         return 0
 
     def close(self) -> None:

@@ -46,9 +46,7 @@ mrclab watches four, each sampled into the results folder (``fidelity.csv``):
   as path loss and may retire healthy EVs. Any such drop in a sample interval is a fault over that
   interval (a loss is found up to a retransmission timer later: run-long counts leave out what
   follows a fault by ``RETIRE_CAUSE_S``, experiments/analysis/metrics.py). Read on this machine
-  only: a server's kernel is not read yet. And on the linux data plane, what a switch port's real
-  queue (its htb and the leaves under it) dropped past the eBPF program's count (``qdisc_drops``
-  in ``switches.csv``, read with the port samples, about once a second).
+  only: a server's kernel is not read yet.
 
 A sample interval where an invariant broke is a :class:`FidelityFault`; overlapping faults of one
 invariant merge. A verdict whose window overlaps a fault reads ``void (<invariant>, <where>,
@@ -57,7 +55,8 @@ failed one exits 3, "this machine could not".
 
 Not watched yet (named so nobody reads the silence as a pass): each backlogged port's drain rate
 against its configured rate, a hold shorter than the retransmission timer, and the other packets
-lost outside the model (BMv2's input queues, a server's kernel backlog).
+lost outside the model (a switch port's real qdisc overflowing past the eBPF program's count,
+BMv2's input queues, a server's kernel backlog).
 
 Thresholds: :data:`SCHED_DELAY_MAX_S` (:func:`sched_delay_limit` on a slow fabric) and
 :func:`loop_gap_limit`; docs/fidelity.md says where each sits and why, and docs/benchmarks.md has
@@ -236,35 +235,19 @@ LOST = "packets lost outside the model"
 KERNEL_BACKLOG = "the kernel's receive backlog (softnet)"
 
 
-def lost_packets(kernel_drops: Sequence[tuple[float, int, float]], ports: Sequence[dict]) -> list[tuple]:
-    """Packets lost outside the model, as ``(t, where, packets, interval s)``: the kernel's backlog
-    drops (the monitor's ``(t, packets, interval)``), and each linux switch port's ``qdisc_drops``
-    growing between two of its samples (``ports``: the port sampler's rows, counters since start):
-    its real queue dropped what the eBPF program's count let through."""
-    out: list[tuple] = [(t, KERNEL_BACKLOG, n, span) for t, n, span in kernel_drops if n > 0]
-    last: dict[tuple[str, int], tuple[float, int]] = {}
-    for r in sorted((r for r in ports if "qdisc_drops" in r), key=lambda r: r["t"]):
-        key = (r["switch"], r["port"])
-        if key in last and r["qdisc_drops"] > last[key][1]:
-            t0, n0 = last[key]
-            out.append((r["t"], f"switch {key[0]} port {key[1]}'s queue", r["qdisc_drops"] - n0, r["t"] - t0))
-        last[key] = (r["t"], r["qdisc_drops"])
-    return sorted(out, key=lambda x: x[0])
-
-
 def faults(cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[float, str, float]], *,
            period_s: float = PERIOD_S, gap_period_s: float = 0.1, sched_delay_max_s: float = SCHED_DELAY_MAX_S,
            min_wait: float = MIN_WAIT, loop_gap_max_s: float = LOOP_GAP_MIN_S,
            held: Sequence[tuple[float, str, float, float]] = (),
-           lost: Sequence[tuple[float, str, int, float]] = ()) -> list[FidelityFault]:
+           lost: Sequence[tuple[float, int, float]] = ()) -> list[FidelityFault]:
     """The fidelity faults of a run: from the monitor's CPU samples ``(t, label, scheduling delay
     per run (s), waited share of the interval, interval s)``, each covering the interval before
     ``t`` (a starved sample's fault is the whole of it: the monitor cannot say when in it the
     process waited), the endpoints' loop gaps ``(t, host, gap s)``,
     each covering the ``gap_period_s`` before ``t``, the held packets (:func:`held_packets`:
     ``(t, path, age s, limit s)``), those older than their limit each covering its round trip, and
-    the packets lost outside the model ``(t, where, packets, interval s)`` (:func:`lost_packets`),
-    each covering its interval.
+    the kernel's backlog drops ``(t, packets, interval s)`` (the monitor's ``kernel_drops``), each
+    covering its interval.
     Intervals of one invariant that overlap, or
     are less than half a sample period apart (the samples' own jitter), merge (their ``where``
     lists every place)."""
@@ -279,9 +262,9 @@ def faults(cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[f
     for t, path, age, limit in held:
         if age > limit:
             raw.append(FidelityFault("held packets", path, t - age, t, age, limit))
-    for t, where, n, span in lost:
+    for t, n, span in lost:
         if n > 0:
-            raw.append(FidelityFault(LOST, where, t - max(span, period_s), t, n, 0, " packets"))
+            raw.append(FidelityFault(LOST, KERNEL_BACKLOG, t - max(span, period_s), t, n, 0, " packets"))
     merged: list[FidelityFault] = []
     for f in sorted(raw, key=lambda f: (f.invariant, f.t0)):
         last = merged[-1] if merged else None
@@ -302,7 +285,7 @@ def overlapping(windows: list[tuple[float, float]], found: list[FidelityFault]) 
 
 def write_csv(path: Path, cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[float, str, float]],
               loop_gap_max_s: float = LOOP_GAP_MIN_S, held: Sequence[tuple[float, str, float, float]] = (),
-              sched_delay_max_s: float = SCHED_DELAY_MAX_S, lost: Sequence[tuple[float, str, int, float]] = ()) -> None:
+              sched_delay_max_s: float = SCHED_DELAY_MAX_S, lost: Sequence[tuple[float, int, float]] = ()) -> None:
     """``fidelity.csv``: one row per sample: t_s, invariant, where, value, limit, interval_s (the
     interval before t_s a CPU sample or a backlog drop covers; empty for a loop gap, which covers
     its telemetry interval, and for a spurious timeout's age at arrival, which covers its round
@@ -318,5 +301,5 @@ def write_csv(path: Path, cpu: list[tuple[float, str, float, float, float]], gap
             w.writerow([f"{t:.3f}", "loop gap (s)", f"endpoint {host}", f"{gap:.4f}", loop_gap_max_s, ""])
         for t, where, age, limit in held:
             w.writerow([f"{t:.3f}", "timed-out packet's time on its way (s)", where, f"{age:.4f}", f"{limit:.4f}", ""])
-        for t, where, n, span in lost:
-            w.writerow([f"{t:.3f}", "packets lost outside the model", where, n, 0, f"{span:.3f}"])
+        for t, n, span in lost:
+            w.writerow([f"{t:.3f}", "packets the kernel dropped (backlog full)", KERNEL_BACKLOG, n, 0, f"{span:.3f}"])

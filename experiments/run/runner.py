@@ -353,10 +353,10 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
     gap_limit = fidelity.loop_gap_limit(scn.settings.min_rto_s)
     delay_limit = fidelity.sched_delay_limit(fastest_frame_s(scn.spec_for(dp), scn.settings.frame_bytes))
     held = fidelity.held_packets(data.events, data.held_limits)
-    lost = fidelity.lost_packets(data.kernel_drops, data.ports)
     found = fidelity.faults(data.run_delays, data.loop_gaps, loop_gap_max_s=gap_limit, held=held,
-                            sched_delay_max_s=delay_limit, lost=lost)
-    fidelity.write_csv(out / "fidelity.csv", data.run_delays, data.loop_gaps, gap_limit, held, delay_limit, lost)
+                            sched_delay_max_s=delay_limit, lost=data.kernel_drops)
+    fidelity.write_csv(out / "fidelity.csv", data.run_delays, data.loop_gaps, gap_limit, held, delay_limit,
+                       data.kernel_drops)
     faults = [{"t": f["t"], "label": f["label"]} for f in fault_log] + \
         [{"t": f.t0, "t_end": f.t1, "kind": "fidelity", "label": f.describe()} for f in found]
     title = f"{scn.name}: {scn.transport} on {dp}"
@@ -367,11 +367,9 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
         queue_plot(data, faults, out / "queues.png", title + ", switch ports")
         with open(out / "switches.csv", "w", newline="") as fh:
             # gray: packets dropped by a gray loss (linux's program counts them per port; bmv2: empty);
-            # pauses, pause_s: PFC pauses this port received and its time paused (lossless ports only);
-            # qdisc_drops: what the port's real queue dropped past the program's count (linux)
+            # pauses, pause_s: PFC pauses this port received and its time paused (lossless ports only)
             w = csv.DictWriter(fh, fieldnames=["t", "switch", "port", "peer", "queue", "marked", "trimmed",
-                                               "queue_full", "gray", "pauses", "pause_s", "qdisc_drops"],
-                               restval="")
+                                               "queue_full", "gray", "pauses", "pause_s"], restval="")
             w.writeheader()
             w.writerows(data.ports)
     series = data.goodput_mbps()
