@@ -201,7 +201,7 @@ def test_scenario_passes_as_shipped_and_fails_with_each_mechanism_it_demonstrate
                                                                                          no_leftovers, decided_run):
     scn = load_scenario(name, duration_s=load_scenario(name).quick_s, dataplane=dp,
                         settings={off: False} if off else None)
-    m, _, out = decided_run(scn, tmp_path)
+    m, _, out = decided_run(scn, tmp_path, decides=scn.demonstrates.get(off, ()) if off else ())
     failed = [v["expectation"] for v in m["expectations"] if v["passed"] is False]
     # what the run wrote: its scenario, metrics, series, events and plots; switch queues where it congests
     written = {"scenario.yaml", "metrics.json", "timeseries.csv", "events.csv", "goodput.png", "ev_state.png"}
