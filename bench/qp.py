@@ -26,11 +26,9 @@ vary with load; the table is what this machine sustains now.
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
 
-from mrclab.bench.tables import emit, progress, run_scenario
-from mrclab.controller.dataplanes import dataplane as resolve
+from mrclab.bench.tables import emit, per_dataplane, progress, run_scenario
 from mrclab.experiments.model.scenario import parse_scenario
 from mrclab.protocol import headers as H
 from mrclab.topologies.errors import MrclabError
@@ -100,24 +98,22 @@ def table(dp: str, rows: list[tuple[tuple[str, int, int], dict]]) -> Table:
     return t
 
 
+def rows_of(dp: str, folder: Path) -> Table:
+    """Every row of :data:`ROWS` on ``dp``, each run into ``folder``; their table."""
+    rows = []
+    for key in ROWS:
+        transport, planes, payload = key
+        console.print(f"[dim]{dp}: {transport}, {planes} plane(s), {payload}-byte payload ...[/dim]")
+        r = row(transport, planes, payload, dp, folder / f"{dp}-{transport}-{planes}-{payload}")
+        console.print(f"[dim]  {r['ports']:.3f} of the ports, {r['wire']:.3f} on the wire[/dim]")
+        rows.append((key, r))
+    return table(dp, rows)
+
+
 def main(args=None) -> int:
     """``mrclab bench qp``: every row on every data plane asked for (default: linux, the plane whose
     rates reach the ports' 64 Mb/s), then one table each. Returns 0."""
-    dps = getattr(args, "dataplane", None) or ["linux"]
-    tables = []
-    with tempfile.TemporaryDirectory(prefix="mrclab-bench-qp-") as d:
-        for dp in dps:
-            if why := resolve(dp).missing():
-                console.print(f"[yellow]{dp}: skipped ({why})[/yellow]")
-                continue
-            rows = []
-            for key in ROWS:
-                transport, planes, payload = key
-                console.print(f"[dim]{dp}: {transport}, {planes} plane(s), {payload}-byte payload ...[/dim]")
-                r = row(transport, planes, payload, dp, Path(d) / f"{dp}-{transport}-{planes}-{payload}")
-                console.print(f"[dim]  {r['ports']:.3f} of the ports, {r['wire']:.3f} on the wire[/dim]")
-                rows.append((key, r))
-            tables.append(table(dp, rows))
+    tables = per_dataplane(getattr(args, "dataplane", None) or ["linux"], "mrclab-bench-qp-", rows_of)
     notes = ["targets (issue 36): one MRC QP >= 0.90 of its NIC ports on one plane and on four; a lone RoCE QP "
              ">= 0.95 of its port; the header ceiling bounds 'of the ports' at each payload"]
     emit(tables, notes, bool(getattr(args, "markdown", False)))

@@ -25,13 +25,12 @@ machine sustains now.
 
 from __future__ import annotations
 
-import tempfile
 import threading
 import time
 from pathlib import Path
 
 import psutil
-from mrclab.bench.tables import emit, progress, run_scenario
+from mrclab.bench.tables import emit, per_dataplane, progress, run_scenario
 from mrclab.controller.dataplanes import dataplane as resolve
 from mrclab.controller.dataplanes import here
 from mrclab.experiments.model.scenario import parse_scenario
@@ -204,12 +203,6 @@ def main(args=None) -> int:
     """``mrclab bench scale``: the ladder on every data plane asked for (default: every one this
     machine has), then one table each. Returns 0."""
     dps = getattr(args, "dataplane", None) or [p.name for p in here()]
-    tables = []
-    with tempfile.TemporaryDirectory(prefix="mrclab-bench-scale-") as d:
-        for dp in dps:
-            if why := resolve(dp).missing():
-                console.print(f"[yellow]{dp}: skipped ({why})[/yellow]")
-                continue
-            tables.append(table(dp, ladder(dp, Path(d))))
+    tables = per_dataplane(dps, "mrclab-bench-scale-", lambda dp, d: table(dp, ladder(dp, d)))
     emit(tables, [], bool(getattr(args, "markdown", False)))
     return 0

@@ -10,8 +10,12 @@ from __future__ import annotations
 import contextlib
 import shlex
 import sys
+import tempfile
 import time
+from collections.abc import Callable
+from pathlib import Path
 
+from mrclab.controller.dataplanes import dataplane as resolve
 from mrclab.experiments.run import runner
 from mrclab.experiments.run.reproduce import provenance
 from rich.console import Console
@@ -61,3 +65,17 @@ def run_scenario(scn, out, **kw):
     so stdout keeps only the benchmark's tables. Returns (metrics, run data); raises as it does."""
     with contextlib.redirect_stdout(sys.stderr):
         return runner.run_with_data(scn, out, live=False, **kw)
+
+
+def per_dataplane(dps: list[str], prefix: str, measure: Callable[[str, Path], Table]) -> list[Table]:
+    """``measure(dp, folder)``'s table for each data plane of ``dps`` this machine has (one missing
+    is skipped, said on stderr), every run's folder under one temporary ``prefix`` folder that is
+    removed afterwards."""
+    tables = []
+    with tempfile.TemporaryDirectory(prefix=prefix) as d:
+        for dp in dps:
+            if why := resolve(dp).missing():
+                progress.print(f"[yellow]{dp}: skipped ({why})[/yellow]")
+                continue
+            tables.append(measure(dp, Path(d)))
+    return tables

@@ -50,3 +50,16 @@ def test_a_benchmarks_scenario_run_prints_its_summary_to_stderr_so_stdout_keeps_
     assert tables.run_scenario(None, None, on_start=None) == ({"m": 1}, None)
     out, err = capsys.readouterr()
     assert out == "" and "verdict table" in err
+
+
+def test_per_dataplane_measures_each_plane_this_machine_has_and_says_which_it_skipped(capsys, monkeypatch):
+    from types import SimpleNamespace
+
+    from mrclab.bench import tables
+
+    monkeypatch.setattr(tables, "resolve",
+                        lambda dp: SimpleNamespace(missing=lambda: "no p4c" if dp == "bmv2" else None))
+    seen = []
+    got = tables.per_dataplane(["bmv2", "linux"], "t-", lambda dp, d: seen.append((dp, d.is_dir())) or dp)
+    assert got == ["linux"] and seen == [("linux", True)]
+    assert "bmv2: skipped (no p4c)" in capsys.readouterr().err
