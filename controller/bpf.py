@@ -26,39 +26,29 @@ Errors: :class:`BpfError` (a :class:`~topologies.errors.RunFailed`) with the ste
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
-import errno
+import base64
 import hashlib
 import os
 import shutil
-import socket
-import struct
 import subprocess
 import sysconfig
 import tempfile
-import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from mrclab.controller import bpfmaps
 from mrclab.emulation import kernel
+from mrclab.emulation.servers import OnServer
 from mrclab.topologies.errors import RunFailed
 
 SOURCE = Path(__file__).resolve().parent.parent / "bpfsrc" / "port_queue.bpf.c"
 CACHE_ROOT = Path(os.environ.get("MRCLAB_CACHE", Path.home() / ".cache" / "mrclab")) / "bpf"
 #: htb classes the program chooses between (bpfsrc/port_queue.bpf.c CLASS_HIGH, CLASS_LOW).
 CLASS_HIGH, CLASS_LOW = "1:10", "1:20"
-BPF_ANY, BPF_NOEXIST, BPF_F_LOCK = 0, 1, 4  # linux/bpf.h
-BPF_TC_EGRESS, BPF_TC_F_REPLACE = 2, 1  # libbpf.h
-#: struct port_cfg: rate_pps, ecn_k, trim_t, q_limit, loss_threshold (of 65536), salt, lossless, port_no,
-#: frame_bytes
-CFG = struct.Struct("<9I")
-#: struct pfc_state: feeds (bit n: port n fed the low-priority queue), pause_start, pause_end (ns)
-PFC = struct.Struct("<3Q")
-#: struct port_state: lock, lcg, last_ns, occ, marked, trimmed, queue_full, gray, low, high
-STATE = struct.Struct("<II8Q")
-STATE_FIELDS = ("marked", "trimmed", "queue_full", "gray", "low", "high")
-FP_SHIFT = 20  # the virtual queue's fixed point
+#: map layouts, fixed point and flags (controller/bpfmaps.py: the loader that also runs on servers)
+CFG, PFC, STATE, FP_SHIFT = bpfmaps.CFG, bpfmaps.PFC, bpfmaps.STATE, bpfmaps.FP_SHIFT
+STATE_FIELDS = bpfmaps.STATE_FIELDS
 
 
 class BpfError(RunFailed):
@@ -93,7 +83,7 @@ def bpf_missing() -> str | None:
         return "clang is not installed (setup.sh installs it: apt-get install clang)"
     if not Path("/usr/include/bpf/bpf_helpers.h").exists():
         return "libbpf's headers are not installed (setup.sh installs them: apt-get install libbpf-dev)"
-    if _libbpf_path() is None:
+    if bpfmaps.libbpf_path() is None:
         return "libbpf.so.1 is not installed (apt-get install libbpf1)"
     if asm_include_dir() is None:
         return ("the kernel's asm headers (/usr/include/<multiarch>/asm/types.h) are not installed "
@@ -114,17 +104,6 @@ def asm_include_dir(root: Path = Path("/usr/include")) -> Path | None:
         return root / arch
     found = sorted(d.parent.parent for d in root.glob("*/asm/types.h"))
     return found[0] if len(found) == 1 else None
-
-
-def _libbpf_path() -> str | None:
-    for name in ("libbpf.so.1", ctypes.util.find_library("bpf")):
-        if name:
-            try:
-                ctypes.CDLL(name)
-                return name
-            except OSError:
-                continue
-    return None
 
 
 def _clang_version() -> str:
@@ -158,65 +137,20 @@ def compile_bpf(src: Path = SOURCE) -> Path:
     return out
 
 
-class _TcHook(ctypes.Structure):
-    _fields_ = [("sz", ctypes.c_size_t), ("ifindex", ctypes.c_int), ("attach_point", ctypes.c_int),
-                ("parent", ctypes.c_uint32)]
-
-
-class _TcOpts(ctypes.Structure):
-    _fields_ = [("sz", ctypes.c_size_t), ("prog_fd", ctypes.c_int), ("flags", ctypes.c_uint32),
-                ("prog_id", ctypes.c_uint32), ("handle", ctypes.c_uint32), ("priority", ctypes.c_uint32)]
-
-
-def _lib() -> ctypes.CDLL:
-    lib = ctypes.CDLL(_libbpf_path() or "libbpf.so.1", use_errno=True)
-    lib.bpf_object__open_file.restype = ctypes.c_void_p
-    lib.bpf_object__open_file.argtypes = [ctypes.c_char_p, ctypes.c_void_p]
-    lib.libbpf_get_error.argtypes = [ctypes.c_void_p]
-    lib.libbpf_get_error.restype = ctypes.c_long
-    lib.bpf_object__load.argtypes = [ctypes.c_void_p]
-    lib.bpf_object__close.argtypes = [ctypes.c_void_p]
-    lib.bpf_object__find_program_by_name.restype = ctypes.c_void_p
-    lib.bpf_object__find_program_by_name.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-    lib.bpf_program__fd.argtypes = [ctypes.c_void_p]
-    lib.bpf_object__find_map_fd_by_name.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
-    for f in (lib.bpf_map_update_elem, lib.bpf_map_lookup_elem_flags):
-        f.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint64]
-    lib.bpf_tc_hook_create.argtypes = [ctypes.POINTER(_TcHook)]
-    lib.bpf_tc_attach.argtypes = [ctypes.POINTER(_TcHook), ctypes.POINTER(_TcOpts)]
-    lib.bpf_tc_detach.argtypes = [ctypes.POINTER(_TcHook), ctypes.POINTER(_TcOpts)]
-    return lib
-
-
-def _why(rc: int) -> str:
-    return os.strerror(-rc if rc < 0 else ctypes.get_errno() or errno.EINVAL)
-
-
 class SwitchBpf:
-    """The program loaded for one switch (its maps are this switch's), attached to ``ports``
-    (interface names) inside namespace ``netns``. Raises :class:`BpfError`."""
+    """The program loaded for one switch on this machine (its maps are this switch's), attached to
+    ``ports`` (interface names) inside namespace ``netns``. Raises :class:`BpfError`."""
 
     def __init__(self, name: str, netns: str, obj_path: Path, ports: list[str]) -> None:
         """Open and load ``obj_path`` (:func:`compile_bpf`) for switch ``name`` and attach it to every
         interface of ``ports`` inside ``netns``. Raises BpfError; what was loaded is released first."""
-        self.name, self.lib = name, _lib()
-        self.obj = self.lib.bpf_object__open_file(str(obj_path).encode(), None)
-        if not self.obj or self.lib.libbpf_get_error(self.obj):
-            self.obj = None
-            raise BpfError(f"{name}: libbpf cannot open {obj_path}")
-        rc = self.lib.bpf_object__load(self.obj)
-        if rc:
-            self.close()
-            raise BpfError(f"{name}: the kernel refused bpfsrc/port_queue.bpf.c ({_why(rc)}; "
-                           "run as root on a kernel with BPF and BTF)")
-        prog = self.lib.bpf_object__find_program_by_name(self.obj, b"mrclab_egress")
-        self.prog_fd = self.lib.bpf_program__fd(prog)
-        self.cfg_fd = self.lib.bpf_object__find_map_fd_by_name(self.obj, b"port_cfg")
-        self.state_fd = self.lib.bpf_object__find_map_fd_by_name(self.obj, b"port_state")
-        self.pfc_fd = self.lib.bpf_object__find_map_fd_by_name(self.obj, b"pfc")
-        self.netns = netns
+        self.name, self.netns = name, netns
+        try:
+            self.prog: bpfmaps.Program | None = bpfmaps.Program(name, str(obj_path))
+        except bpfmaps.MapError as e:
+            raise BpfError(str(e)) from None
+        self.maps = self.prog.maps
         self.ifindex: dict[str, int] = {}  # interface name -> ifindex, the maps' key
-        self.hooked: set[str] = set()  # interfaces given a clsact qdisc
         try:
             for intf in ports:
                 self.attach(intf)
@@ -226,99 +160,187 @@ class SwitchBpf:
 
     def attach(self, intf: str) -> None:
         """The program on ``intf``'s egress (again, after :meth:`detach`), its state kept."""
-        with kernel.inside(self.netns):
-            idx = self.ifindex[intf] = socket.if_nametoindex(intf)
-            hook = _TcHook(ctypes.sizeof(_TcHook), idx, BPF_TC_EGRESS, 0)
-            if intf not in self.hooked:  # once: a second create makes libbpf print the kernel's EEXIST
-                rc = self.lib.bpf_tc_hook_create(ctypes.byref(hook))
-                if rc and rc != -errno.EEXIST:
-                    raise BpfError(f"{self.name}: no clsact qdisc on {intf} ({_why(rc)})")
-                self.hooked.add(intf)
-            opts = _TcOpts(ctypes.sizeof(_TcOpts), self.prog_fd, BPF_TC_F_REPLACE, 0, 1, 1)
-            rc = self.lib.bpf_tc_attach(ctypes.byref(hook), ctypes.byref(opts))
-            if rc:
-                raise BpfError(f"{self.name}: cannot attach the program to {intf} ({_why(rc)})")
-        self._update(self.state_fd, idx, ctypes.create_string_buffer(STATE.size), BPF_NOEXIST, ok_exists=True)
-        self._update(self.pfc_fd, idx, ctypes.create_string_buffer(PFC.size), BPF_NOEXIST, ok_exists=True)
+        assert self.prog is not None
+        try:
+            with kernel.inside(self.netns):
+                idx = self.ifindex[intf] = bpfmaps.attach(self.name, self.prog.prog_fd, intf, self.prog.hooked)
+            self.maps.init_port(idx)
+        except bpfmaps.MapError as e:
+            raise BpfError(str(e)) from None
 
     def detach(self, intf: str) -> None:
         """Take the program off ``intf`` (packets pass untouched; the benchmark's yardstick)."""
-        with kernel.inside(self.netns):
-            hook = _TcHook(ctypes.sizeof(_TcHook), self.ifindex[intf], BPF_TC_EGRESS, 0)
-            opts = _TcOpts(ctypes.sizeof(_TcOpts), 0, 0, 0, 1, 1)
-            rc = self.lib.bpf_tc_detach(ctypes.byref(hook), ctypes.byref(opts))
-            if rc:
-                raise BpfError(f"{self.name}: cannot detach the program from {intf} ({_why(rc)})")
-
-    def _update(self, fd: int, idx: int, value, flags: int, ok_exists: bool = False) -> None:
-        key = ctypes.c_uint32(idx)
-        buf = value if isinstance(value, ctypes.Array) else ctypes.create_string_buffer(value, len(value))
-        rc = self.lib.bpf_map_update_elem(fd, ctypes.byref(key), buf, flags)
-        if rc and not (ok_exists and rc == -errno.EEXIST):
-            raise BpfError(f"{self.name}: map update refused ({_why(rc)})")
+        try:
+            with kernel.inside(self.netns):
+                bpfmaps.detach(self.name, intf)
+        except bpfmaps.MapError as e:
+            raise BpfError(str(e)) from None
 
     def configure(self, intf: str, cfg: PortConfig) -> None:
         """Port ``intf`` from now on follows ``cfg`` (the queue and counters carry on)."""
-        self._update(self.cfg_fd, self.ifindex[intf], cfg.pack(), BPF_ANY)
+        try:
+            self.maps.configure(self.ifindex[intf], cfg.pack())
+        except bpfmaps.MapError as e:
+            raise BpfError(f"{self.name}: {e}") from None
+
+    def states(self, intfs: list[str]) -> list[dict[str, int]]:
+        """Each port's counters (:data:`STATE_FIELDS`, packets since attach) and ``queue``
+        (low-priority frames the virtual queue held at its last packet), in ``intfs``' order."""
+        try:
+            return [self.maps.state(self.ifindex[i]) for i in intfs]
+        except bpfmaps.MapError as e:
+            raise BpfError(f"{self.name}: {e}") from None
 
     def state(self, intf: str) -> dict[str, int]:
-        """Port ``intf``'s counters (:data:`STATE_FIELDS`, packets since attach) and ``queue``
-        (low-priority packets the virtual queue held at its last packet)."""
-        key, buf = ctypes.c_uint32(self.ifindex[intf]), ctypes.create_string_buffer(STATE.size)
-        rc = self.lib.bpf_map_lookup_elem_flags(self.state_fd, ctypes.byref(key), buf, BPF_F_LOCK)
-        if rc:
-            raise BpfError(f"{self.name}: cannot read {intf}'s counters ({_why(rc)})")
-        _lock, _lcg, _last, occ, *counts = STATE.unpack(buf.raw)
-        return {"queue": occ >> FP_SHIFT, **dict(zip(STATE_FIELDS, counts, strict=True))}
+        """:meth:`states` of one port."""
+        return self.states([intf])[0]
 
-    def queue_now(self, intf: str, rate_pps: int) -> float:
-        """PFC: port ``intf``'s low-priority queue now (packets): the program's count at its last
-        packet, drained since at ``rate_pps`` but for the time the port was paused (as the program
-        drains it at its next packet)."""
-        key, buf = ctypes.c_uint32(self.ifindex[intf]), ctypes.create_string_buffer(STATE.size)
-        if self.lib.bpf_map_lookup_elem_flags(self.state_fd, ctypes.byref(key), buf, BPF_F_LOCK):
-            return 0.0
-        last, occ = STATE.unpack(buf.raw)[2:4]
-        pbuf = ctypes.create_string_buffer(PFC.size)
-        start = end = 0
-        if not self.lib.bpf_map_lookup_elem_flags(self.pfc_fd, ctypes.byref(key), pbuf, 0):
-            _feeds, start, end = PFC.unpack(pbuf.raw)
-        now = time.monotonic_ns()
-        dt = max(0, now - last)
-        if start:
-            hi, lo = min(end or now, now), max(start, last)
-            dt -= max(0, hi - lo)
-        return max(0.0, occ / (1 << FP_SHIFT) - dt * rate_pps / 1e9)
-
-    def pfc_feeds(self, intf: str) -> int:
-        """PFC: the ports that fed ``intf``'s low-priority queue since the last call (bit n: port n),
-        cleared by this call (a bit the program sets in between may be lost: the next packet from
-        that port sets it again)."""
-        key, buf = ctypes.c_uint32(self.ifindex[intf]), ctypes.create_string_buffer(PFC.size)
-        if self.lib.bpf_map_lookup_elem_flags(self.pfc_fd, ctypes.byref(key), buf, 0):
-            return 0
-        feeds, start, end = PFC.unpack(buf.raw)
-        if feeds:
-            self._update(self.pfc_fd, self.ifindex[intf], PFC.pack(0, start, end), BPF_ANY)
-        return feeds
+    def pfc_look(self, items: list[tuple[str, int, float, bool]]) -> list[tuple[float, int]]:
+        """PFC: for each (port, its rate in frames/s, its XOFF in frames, whether the agent holds
+        it), its low-priority queue now (frames) and the ports that fed it (a bit mask, read and
+        cleared at or above XOFF or while held): see :meth:`bpfmaps.Maps.pfc_look`."""
+        return [self.maps.pfc_look(self.ifindex[intf], rate, xoff, held) for intf, rate, xoff, held in items]
 
     def set_paused(self, intf: str, paused: bool) -> None:
         """PFC: ``intf`` is paused from now (``paused``) or resumes now: its virtual queue drains
-        nothing for the time in between. ``time.monotonic_ns`` is the program's ``bpf_ktime_get_ns``
-        clock (CLOCK_MONOTONIC)."""
-        key, buf = ctypes.c_uint32(self.ifindex[intf]), ctypes.create_string_buffer(PFC.size)
-        if self.lib.bpf_map_lookup_elem_flags(self.pfc_fd, ctypes.byref(key), buf, 0):
-            return
-        feeds, start, end = PFC.unpack(buf.raw)
-        now = time.monotonic_ns()
-        start, end = (now, 0) if paused else (start, now)
-        self._update(self.pfc_fd, self.ifindex[intf], PFC.pack(feeds, start, end), BPF_ANY)
+        nothing for the time in between."""
+        self.maps.set_paused(self.ifindex[intf], paused)
 
     def close(self) -> None:
         """Release the object (attached programs stay until their namespace goes)."""
-        if self.obj:
-            self.lib.bpf_object__close(self.obj)
-            self.obj = None
+        if self.prog is not None:
+            self.prog.close()
+            self.prog = None
+
+
+class QueueAgent:
+    """The queue agent on one server (controller/bpfmaps.py run there: its own source, over the
+    server's ssh connection), for the switches of the run's planes on it. ``run_dir``: the run's
+    folder there; ``pin_dir``: the run's folder under bpffs there (both removed by cleanup)."""
+
+    def __init__(self, ssh, server, run_dir: str, pin_dir: str) -> None:
+        """Nothing started until the first request."""
+        self.on = OnServer(ssh, server, script=Path(bpfmaps.__file__).read_text())
+        self.server, self.run_dir, self.pin_dir = server, run_dir, pin_dir
+        self._objects: dict[Path, str] = {}  # object here -> its copy there
+
+    def ask(self, op: str, **args):
+        """Request ``op`` of the agent; its result. Raises BpfError with the agent's words, or
+        ServerError when the server stops answering."""
+        got = self.on.call({"op": op, **args})
+        if "error" in got:
+            raise BpfError(f"{self.server.name}: {got['error']}")
+        return got["ok"]
+
+    def object_there(self, obj_path: Path) -> str:
+        """``obj_path``'s copy on the server (sent once)."""
+        there = self._objects.get(obj_path)
+        if there is None:
+            there = f"{self.run_dir}/{obj_path.name}"
+            self.ask("put", path=there, data=base64.b64encode(obj_path.read_bytes()).decode())
+            self._objects[obj_path] = there
+        return there
+
+    def close(self) -> None:
+        """Stop the agent (the programs stay attached, their maps pinned, until cleanup)."""
+        self.on.close()
+
+
+class RemoteSwitchBpf:
+    """:class:`SwitchBpf` for a switch whose namespace ``netns`` is on a server: the same calls,
+    each a request to that server's :class:`QueueAgent`, which loads the program there and pins
+    it under ``<agent's pin_dir>/<name>``. Raises :class:`BpfError` (and ServerError when the
+    server stops answering)."""
+
+    def __init__(self, name: str, netns: str, obj_path: Path, ports: list[str], agent: QueueAgent) -> None:
+        """Load ``obj_path`` for switch ``name`` on the agent's server, attached to ``ports``."""
+        self.name, self.netns, self.agent = name, netns, agent
+        self.ns_path = f"/run/netns/{netns}"
+        self.pin = f"{agent.pin_dir}/{name}"
+        self.ifindex: dict[str, int] = agent.ask("load", name=name, obj=agent.object_there(obj_path),
+                                                 netns=self.ns_path, ports=ports, pin=self.pin)
+
+    def attach(self, intf: str) -> None:
+        """The program on ``intf``'s egress again (after :meth:`detach`), its state kept."""
+        self.ifindex[intf] = self.agent.ask("attach", name=self.name, netns=self.ns_path, intf=intf, pin=self.pin)
+
+    def detach(self, intf: str) -> None:
+        """Take the program off ``intf``."""
+        self.agent.ask("detach", name=self.name, netns=self.ns_path, intf=intf)
+
+    def configure(self, intf: str, cfg: PortConfig) -> None:
+        """Port ``intf`` from now on follows ``cfg``."""
+        self.agent.ask("configure", pin=self.pin, idx=self.ifindex[intf], cfg=cfg.pack().hex())
+
+    def states(self, intfs: list[str]) -> list[dict[str, int]]:
+        """:meth:`SwitchBpf.states`, in one request."""
+        return self.agent.ask("states", items=[[self.pin, self.ifindex[i]] for i in intfs])
+
+    def state(self, intf: str) -> dict[str, int]:
+        """:meth:`states` of one port."""
+        return self.states([intf])[0]
+
+    def pfc_look(self, items: list[tuple[str, int, float, bool]]) -> list[tuple[float, int]]:
+        """:meth:`SwitchBpf.pfc_look`, in one request (computed on the server, against its clock)."""
+        got = self.agent.ask("pfc_look", items=[[self.pin, self.ifindex[i], rate, xoff, held]
+                                                for i, rate, xoff, held in items])
+        return [(float(q), int(f)) for q, f in got]
+
+    def set_paused(self, intf: str, paused: bool) -> None:
+        """:meth:`SwitchBpf.set_paused`, on the server's clock."""
+        self.agent.ask("set_paused", pin=self.pin, idx=self.ifindex[intf], paused=paused)
+
+    def close(self) -> None:
+        """Nothing held here (the agent keeps the maps' descriptors)."""
+
+
+def _many(op: str, asks: list[tuple], local, remote_item) -> list[list]:
+    """Each (program, its items)'s answers, in order: a program here answers at once
+    (``local(prog, items)``); those on servers are asked together, one ``op`` request per
+    server's agent (``remote_item(prog, item)``: the request's item)."""
+    out: list[list | None] = [None] * len(asks)
+    by_agent: dict[QueueAgent, list[int]] = {}
+    for n, (prog, items) in enumerate(asks):
+        if isinstance(prog, RemoteSwitchBpf):
+            by_agent.setdefault(prog.agent, []).append(n)
+        else:
+            out[n] = local(prog, items)
+    def ask(agent: QueueAgent) -> list:
+        return agent.ask(op, items=[remote_item(asks[n][0], it) for n in by_agent[agent] for it in asks[n][1]])
+
+    # the servers answer at once: a turn costs the slowest round trip, not their sum
+    answers = list(_pool().map(ask, by_agent)) if len(by_agent) > 1 else [ask(a) for a in by_agent]
+    for (_agent, ns), got_list in zip(by_agent.items(), answers, strict=True):
+        got = iter(got_list)
+        for n in ns:
+            out[n] = [next(got) for _ in asks[n][1]]
+    return [x if x is not None else [] for x in out]
+
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def _pool() -> ThreadPoolExecutor:
+    """Threads that ask several servers' queue agents at once (made once, kept)."""
+    global _POOL
+    if _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="mrclab-queue-agents")
+    return _POOL
+
+
+def states_many(asks: list[tuple[SwitchBpf | RemoteSwitchBpf, list[str]]]) -> list[list[dict[str, int]]]:
+    """Each (switch's program, its ports)'s :meth:`SwitchBpf.states`: one request per server for
+    the switches on servers (a sample of a whole plane costs one round trip)."""
+    return _many("states", asks, lambda p, items: p.states(items), lambda p, i: [p.pin, p.ifindex[i]])
+
+
+def pfc_look_many(asks: list[tuple[SwitchBpf | RemoteSwitchBpf, list[tuple[str, int, float, bool]]]]
+                  ) -> list[list[tuple[float, int]]]:
+    """Each (switch's program, its (port, rate, XOFF, held) items)'s :meth:`SwitchBpf.pfc_look`: one
+    request per server for the switches on servers."""
+    got = _many("pfc_look", asks, lambda p, items: p.pfc_look(items),
+                lambda p, it: [p.pin, p.ifindex[it[0]], it[1], it[2], it[3]])
+    return [[(float(q), int(f)) for q, f in x] for x in got]
 
 
 def htb_lines(intf: str, mbps: float, low_packets: int, high_packets: int, lossless: bool = False,

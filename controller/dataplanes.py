@@ -21,7 +21,7 @@ from pathlib import Path
 
 from mrclab.controller import bpf, seg6, thrift
 from mrclab.controller.backends import Bmv2Faults, LinuxFaults
-from mrclab.controller.bpf import SwitchBpf, htb_lines
+from mrclab.controller.bpf import QueueAgent, RemoteSwitchBpf, SwitchBpf, htb_lines
 from mrclab.controller.compiler import compile_p4
 from mrclab.controller.p4runtime import MAX_PORTS, P4Info, P4Switch
 from mrclab.controller.pfc import Bmv2Side, LinuxSide, lever_lines
@@ -32,15 +32,6 @@ from mrclab.topologies.errors import BadInput, RunFailed
 
 #: What every data plane can do: faults, and ``congestion`` (switch queues that ECN-mark and trim).
 FEATURES = frozenset({"link", "switch", "blackhole", "gray_loss", "congestion"})
-
-#: What a fabric whose planes run on other servers lacks (emulation/cluster.py), with the reason:
-#: linux's switch queues and gray loss live in this process's eBPF map descriptors, and bmv2's
-#: queues need its Thrift runtime, which listens inside the switch's namespace.
-REMOTE_MISSING = {
-    "congestion": "switch queues on other servers (linux's tc eBPF program, bmv2's Thrift runtime) are not built yet",
-    "gray_loss": "gray loss on other servers is not built yet for linux (its tc eBPF program)",
-}
-
 
 #: Every bmv2 switch is checked for its pipeline once in this many seconds (the watchdog), one
 #: switch at a time, spread evenly over the period ...
@@ -75,17 +66,17 @@ class DataPlane(EmulatedDataPlane):
     p4runtime = False
     watchdog = False
     switch_pcaps = False
-    #: gray loss is a table entry on this data plane's switches, so it works on servers too
-    remote_gray_loss = False
+    #: what a fabric whose planes run on other servers lacks beyond what this machine does
+    #: (emulation/cluster.py), with the reason
+    remote_missing: dict[str, str] = {}
     #: how a benchmark names the CPU a forwarded packet costs per hop (bench/scale.py)
     hop_cost_words = ""
 
     def missing_features(self, remote: bool = False) -> dict[str, str]:
         """Features this machine lacks for the data plane, with the reason; with ``remote``, for a
-        fabric whose planes run on other servers (:data:`REMOTE_MISSING`)."""
-        if remote:
-            return {k: v for k, v in REMOTE_MISSING.items() if not (self.remote_gray_loss and k == "gray_loss")}
-        return self._missing_here()
+        fabric whose planes run on other servers (and :attr:`remote_missing`; what a server lacks,
+        ``doctor --servers`` says)."""
+        return {**self._missing_here(), **(self.remote_missing if remote else {})}
 
     def _missing_here(self) -> dict[str, str]:
         return {}
@@ -138,7 +129,8 @@ class Bmv2(Bmv2Emulated, DataPlane):
     p4runtime = True
     watchdog = True
     switch_pcaps = True
-    remote_gray_loss = True  # a table entry, written over P4Runtime
+    remote_missing = {"congestion": "bmv2's switch queues on other servers (its Thrift runtime, reached over "
+                                    "ssh) are not built yet"}
     hop_cost_words = "switch CPU / data packet / hop"
 
     def _missing_here(self) -> dict[str, str]:
@@ -262,12 +254,27 @@ class Linux(LinuxEmulated, DataPlane):
                 kernel.tc_batch(ns, lines)
             except kernel.KernelError as e:
                 raise FabricError(f"{sw}: tc refused the port queues: {e}") from None
-            fab.bpf[sw] = SwitchBpf(sw, ns, compiled, [f"{sw}-eth{p}" for p in sorted(ports)])
+            intfs = [f"{sw}-eth{p}" for p in sorted(ports)]
+            server = fab.emu.server_of(sw)
+            if server is None:
+                fab.bpf[sw] = SwitchBpf(sw, ns, compiled, intfs)
+            else:
+                fab.bpf[sw] = RemoteSwitchBpf(sw, ns, compiled, intfs, self.queue_agent(fab, server))
             for port in ports:
                 fab.bpf[sw].configure(f"{sw}-eth{port}", fab.port_config(sw, port))
         if any(q.lossless for q in fab.queues.values()):
             fab.start_pfc([])
         fab.timings["queues_s"] = time.monotonic() - t
+
+    @staticmethod
+    def queue_agent(fab, server) -> QueueAgent:
+        """``server``'s queue agent (controller/bpfmaps.py), started at first use; the run's pins
+        under bpffs there were recorded for cleanup when the servers were prepared."""
+        agent = fab.queue_agents.get(server)
+        if agent is None:
+            agent = fab.queue_agents[server] = QueueAgent(fab.emu.ssh, server, fab.emu.remote_dir(server),
+                                                          fab.emu.pin_dir(server))
+        return agent
 
     def verify(self, fab, entry) -> None:
         """Read the switch's seg6 routes back from its namespace."""

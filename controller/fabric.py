@@ -23,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Collection, Iterator
 
+from mrclab.controller import bpf
 from mrclab.controller.bpf import PortConfig
 from mrclab.controller.dataplanes import DataPlane, FabricError, control_period_s
 from mrclab.controller.dataplanes import dataplane as resolve
@@ -55,8 +56,8 @@ class Fabric:
         ``frame_bytes``: the queue plan's settings and frame size (controller/queues.py), used
         where this machine gives the data plane switch queues; ``bmv2_build``: "forwarding" or
         "logging" (emulation/nodes.py bmv2_binary; None: as ``debug`` says); ``placement``, ``ssh``:
-        planes on other servers (emulation/cluster.py), where the switches have no queue program
-        (:data:`REMOTE_MISSING`). Raises as :class:`~emulation.network.Emulation` does."""
+        planes on other servers (emulation/cluster.py; what the data plane lacks there:
+        its ``remote_missing``). Raises as :class:`~emulation.network.Emulation` does."""
         self.spec = spec
         self.plan = AddressPlan(spec)
         self.routes: RoutePlan = route_plan(self.plan)
@@ -75,7 +76,8 @@ class Fabric:
                              thrift_port=THRIFT_PORT if self.congestion else None, switch_queues=self.congestion,
                              placement=placement, ssh=ssh, frame_bytes=frame_bytes)
         self.thrift: dict = {}  # switch -> SwitchThrift (bmv2 with queues)
-        self.bpf: dict = {}  # switch -> SwitchBpf (linux with queues)
+        self.bpf: dict = {}  # switch -> SwitchBpf or RemoteSwitchBpf (linux with queues)
+        self.queue_agents: dict = {}  # server -> its QueueAgent (linux with queues, planes on servers)
         self.pfc: PauseAgent | None = None  # with lossless (PFC) queues
         #: (switch, port) -> gray loss in force (linux; bmv2 keeps it in its table entries)
         self.port_loss_now: dict[tuple[str, int], float] = {}
@@ -173,6 +175,9 @@ class Fabric:
         for b in self.bpf.values():
             b.close()
         self.bpf.clear()
+        for agent in self.queue_agents.values():
+            agent.close()
+        self.queue_agents.clear()
         self.emu.stop()
 
     def verify(self) -> None:
@@ -275,11 +280,11 @@ class Fabric:
         out = []
         with self._lock:
             paused = self.pfc.samples() if self.pfc is not None else {}
-            for sw, prog in self.bpf.items():
-                if switches is not None and sw not in switches:
-                    continue
-                for port, q in self.port_queues(sw).items():
-                    st = prog.state(f"{sw}-eth{port}")
+            asks = [(sw, prog, self.port_queues(sw)) for sw, prog in self.bpf.items()
+                    if switches is None or sw in switches]
+            read = bpf.states_many([(prog, [f"{sw}-eth{port}" for port in ports]) for sw, prog, ports in asks])
+            for (sw, _prog, ports), states in zip(asks, read, strict=True):
+                for (port, q), st in zip(ports.items(), states, strict=True):
                     row = {"switch": sw, "port": port, "peer": q.peer, "queue": st["queue"],
                            "marked": st["marked"], "trimmed": st["trimmed"], "queue_full": st["queue_full"],
                            "gray": st["gray"]}

@@ -69,7 +69,7 @@ import threading
 import time
 from dataclasses import dataclass
 
-from mrclab.controller.bpf import tbf_leaf
+from mrclab.controller.bpf import pfc_look_many, tbf_leaf
 from mrclab.controller.thrift import QOCC_REGISTER, SwitchThrift, ThriftError
 from mrclab.emulation import kernel
 from mrclab.emulation.network import nic_queue_bytes
@@ -150,7 +150,7 @@ class PauseAgent:
     def step(self) -> None:
         """One look at every lossless queue: pause the feeders of those at or above XOFF, resume
         those of queues at or below XON."""
-        self.side.begin()
+        self.side.begin(self._held)
         for sw, port in self.watched:
             key = (sw, port)
             look = self.side.look(sw, port, key in self.counters)
@@ -227,23 +227,37 @@ class PauseAgent:
 
 class LinuxSide:
     """The linux plane's switches as the agent sees them: the tc eBPF program's maps, and the tbf
-    leaf of a port's low htb class as the lever (module docstring)."""
+    leaf of a port's low htb class as the lever (module docstring). A switch on a server is read
+    there by its queue agent (controller/bpfmaps.py), one request per server a turn, against that
+    server's clock."""
 
     def __init__(self, fab) -> None:
         """The linux side of running fabric ``fab``."""
         self.fab = fab
+        self._looks: dict[tuple[str, int], tuple[float, int]] = {}
+        self._plan: list | None = None
 
-    def begin(self) -> None:
-        """Nothing to read ahead: each port's state is one map lookup."""
+    def begin(self, held=()) -> None:
+        """Read every lossless port's queue now and its feeders (:func:`~controller.bpf.pfc_look_many`):
+        the feeders of a queue at or above its XOFF or in ``held`` (the queues the agent holds
+        paused), where it acts on them."""
+        if self._plan is None:  # which ports of which programs: fixed for the run, built at the first look
+            by_switch: dict[str, list[int]] = {}
+            for (sw, port), q in self.fab.queues.items():
+                if q.lossless and sw in self.fab.bpf:
+                    by_switch.setdefault(sw, []).append(port)
+            queues = self.fab.queues
+            self._plan = [(self.fab.bpf[sw], [((sw, p), f"{sw}-eth{p}", queues[(sw, p)].rate_pps, queues[(sw, p)].xoff)
+                                              for p in ports]) for sw, ports in by_switch.items()]
+        plan = self._plan
+        asks = [(prog, [(intf, rate, xoff, key in held) for key, intf, rate, xoff in ports]) for prog, ports in plan]
+        self._looks = {key: got for (_prog, ports), answers in zip(plan, pfc_look_many(asks), strict=True)
+                       for (key, *_), got in zip(ports, answers, strict=True)}
 
-    def look(self, sw: str, port: int, ever_paused: bool) -> tuple[int, int] | None:
-        """(packets in ``sw``'s ``port`` low-priority queue now, ports that fed it since the last
+    def look(self, sw: str, port: int, ever_paused: bool) -> tuple[float, int] | None:
+        """(frames in ``sw``'s ``port`` low-priority queue now, ports that fed it since the last
         look as a bit mask), or None when the switch has no program."""
-        prog = self.fab.bpf.get(sw)
-        if prog is None:
-            return None
-        intf = f"{sw}-eth{port}"
-        return prog.queue_now(intf, self.fab.queues[(sw, port)].rate_pps), prog.pfc_feeds(intf)
+        return self._looks.get((sw, port))
 
     def lever(self, sw: str, port: int, paused: bool) -> str:
         """The tc line that pauses or restarts ``sw``'s ``port`` (and its virtual queue with it)."""
@@ -285,9 +299,10 @@ class Bmv2Side:
         self._regs: dict[str, tuple[list[int], list[int]]] = {}
         self._kick: dict[tuple[str, str], socket.socket] = {}  # (node, interface) -> AF_PACKET socket
 
-    def begin(self) -> None:
+    def begin(self, held=()) -> None:
         """Read every live lossless switch's ``qocc`` and ``pfc_feeds`` (a switch that does not
-        answer is left out this turn, its session dropped: a restarted switch gets a new one)."""
+        answer is left out this turn, its session dropped: a restarted switch gets a new one);
+        ``held`` is not needed here: one Thrift call reads every port's feeds."""
         self._regs.clear()
         for sw in self.switches:
             if not self.fab.faults.applied.alive[sw]:

@@ -26,6 +26,9 @@ from mrclab.emulation import kernel
 from mrclab.emulation.servers import OnServer, Server, ServerError, Ssh, TemporarySsh, parse_servers
 
 RUN_ROOT = Path(os.environ.get("MRCLAB_RUN_ROOT", "/run/mrclab"))
+#: Where a server's switch queue agent pins a run's programs and maps under bpffs
+#: (controller/bpfmaps.py): ``PIN_ROOT/<run id>-on-<address>/<switch>``.
+PIN_ROOT = Path("/sys/fs/bpf/mrclab")
 #: Every namespace this project creates carries this prefix (``mrclab-h0``, ``mrclab-bench-a``).
 NETNS_PREFIX = "mrclab-"
 _NODE_NS = re.compile(r"^mrclab-(h\d+|t[01]-\d+-\d+|bench-[ab])$")
@@ -208,8 +211,8 @@ def list_netns() -> list[str]:
 
 def delete_script(names: list[str], dirs: list[str] | None = None) -> str:
     """A shell script that kills every process inside each named namespace and deletes it, then
-    removes ``dirs`` (a run's folders: only ones under RUN_ROOT are ever named)."""
-    folders = [d for d in dirs or [] if Path(d).parent == RUN_ROOT]
+    removes ``dirs`` (a run's folders: only ones under RUN_ROOT or PIN_ROOT are ever named)."""
+    folders = [d for d in dirs or [] if Path(d).parent in (RUN_ROOT, PIN_ROOT)]
     rm = f"rm -rf {' '.join(kernel.command_line([d]) for d in folders)}; " if folders else ""
     return kernel.netns_purge_script(names) + f"{rm}true"
 

@@ -16,6 +16,10 @@ from mrclab.emulation.nodes import SID_DEV, Bmv2Switch, LinuxSrv6Switch, bmv2_bi
 from mrclab.emulation.servers import BMV2_TOOLS
 
 
+#: A server's python3 can load libbpf (the linux queue agent's one need beyond the tools).
+LIBBPF_TEST = "python3 -c 'import ctypes; ctypes.CDLL(\"libbpf.so.1\")'"
+
+
 class EmulatedDataPlane:
     """The emulation's half of a data plane. ``name`` is what scenarios, results folders and run
     records call it; ``switch_processes``: each switch is a process of its own (started, watched for
@@ -32,6 +36,11 @@ class EmulatedDataPlane:
 
     def server_tools(self) -> dict[str, str]:
         """Tools a server needs beyond the common ones (emulation/servers.py ``TOOLS``), with why."""
+        return {}
+
+    def server_features(self) -> dict[str, tuple[str, str]]:
+        """Features that need more of a server than its tools: feature -> (a shell test that
+        exits 0 where the server has it, how to mend it)."""
         return {}
 
     def local_switch(self, emu, net, sw: str, state):
@@ -113,6 +122,12 @@ class LinuxEmulated(EmulatedDataPlane):
     name = "linux"
     queue_words = "htb fed by the tc eBPF program"
 
+    def server_features(self) -> dict[str, tuple[str, str]]:
+        """Switch queues and gray loss: the queue agent (controller/bpfmaps.py) loads the tc eBPF
+        program there with the server's own libbpf, from its python3."""
+        need = (LIBBPF_TEST, "its queue agent needs libbpf: apt-get install -y libbpf1")
+        return {"congestion": need, "gray_loss": need}
+
     def local_switch(self, emu, net, sw: str, state):
         """A :class:`~emulation.nodes.LinuxSrv6Switch` node."""
         return net.addSwitch(sw, cls=LinuxSrv6Switch)
@@ -120,6 +135,12 @@ class LinuxEmulated(EmulatedDataPlane):
     def remote_switch(self, emu, sw: str, server, ssh, state):
         """A :class:`~emulation.cluster.RemoteLinuxSrv6Switch` on ``server``."""
         return RemoteLinuxSrv6Switch(sw, server=server, ssh=ssh)
+
+    def prepare_servers(self, emu, state) -> None:
+        """Where the switches queue, a folder of the run on each server (the queue program's
+        object) and its pins under bpffs, recorded for cleanup."""
+        if emu.switch_queues:
+            emu.make_remote_dirs(state, pins=True)
 
     def switch_setup(self, intfs: list[str]) -> tuple[list[str], list[str]]:
         """The local SID anchor (a veth pair, up) the seg6local routes hang on."""

@@ -167,13 +167,19 @@ class Ssh:
 @dataclass(frozen=True)
 class ServerCheck:
     """What :func:`preflight` found on one server: ``problems`` (one line each, empty when it can
-    carry a fabric), its clock ``offset_s`` against this machine's (None if not read) and the
-    round trip it was read over (s)."""
+    carry a fabric), its clock ``offset_s`` against this machine's (None if not read), the
+    round trip it was read over (s) and the features it ``lacks`` (feature -> how to mend it:
+    a fabric there runs without them)."""
 
     server: Server
     problems: tuple[str, ...]
     offset_s: float | None = None
     rtt_s: float | None = None
+    lacks: tuple[tuple[str, str], ...] = ()
+
+    def lacking(self, features) -> list[str]:
+        """One line per feature of ``features`` this server lacks, naming the feature and the mend."""
+        return [f"{self.server.name}: lacks {f} ({why})" for f, why in self.lacks if f in features]
 
 
 #: What a server must have on PATH, and how to install it there.
@@ -182,6 +188,8 @@ TOOLS = {"mnexec": "apt-get install -y mininet", "ip": "apt-get install -y iprou
          "python3": "apt-get install -y python3"}
 BMV2_TOOLS = {"simple_switch_grpc": "vagrant/build-toolchain.sh (the P4 toolchain)"}
 _PROBE = "for t in {tools}; do command -v $t >/dev/null || echo missing $t; done"
+#: One feature's test on a server (a shell command that exits 0 when the server has it).
+_FEATURE_PROBE = "; ({test}) >/dev/null 2>&1 || echo lacks {name}"
 #: Clock samples read from one remote shell: its start-up (a login shell's rc files, 0.2 s on
 #: some machines) is paid once, and each sample's round trip is the connection's alone.
 CLOCK_SAMPLES = 5
@@ -219,11 +227,15 @@ def clock_offset(ssh: Ssh, server: Server) -> tuple[float, float]:
     return best
 
 
-def check_server(ssh: Ssh, server: Server, more_tools: dict[str, str] | None = None) -> ServerCheck:
+def check_server(ssh: Ssh, server: Server, more_tools: dict[str, str] | None = None,
+                 features: dict[str, tuple[str, str]] | None = None) -> ServerCheck:
     """Ask ``server`` what :func:`preflight` needs (one round trip) and judge it: :data:`TOOLS`
-    and ``more_tools`` (name -> why; a data plane's, emulation/dataplanes.py ``server_tools``)."""
+    and ``more_tools`` (name -> why; a data plane's, emulation/dataplanes.py ``server_tools``),
+    and ``features`` (name -> (shell test, how to mend); a data plane's ``server_features``)."""
     tools = dict(TOOLS) | dict(more_tools or {})
-    command = _PROBE.format(tools=" ".join(shlex.quote(t) for t in tools))
+    features = dict(features or {})
+    command = _PROBE.format(tools=" ".join(shlex.quote(t) for t in tools)) + "".join(
+        _FEATURE_PROBE.format(test=test, name=shlex.quote(name)) for name, (test, _fix) in features.items())
     why = ssh.connect(server)
     if why is None:
         try:
@@ -239,22 +251,25 @@ def check_server(ssh: Ssh, server: Server, more_tools: dict[str, str] | None = N
     lines = r.stdout.split()
     problems = [f"{server.name}: lacks {t}: {tools[t]}" for t in
                 (lines[i + 1] for i, w in enumerate(lines[:-1]) if w == "missing")]
+    lacks = tuple((f, features[f][1]) for f in (lines[i + 1] for i, w in enumerate(lines[:-1]) if w == "lacks")
+                  if f in features)
     try:
         offset, rtt = clock_offset(ssh, server)
     except (OSError, ValueError) as e:
         problems.append(f"{server.name}: could not read its clock (date +%s.%N): {e}")
-        return ServerCheck(server, tuple(problems))
+        return ServerCheck(server, tuple(problems), lacks=lacks)
     if abs(offset) > CLOCK_SKEW_MAX_S:
         problems.append(f"{server.name}: clock {offset * 1e3:+.0f} ms from this machine's (at most "
                         f"{CLOCK_SKEW_MAX_S * 1e3:.0f} ms): synchronise it (chrony or systemd-timesyncd)")
-    return ServerCheck(server, tuple(problems), offset, rtt)
+    return ServerCheck(server, tuple(problems), offset, rtt, lacks)
 
 
-def preflight(ssh: Ssh, servers: list[Server], more_tools: dict[str, str] | None = None) -> list[ServerCheck]:
-    """Every server's :class:`ServerCheck` (:data:`TOOLS` and ``more_tools``), asked in parallel, in
-    the order given."""
+def preflight(ssh: Ssh, servers: list[Server], more_tools: dict[str, str] | None = None,
+              features: dict[str, tuple[str, str]] | None = None) -> list[ServerCheck]:
+    """Every server's :class:`ServerCheck` (:data:`TOOLS`, ``more_tools`` and ``features``), asked
+    in parallel, in the order given."""
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(servers))) as pool:
-        return list(pool.map(lambda s: check_server(ssh, s, more_tools), servers))
+        return list(pool.map(lambda s: check_server(ssh, s, more_tools, features), servers))
 
 
 def require(checks: list[ServerCheck]) -> None:
@@ -283,12 +298,15 @@ class OnServer:
     """A :class:`~emulation.kernel.Remote`: command lines run on ``server`` by one agent process
     there (:data:`AGENT`), started over ``ssh``'s multiplexed connection the first time and kept:
     a command then costs the server's fork and exec, not an ssh session (90 ms here, mostly the
-    remote login shell's start-up). Thread-safe (one command at a time per server); an agent
-    that died is started again once."""
+    remote login shell's start-up). Thread-safe (one request at a time per server); an agent
+    that died is started again once. ``script``: another agent of the same shape (Python source
+    run with ``python3 -c``, one JSON request a line, one JSON answer a line), asked with
+    :meth:`call` (controller/bpfmaps.py, the switch queues' agent)."""
 
-    def __init__(self, ssh: Ssh, server: Server) -> None:
-        """Commands on ``server`` through ``ssh``; nothing is opened until the first."""
+    def __init__(self, ssh: Ssh, server: Server, script: str = AGENT) -> None:
+        """Requests to ``server`` through ``ssh``; nothing is opened until the first."""
         self.ssh, self.server, self.name = ssh, server, server.name
+        self.script = script
         self._agent: subprocess.Popen | None = None
         self._lock = threading.Lock()
 
@@ -296,31 +314,36 @@ class OnServer:
         why = self.ssh.connect(self.server)
         if why is not None:
             raise ServerError(f"{self.server.name}: unreachable over ssh ({why})")
-        return subprocess.Popen(self.ssh.argv(self.server, shlex.join(["python3", "-c", AGENT])),
+        return subprocess.Popen(self.ssh.argv(self.server, shlex.join(["python3", "-c", self.script])),
                                 stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
                                 text=True, bufsize=1, start_new_session=True)
 
-    def run(self, argv: list[str], input: str | None = None) -> subprocess.CompletedProcess:
-        """``argv`` to completion on the server, text output captured (never raising for the
-        command's own failure: look at ``returncode``). Raises ServerError when the server stops
-        answering."""
-        request = json.dumps({"argv": argv, "input": input}) + "\n"
+    def call(self, request: dict, what: str = "") -> dict:
+        """``request`` to the agent, its answer (one JSON object each way). Raises ServerError
+        when the server stops answering (``what``: the request, in words, for the message)."""
+        line_out = json.dumps(request) + "\n"
         with self._lock:
-            for attempt in (1, 2):
+            for _attempt in (1, 2):
                 if self._agent is None or self._agent.poll() is not None:
                     self._agent = self._start()
                 assert self._agent.stdin is not None and self._agent.stdout is not None
                 try:
-                    self._agent.stdin.write(request)
+                    self._agent.stdin.write(line_out)
                     self._agent.stdin.flush()
                     line = self._agent.stdout.readline()
                 except OSError:
                     line = ""
                 if line:
-                    got = json.loads(line)
-                    return subprocess.CompletedProcess(argv, got["rc"], got["out"], got["err"])
+                    return json.loads(line)
                 self.close()
-            raise ServerError(f"{self.server.name}: stopped answering over ssh (running {shlex.join(argv)})")
+            raise ServerError(f"{self.server.name}: stopped answering over ssh ({what or request.get('op', '?')})")
+
+    def run(self, argv: list[str], input: str | None = None) -> subprocess.CompletedProcess:
+        """``argv`` to completion on the server, text output captured (never raising for the
+        command's own failure: look at ``returncode``). Raises ServerError when the server stops
+        answering."""
+        got = self.call({"argv": argv, "input": input}, f"running {shlex.join(argv)}")
+        return subprocess.CompletedProcess(argv, got["rc"], got["out"], got["err"])
 
     def close(self) -> None:
         """Stop the agent (a command after this starts it again)."""

@@ -3,7 +3,7 @@ program is one line naming clang's error, the settings reach the program's layou
 behind it gives each class the link's rate on its own."""
 
 import pytest
-from mrclab.controller import bpf
+from mrclab.controller import bpf, bpfmaps
 from mrclab.controller.bpf import CFG, BpfError, PortConfig, compile_bpf, htb_lines
 from mrclab.emulation import kernel, network
 from mrclab.topologies.spec import LinkParams
@@ -91,3 +91,91 @@ def test_the_asm_headers_are_found_without_gcc(tmp_path, monkeypatch):
     (tmp_path / "x86_64-linux-gnu" / "asm" / "types.h").write_text("")
     assert bpf.asm_include_dir(tmp_path) is None  # two candidates and no triplet: no guess
     assert bpf.asm_include_dir(tmp_path / "empty") is None
+
+
+def _serve(requests: list[dict]) -> list[dict]:
+    import io
+    import json
+
+    out = io.StringIO()
+    bpfmaps.serve(io.StringIO("".join(json.dumps(r) + "\n" for r in requests)), out)
+    return [json.loads(x) for x in out.getvalue().splitlines()]
+
+
+def test_the_queue_agent_answers_each_request_with_one_line_and_errors_in_words(tmp_path):
+    import base64
+
+    target = tmp_path / "run" / "port_queue.o"
+    got = _serve([{"op": "put", "path": str(target), "data": base64.b64encode(b"\x7fELF...").decode()},
+                  {"op": "format_disk"},
+                  {"op": "states", "items": [[str(tmp_path / "no-pins"), 3]]},
+                  {"op": "configure", "pin": str(tmp_path / "no-pins")}])
+    assert got[0] == {"ok": None} and target.read_bytes() == b"\x7fELF..."
+    assert not list(target.parent.glob("*.part"))  # written whole, then named
+    assert got[1] == {"error": "unknown request 'format_disk'"}
+    # no pinned maps there (or no libbpf here): said, and the agent answers the next request
+    assert "no map pinned at" in got[2]["error"] or "libbpf" in got[2]["error"]
+    assert "error" in got[3]  # a request missing its arguments is an error line, not a dead agent
+
+
+def test_the_queue_agent_is_the_standard_library_alone():
+    # it runs on a server by its own source: nothing of mrclab (nor anything else) can be imported there
+    import ast
+
+    tree = ast.parse(bpf.Path(bpfmaps.__file__).read_text())
+    imported = {a.name.split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names} | {
+        (n.module or "").split(".")[0] for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+    import sys
+
+    assert imported <= set(sys.stdlib_module_names) | {"__future__"}, imported
+
+
+def test_a_pfc_look_reads_the_feeders_only_where_the_agent_acts_on_them(monkeypatch):
+    """The pause agent looks at every lossless port each millisecond: one map lookup a port (its
+    state) unless the queue is at XOFF or held, where the feeders are read and cleared; below
+    XOFF the program's bits accumulate in the map, and a queue seen empty has them cleared if a
+    packet was queued since they last were."""
+    import time
+
+    m = bpfmaps.Maps(1, 2, 3)
+    store: dict = {}
+    calls: list = []
+
+    def lookup(fd, idx, size, flags=0):
+        calls.append(("get", fd))
+        return store.get((fd, idx))
+
+    def update(fd, idx, value, flags, ok_exists=False):
+        calls.append(("put", fd))
+        store[(fd, idx)] = value
+
+    monkeypatch.setattr(m, "_lookup", lookup)
+    monkeypatch.setattr(m, "_update", update)
+    later = time.monotonic_ns() + 10**12  # the program's last packet "after" now: nothing drained
+
+    def queue(frames: int, low: int, feeds: int | None = None) -> None:
+        store[(2, 7)] = bpfmaps.STATE.pack(0, 0, later, frames << bpfmaps.FP_SHIFT, 0, 0, 0, 0, low, 0)
+        if feeds is not None:
+            store[(3, 7)] = bpfmaps.PFC.pack(feeds, 0, 0)
+
+    def feeds_in_map() -> int:
+        return bpfmaps.PFC.unpack(store[(3, 7)])[0]
+
+    queue(3, low=5, feeds=0b110)
+    assert m.pfc_look(7, 400, 8, held=False) == (3.0, 0)  # below XOFF: the bits stay in the map
+    assert feeds_in_map() == 0b110
+    calls.clear()
+    assert m.pfc_look(7, 400, 8, held=False) == (3.0, 0)
+    assert calls == [("get", 2)]  # one lookup: the state alone
+    queue(9, low=9)
+    assert m.pfc_look(7, 400, 8, held=False) == (9.0, 0b110)  # at XOFF: every feeder since, read...
+    assert feeds_in_map() == 0  # ... and cleared
+    queue(2, low=10, feeds=0b1)
+    assert m.pfc_look(7, 400, 8, held=True) == (2.0, 0b1)  # held: read at any depth
+    queue(0, low=11, feeds=0b1000)
+    assert m.pfc_look(7, 400, 8, held=False) == (0.0, 0)
+    assert feeds_in_map() == 0  # seen empty after a packet was queued: cleared
+    store[(3, 7)] = bpfmaps.PFC.pack(0b1000, 0, 0)
+    calls.clear()
+    assert m.pfc_look(7, 400, 8, held=False) == (0.0, 0)
+    assert calls == [("get", 2)] and feeds_in_map() == 0b1000  # nothing queued since: no write

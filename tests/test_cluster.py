@@ -5,6 +5,7 @@ plane, and cleanup after a kill -9 leaving nothing on any server."""
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import signal
@@ -13,13 +14,15 @@ import sys
 import time
 
 import pytest
-from mrclab.controller.dataplanes import REMOTE_MISSING, available, missing_features
+from mrclab.controller.dataplanes import available, missing_features
 from mrclab.controller.fabric import Fabric
 from mrclab.controller.pathprobe import probe_paths
 from mrclab.emulation import kernel
 from mrclab.emulation import placement as P
 from mrclab.emulation import servers as S
 from mrclab.emulation.cluster import VXLAN_OVERHEAD, vxlan_lines
+from mrclab.experiments.model.scenario import SCENARIO_DIR, load_scenario
+from mrclab.topologies.addressing import AddressPlan
 from mrclab.topologies.spec import load_spec
 from nsservers import servers as ns_servers
 
@@ -113,11 +116,21 @@ def test_the_server_agent_runs_commands_feeds_input_reports_failures_and_restart
         on.close()
 
 
-def test_a_fabric_over_servers_has_no_switch_queue_program_and_says_why():
-    assert missing_features("linux", remote=True) == REMOTE_MISSING
-    assert set(missing_features("bmv2", remote=True)) == {"congestion"}
-    assert {"congestion", "gray_loss"}.isdisjoint(available("linux", remote=True))
+def test_linux_queues_over_servers_and_bmv2_says_why_it_does_not():
+    # linux's queue program runs on a server through its queue agent; what this machine lacks for
+    # it (clang to compile it) it lacks over servers too; bmv2's Thrift runtime is not reached there
+    here = missing_features("linux")
+    assert missing_features("linux", remote=True) == here
+    assert {"congestion", "gray_loss"} <= available("linux", remote=True) or "congestion" in here
+    assert "congestion" in missing_features("bmv2", remote=True)
+    assert "Thrift" in missing_features("bmv2", remote=True)["congestion"]
     assert {"link", "switch", "blackhole"} <= available("linux", remote=True)
+
+
+def test_a_server_lacking_a_feature_is_named_with_the_mend():
+    c = S.ServerCheck(S.Server("10.0.0.2"), (), lacks=(("congestion", "apt-get install -y libbpf1"),))
+    assert c.lacking({"congestion"}) == ["root@10.0.0.2: lacks congestion (apt-get install -y libbpf1)"]
+    assert c.lacking({"gray_loss"}) == []
 
 
 def test_vxlan_ports_carry_their_link_number_and_mac():
@@ -212,6 +225,52 @@ def test_a_fabric_over_two_servers_probes_clean_and_leaves_nothing(two_servers, 
     _nothing_left(srv)
 
 
+def _pins(srv, i: int) -> list[str]:
+    return _on(srv, i, "find /sys/fs/bpf/mrclab -mindepth 1 2>/dev/null").split()
+
+
+@pytest.mark.root
+@needs_sshd
+@pytest.mark.skipif(bool(missing_features("linux").get("congestion")), reason="no tc eBPF program here")
+def test_switch_queues_on_a_remote_plane_are_loaded_pinned_read_and_removed_there(two_servers):
+    srv = two_servers
+    spec = load_spec(None)
+    with P.open_cluster(",".join(srv.addresses), str(srv.ssh_config)) as cluster:
+        assert cluster is not None
+        with Fabric(spec, "linux", placement=cluster.placement, ssh=cluster.ssh) as fab:
+            assert fab.congestion and set(fab.bpf) == set(spec.switches())
+            # plane 0's switches: their programs and maps pinned on the first server, not the second
+            pins = _pins(srv, 0)
+            assert any(p.endswith("/t0-0-0/port_state") for p in pins) and any(p.endswith("/t0-0-0/prog") for p in pins)
+            assert not any("/t0-1-0/" in p for p in pins) and any("/t0-1-0/" in p for p in _pins(srv, 1))
+            tc = _on(srv, 0, "ip netns exec mrclab-t0-0-0 tc filter show dev t0-0-0-eth1 egress")
+            assert "mrclab_egress" in tc and "direct-action" in tc
+            rows = {(r["switch"], r["port"]): r for r in fab.port_samples()}
+            assert len(rows) == len(fab.queues)
+            # gray loss on a remote plane's port is that port's configuration there (the drops
+            # themselves, of MRC packets only: the ev-loss scenario over servers)
+            fab.port_loss("t0-0-0", "t1-0-0", 0.5)
+            port = fab.plan.port_to("t0-0-0", "t1-0-0")
+            assert fab.port_loss_now[("t0-0-0", port)] == 0.5
+            after = {(r["switch"], r["port"]): r for r in fab.port_samples(["t0-0-0"])}
+            assert set(after) == {k for k in rows if k[0] == "t0-0-0"}
+            fab.port_loss("t0-0-0", "t1-0-0", 0.0)
+            # the port's counters as the program there counts them: every probe passed it
+            intf = f"t0-0-0-eth{port}"
+            assert all(r.delivered for r in probe_paths(fab.plan, fab.netns, timeout_s=2.0))
+            counted = fab.bpf["t0-0-0"].state(intf)
+            assert counted["low"] + counted["high"] > 0, counted
+            # the queue agent killed: the next request starts another, which reopens the pins
+            agent = fab.queue_agents[cluster.placement.server_of("t0-0-0")]
+            assert agent.on._agent is not None
+            agent.on._agent.kill()
+            agent.on._agent.wait()
+            assert fab.bpf["t0-0-0"].state(intf) == counted  # the same maps, not fresh ones
+            assert agent.on._agent is not None and agent.on._agent.poll() is None
+    assert _pins(srv, 0) == [] and _pins(srv, 1) == []
+    _nothing_left(srv)
+
+
 @needs_sshd
 @pytest.mark.parametrize("scenario, dataplane, switch", [
     pytest.param("quickstart", "linux", "t1-0-0", marks=pytest.mark.root),
@@ -223,7 +282,7 @@ def test_a_fabric_over_two_servers_probes_clean_and_leaves_nothing(two_servers, 
     pytest.param("t0-down", "linux", "t0-0-0", marks=pytest.mark.root),
 ])
 def test_a_scenario_passes_with_its_switch_dying_on_a_remote_plane(two_servers, tmp_path, scenario, dataplane,
-                                                                   switch):
+                                                                   switch, run_evidence):
     srv = two_servers
     why = []
     for n in range(1, 4):  # a void run (exit 3: the emulator fell behind) says nothing: run again
@@ -238,7 +297,7 @@ def test_a_scenario_passes_with_its_switch_dying_on_a_remote_plane(two_servers, 
         why.append(f"try {n}: " + ", ".join(f["invariant"] + " at " + f["where"] for f in m["fidelity_faults"][:2]))
     else:  # a shipped scenario this machine cannot decide is too heavy for it: a failure, never a skip
         pytest.fail(f"{scenario} on {dataplane} over servers: void 3 times, this machine could not keep up: {why}")
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:] + "\n" + run_evidence(out)
     # the switch that died is plane 0's, which runs on the first server
     downs = [f for f in m["faults"] if f.get("event") == "switch_down"]
     assert downs and downs[0]["label"] == f"switch_down {switch}"
@@ -251,6 +310,46 @@ def test_a_scenario_passes_with_its_switch_dying_on_a_remote_plane(two_servers, 
     assert m["passed"] and not m["void"] and len(m["expectations"]) >= 5
     assert all(e["passed"] for e in m["expectations"]), m["expectations"]
     _nothing_left(srv)
+
+
+#: switch counters that move in a scenario (read from its planes' queue programs on the servers):
+#: trims at an incast, ECN marks where flows meet, gray-loss drops on a lossy path
+COUNTERS = {"incast": ("trimmed",), "incast-no-trim": ("queue_full",), "ecn-load-balancing": ("marked",),
+            "fig16-allreduce": ("marked", "trimmed"), "fig17-alltoall": ("marked", "trimmed"),
+            "permutation": ("marked", "trimmed"), "ev-loss": ("gray",)}
+#: shipped scenarios not yet run over servers in the suite, with why: on this 2-core VM (2026-11-28)
+#: each was void 3 times over servers for endpoint CPU starvation, in a spell when the same
+#: machine voided t1-blackhole here too and a fixed Python loop took 1.3-2.8 s from one run to the
+#: next (fig17-alltoall is void here as well: its 4 endpoint processes take about 1.3 cores)
+NOT_YET_OVER_SERVERS = {"fig17-alltoall", "flap-soak", "t1-blackhole", "transceiver-flap"}
+#: every other shipped scenario but the two the switch-dying test above runs over servers already
+OVER_SERVERS = sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml")
+                      if p.stem not in {"quickstart", "t0-down"} | NOT_YET_OVER_SERVERS)
+
+
+@pytest.mark.root
+@needs_sshd
+@pytest.mark.skipif(bool(missing_features("linux").get("congestion")), reason="no tc eBPF program here")
+@pytest.mark.parametrize("scenario", OVER_SERVERS)
+def test_every_shipped_scenario_passes_over_two_servers_with_its_queues_on_them(two_servers, tmp_path, decided_run,
+                                                                                scenario):
+    srv = two_servers
+    scn = load_scenario(scenario, dataplane="linux", duration_s=load_scenario(scenario).quick_s)
+    with P.open_cluster(",".join(srv.addresses), str(srv.ssh_config)) as cluster:
+        m, _d, out = decided_run(scn, tmp_path, cluster=cluster)
+    assert m["passed"], [e for e in m["expectations"] if e["passed"] is False]
+    placed = json.loads((out / "servers.json").read_text())
+    assert sorted(p for s in placed for p in s["planes"]) == list(range(scn.spec.planes))
+    # every switch is on a server, and the counter the scenario's claims rest on moved there
+    with (out / "switches.csv").open() as f:
+        last = {(r["switch"], r["port"]): r for r in csv.DictReader(f)}
+    plan = AddressPlan(scn.spec)  # every port of every switch read, each on its server
+    assert set(last) == {(sw, str(p)) for sw in scn.spec.switches() for p in plan.ports(sw)}
+    counters = COUNTERS.get(scenario, ())
+    if counters:
+        assert sum(int(r[c]) for r in last.values() for c in counters) > 0, counters
+    _nothing_left(srv)
+    assert _pins(srv, 0) == [] and _pins(srv, 1) == []
 
 
 @pytest.mark.root

@@ -2,6 +2,7 @@
 before anything is built on them, one clear line per problem. The root tests run against servers
 on this machine: network namespaces with their own sshd (tests/nsservers.py)."""
 
+import os
 import shutil
 import subprocess
 import sys
@@ -39,7 +40,7 @@ def test_problems_are_raised_together_one_line_each():
     assert e.value.one_line().count("root@b") == 2
 
 
-needs_sshd = pytest.mark.skipif(shutil.which("sshd") is None and not __import__("os").path.exists("/usr/sbin/sshd"),
+needs_sshd = pytest.mark.skipif(shutil.which("sshd") is None and not os.path.exists("/usr/sbin/sshd"),
                                 reason="no sshd here (setup.sh installs openssh-server)")
 
 
@@ -109,3 +110,49 @@ def test_a_malformed_server_list_on_the_command_line_is_one_line():
                        text=True, timeout=60)
     assert r.returncode != 0 and "Traceback" not in r.stdout + r.stderr
     assert "'a b' is not a server" in r.stdout + r.stderr
+
+
+def _python_without_libbpf(folder: Path) -> str:
+    """A folder whose ``python3`` cannot load libbpf (a server without ``libbpf1``), as a PATH
+    ahead of this one."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sitecustomize.py").write_text(
+        "import ctypes\n_CDLL = ctypes.CDLL\n"
+        "class CDLL(_CDLL):\n"
+        "    def __init__(self, name, *a, **k):\n"
+        "        if name and 'libbpf' in str(name):\n"
+        "            raise OSError(f'{name}: cannot open shared object file')\n"
+        "        super().__init__(name, *a, **k)\n"
+        "ctypes.CDLL = CDLL\n")
+    real = shutil.which("python3")
+    (folder / "python3").write_text(f"#!/bin/sh\nPYTHONPATH={folder} exec {real} \"$@\"\n")
+    (folder / "python3").chmod(0o755)
+    return f"{folder}:{os.environ.get('PATH', '/usr/sbin:/usr/bin:/sbin:/bin')}"
+
+
+@pytest.mark.root
+@needs_sshd
+def test_doctor_names_a_server_that_lacks_libbpf_for_linux_queues_and_a_queued_run_refuses_it(tmp_path):
+    with ns_servers(2, tmp_path, paths={2: _python_without_libbpf(tmp_path / "bin2")}) as srv:
+        r = subprocess.run([sys.executable, "-m", "mrclab.cli", "doctor", "--servers", ",".join(srv.addresses),
+                            "--ssh-config", str(srv.ssh_config)], capture_output=True, text=True, timeout=120,
+                           env=dict(os.environ, COLUMNS="250"))
+        assert r.returncode == 0, r.stdout + r.stderr  # it carries a fabric, without those features
+        lines = r.stdout.splitlines()
+        lacking = [x for x in lines if "linux over servers lacks" in x]
+        assert {x.split(":")[0] for x in lacking} == {f"root@{srv.addresses[1]}"}, lacking
+        assert any("lacks congestion" in x and "apt-get install -y libbpf1" in x for x in lacking)
+        assert any("lacks gray_loss" in x for x in lacking)
+        # bmv2's queues over servers are not built: said for every server
+        assert sum("bmv2 over servers lacks congestion" in x for x in lines) == 2
+        # a run whose switches queue refuses that server in one line, before anything is built
+        r = subprocess.run([sys.executable, "-m", "mrclab.cli", "run", "incast", "--dataplane", "linux",
+                            "--servers", ",".join(srv.addresses), "--ssh-config", str(srv.ssh_config),
+                            "--out", str(tmp_path / "out")], capture_output=True, text=True, timeout=120)
+        assert r.returncode == 3, r.stdout + r.stderr
+        assert f"root@{srv.addresses[1]}: lacks congestion" in r.stdout + r.stderr
+        assert "Traceback" not in r.stdout + r.stderr
+        for address in srv.addresses:
+            left = subprocess.run(["ssh", "-F", str(srv.ssh_config), address, "ip netns list"],
+                                  capture_output=True, text=True, timeout=60).stdout
+            assert "mrclab-" not in left

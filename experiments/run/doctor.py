@@ -123,6 +123,12 @@ def planes() -> dict[str, tuple[bool, str, str]]:
     return out
 
 
+def _server_gaps(plane: str, check: servers.ServerCheck) -> dict[str, str]:
+    """Feature -> why data plane ``plane`` lacks it on the server ``check`` judged: what the
+    server lacks for it, and what the data plane has not built over servers."""
+    return {**dict(check.lacks), **DATAPLANES[plane].remote_missing}
+
+
 def servers_table(servers_text: str, ssh_config: str | None) -> int:
     """``mrclab doctor --servers A,B``: every server's reachability, tools and clock against this
     machine's, for both data planes (emulation/servers.py); exit 0 when every server can carry
@@ -130,25 +136,31 @@ def servers_table(servers_text: str, ssh_config: str | None) -> int:
     found = servers.parse_servers(servers_text)
     ssh = servers.Ssh(Path(tempfile.mkdtemp(prefix="mrclab-ssh-")), Path(ssh_config) if ssh_config else None)
     try:
-        linux = servers.preflight(ssh, found, DATAPLANES["linux"].server_tools())
-        bmv2 = servers.preflight(ssh, found, DATAPLANES["bmv2"].server_tools())
+        linux = servers.preflight(ssh, found, DATAPLANES["linux"].server_tools(), DATAPLANES["linux"].server_features())
+        bmv2 = servers.preflight(ssh, found, DATAPLANES["bmv2"].server_tools(), DATAPLANES["bmv2"].server_features())
     finally:
         ssh.close()
         shutil.rmtree(ssh.control_dir, ignore_errors=True)
     t = Table(title="mrclab doctor: servers")
-    for col in ("server", "linux", "bmv2", "clock offset", "round trip", "problems"):
+    for col in ("server", "linux", "bmv2", "clock offset", "round trip", "features lacking", "problems"):
         t.add_column(col)
+    lacking: list[str] = []
     for lc, bc in zip(linux, bmv2, strict=True):
         extra = [p for p in bc.problems if p not in lc.problems]
+        gaps = {"linux": _server_gaps("linux", lc), "bmv2": _server_gaps("bmv2", bc)}
+        lacking += [f"{lc.server.name}: {plane} over servers lacks {f} ({why})"
+                    for plane, g in gaps.items() for f, why in g.items()]
         t.add_row(lc.server.name, "[green]ok[/green]" if not lc.problems else "[red]no[/red]",
                   "[green]ok[/green]" if not bc.problems else "[red]no[/red]",
                   f"{lc.offset_s * 1e3:+.1f} ms" if lc.offset_s is not None else "-",
                   f"{lc.rtt_s * 1e3:.1f} ms" if lc.rtt_s is not None else "-",
+                  "; ".join(f"{plane}: {', '.join(sorted(g))}" for plane, g in gaps.items() if g) or "-",
                   "; ".join(p.split(": ", 1)[1] for p in lc.problems + tuple(extra)) or "-")
     console.print(t)
-    # each problem whole on a line of its own (the table wraps them): linux's, then what bmv2 adds
+    # each problem whole on a line of its own (the table wraps them): linux's, then what bmv2 adds,
+    # then each feature a server cannot give a data plane, with why
     seen = [p for c in linux for p in c.problems]
-    for p in seen + [p for c in bmv2 for p in c.problems if p not in seen]:
+    for p in seen + [p for c in bmv2 for p in c.problems if p not in seen] + lacking:
         console.print(p, soft_wrap=True, highlight=False, markup=False)
     return 0 if all(not c.problems for c in linux) else 3
 
