@@ -13,7 +13,9 @@ machine.
 
 Printed per scenario: for each level, the injected wait, the worst scheduling delay per run the
 monitor measured on the starved processes (ms), the monitor's call (``silent``, or how many
-verdicts it voided and for what), and each bounded verdict's value, marked ``*`` where it lies
+verdicts it voided and for what), and each bounded verdict's value as the transport made it (read
+as if no fault had met it: every window whole, nothing left out; a void verdict's own figure reads
+only what the faults left, 0 where they took all), marked ``*`` where it lies
 outside the untouched runs' spread (their [min, max] widened by half its width each way, and by
 2% of the median at least: two runs of the same seed differ by that much). The first level with a
 moved verdict is where the monitor must speak; every level below it is where it must stay silent.
@@ -26,6 +28,8 @@ with the cpu controller: ``cpu.max``); the kernel's least period and quota is 1 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import math
 import os
 import statistics
 import sys
@@ -38,7 +42,7 @@ from pathlib import Path
 from mrclab.bench.tables import header, run_scenario
 from mrclab.controller.dataplanes import DATAPLANES, available, here
 from mrclab.controller.dataplanes import dataplane as resolve
-from mrclab.experiments.analysis.expectations import verdict_word
+from mrclab.experiments.analysis.expectations import evaluate, verdict_word
 from mrclab.experiments.model.claims import NEVER_VOID
 from mrclab.experiments.model.scenario import load_scenario
 from mrclab.experiments.run.results import results_folder
@@ -167,11 +171,18 @@ def one(name: str, dp: str, level: Level, target: str, out: Path, seed: int = 1)
     faults: dict[str, int] = {}
     for f in m["fidelity_faults"]:
         faults[f["invariant"]] = faults.get(f["invariant"], 0) + 1
-    # what the transport did: a run-long count with nothing left out (experiments/analysis/expectations.py)
-    return {"level": level, "values": {v["expectation"]: v.get("whole", v["value"]) for v in bounded},
+    # what the transport did, read as if the machine had kept up: every window whole, nothing left
+    # out (a void verdict's own value reads only what the faults left, 0 where they took it all)
+    whole = dataclasses.replace(data, fidelity_windows=[])
+    values = {x.describe(): evaluate(whole, x.metric, x.args)[0] for x in scn.expect}
+    return {"level": level, "values": {v["expectation"]: _finite(values[v["expectation"]]) for v in bounded},
             "verdicts": {v["expectation"]: verdict_word(v["passed"], void="void" if v.get("void") else None)
                          for v in bounded},
             "void": len(m["void"]), "of": len(bounded), "seen_ms": seen * 1e3, "faults": faults}
+
+
+def _finite(v: float) -> float | None:
+    return None if math.isinf(v) else v
 
 
 def spread(values: list[float | None]) -> tuple[float, float] | None:

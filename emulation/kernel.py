@@ -243,12 +243,54 @@ def link_stats(netns: str, ifname: str) -> dict[str, int]:
 
 
 # ---- bulk writes: routes and qdiscs --------------------------------------------------------------------
-def offloads_off(netns: str, intfs: list[str]) -> None:
+def offloads_off(netns: str, intfs: list[str], rx_cpus: list[int] | None = None) -> None:
     """Turn checksum and segmentation offloads off on ``intfs`` of ``netns`` (``ethtool -K``, one
-    fork for all; an interface that has none is passed over): frames reach raw sockets as sent."""
+    fork for all; an interface that has none is passed over): frames reach raw sockets as sent.
+    With ``rx_cpus`` (one CPU per interface), steer each one's received frames there in the same
+    fork (:func:`steer_rx_script`). Raises :class:`KernelError` when the steering is refused."""
     script = "".join(f"ethtool -K {shlex.quote(i)} tx off rx off tso off gso off gro off >/dev/null 2>&1; "
                      for i in intfs)
-    netns_exec(netns, ["sh", "-c", script + "true"], capture_output=True)
+    if rx_cpus is not None:
+        script += steer_rx_script(intfs, rx_cpus)
+    r = netns_exec(netns, ["sh", "-c", script + "true"], capture_output=True, text=True)
+    if rx_cpus is not None and r.returncode != 0:
+        raise KernelError(f"steering received frames in {netns}{_on(netns)}: {r.stderr.strip() or r.returncode}")
+
+
+def cpu_mask(cpu: int) -> str:
+    """The sysfs CPU bitmap (hex, 32-bit groups from the highest, comma-separated) of CPU ``cpu``
+    alone; -1: ``"$ALL"``, the shell variable :func:`steer_rx_script` sets to the machine's first
+    32 CPUs (a mask naming a CPU it lacks is refused), where RPS picks one per flow by the frame's
+    hash (the same CPU for every frame of a path, whose headers are the same)."""
+    if cpu < 0:
+        return '"$ALL"'
+    groups = [0] * (cpu // 32 + 1)
+    groups[0] = 1 << (cpu % 32)
+    return ",".join(f"{g:08x}" for g in groups)
+
+
+def steer_rx_script(intfs: list[str], rx_cpus: list[int]) -> str:
+    """Shell that steers the frames each of ``intfs`` receives to its CPU in ``rx_cpus`` (Receive
+    Packet Steering: the interface's ``queues/rx-0/rps_cpus``, Documentation/networking/scaling.rst),
+    each write failing the script (run inside the namespace: ``ip netns exec`` gives it that
+    namespace's ``/sys``).
+
+    Why: a veth hands each frame to the backlog of the CPU that sends it, and each CPU drains its
+    own. A host or switch whose frames leave from both CPUs in turn (a process moved between them,
+    a shaper's timer firing on either) puts the frames of one path on two backlogs, and when one
+    CPU's is held up (its softirq deferred to a ksoftirqd that waits for the CPU) the later frames
+    overtake: a FIFO path reorders, which the transport rightly reads as loss. The quick reproduce
+    table on a loaded 2-core machine (2026-11-28) showed it in ev-loss: 52 "gaps" on EVs no switch
+    dropped from, in bursts of consecutive PSNs across all four planes, and 27 of their "lost"
+    packets reached the receiver twice. With each interface's frames on one CPU's backlog, in the
+    order they were sent, a path is a FIFO again."""
+    if len(rx_cpus) != len(intfs):
+        raise ValueError(f"{len(rx_cpus)} CPUs for {len(intfs)} interfaces; allowed: one each")
+    every = ""
+    if min(rx_cpus, default=0) < 0:  # "$ALL": the first 32 of the machine's CPUs
+        every = 'n=$(nproc); [ "$n" -gt 32 ] && n=32; ALL=$(printf %x $(( (1 << n) - 1 ))); '
+    return every + "".join(f"echo {cpu_mask(c)} > /sys/class/net/{shlex.quote(i)}/queues/rx-0/rps_cpus || exit 1; "
+                           for i, c in zip(intfs, rx_cpus, strict=True))
 
 
 class QdiscBacklog:
@@ -310,17 +352,28 @@ def underlay_batch(remote: Remote | None, lines: list[str]) -> None:
         raise KernelError(f"ip -batch{where}: {said[0] if said else f'exit {r.returncode}'}")
 
 
-def configure_many(items: list[tuple[str, list[str], list[str]]]) -> None:
+def configure_many(items: list[tuple[str, list[str], list[str]]],
+                   rx: dict[str, tuple[list[str], list[int]]] | None = None) -> None:
     """For each (namespace, sysctls, ``ip -batch`` lines): :func:`sysctl`, then :func:`ip_batch`.
-    Namespaces on this machine go one by one; those on a server in one shell script per server
-    (one round trip, however many). Raises :class:`KernelError` naming the namespace that refused."""
+    ``rx`` maps a namespace to (interfaces, one CPU each) whose received frames are steered there
+    (:func:`steer_rx_script`), in the sysctl's fork. Namespaces on this machine go one by one; those
+    on a server in one shell script per server (one round trip, however many). Raises
+    :class:`KernelError` naming the namespace that refused."""
+    rx = rx or {}
     by_remote: dict[Remote, list[tuple[str, list[str], list[str]]]] = {}
     for item in items:
         remote = _REMOTE.get(item[0])
         if remote is None:
-            if item[1]:
-                sysctl(item[0], item[1])
-            ip_batch(item[0], item[2])
+            ns, settings = item[0], item[1]
+            if ns in rx:
+                script = (f"sysctl -qw {shlex.join(settings)} || exit 1; " if settings else "") \
+                    + steer_rx_script(*rx[ns])
+                r = netns_exec(ns, ["sh", "-c", script], capture_output=True, text=True)
+                if r.returncode != 0:
+                    raise KernelError(f"sysctl / steering received frames in {ns}: {r.stderr.strip() or r.returncode}")
+            elif settings:
+                sysctl(ns, settings)
+            ip_batch(ns, item[2])
         else:
             by_remote.setdefault(remote, []).append(item)
     def configure(remote: Remote, todo: list[tuple[str, list[str], list[str]]]) -> None:
@@ -330,6 +383,9 @@ def configure_many(items: list[tuple[str, list[str], list[str]]]) -> None:
             if settings:
                 script.append(f"ip netns exec {shlex.quote(ns)} sysctl -qw {shlex.join(settings)} "
                               f"|| {{ echo {fail}sysctl >&2; exit 1; }}")
+            if ns in rx:
+                script.append(f"ip netns exec {shlex.quote(ns)} sh -c {shlex.quote(steer_rx_script(*rx[ns]))} "
+                              f"|| {{ echo {fail}rps_cpus >&2; exit 1; }}")
             if lines:
                 script.append(f"ip -n {shlex.quote(ns)} -batch - <<'MRCLAB_END' || {{ echo {fail}ip >&2; exit 1; }}")
                 script += lines + ["MRCLAB_END"]

@@ -9,6 +9,8 @@ This module only builds and runs the emulation; programming the switches is the 
 
 from __future__ import annotations
 
+import itertools
+import os
 import subprocess
 import time
 from collections.abc import Callable
@@ -19,7 +21,7 @@ from mininet.link import Link
 from mininet.log import setLogLevel
 from mininet.net import Mininet
 from mrclab.emulation import kernel
-from mrclab.emulation.cleanup import RUN_ROOT, RunState, cleanup_run, live_runs, netns_name, stop_processes
+from mrclab.emulation.cleanup import PIN_ROOT, RUN_ROOT, RunState, cleanup_run, live_runs, netns_name, stop_processes
 from mrclab.emulation.cluster import (
     PreMadeLink,
     RemoteBmv2Switch,
@@ -195,8 +197,12 @@ class Emulation:
         placement, ssh, state = self.placement, self.ssh, self.state
         assert placement is not None and ssh is not None and state is not None
         self.progress(f"asking {len(placement.servers)} servers over ssh: {placement.describe(self.spec.planes)}")
-        checks = preflight(ssh, list(placement.servers), self.plane.server_tools())
+        checks = preflight(ssh, list(placement.servers), self.plane.server_tools(), self.plane.server_features())
         require(checks)
+        if self.switch_queues:  # the switches queue on their servers: each needs what that takes
+            lacking = [line for c in checks for line in c.lacking({"congestion"})]
+            if lacking:
+                raise ServerError("; ".join(lacking))
         self.clock_offset_s = {c.server: c.offset_s or 0.0 for c in checks}
         for c in checks:
             self.progress(f"{c.server.name}: clock {c.offset_s * 1e3:+.1f} ms from here (read over a "
@@ -212,12 +218,15 @@ class Emulation:
                 kernel.place(netns_name(sw), self.remotes[on])
         self.plane.prepare_servers(self, state)
 
-    def make_remote_dirs(self, state) -> None:
-        """A folder of the run on each server (recorded for cleanup first). Raises ServerError when a
-        server cannot make it."""
+    def make_remote_dirs(self, state, pins: bool = False) -> None:
+        """A folder of the run on each server (recorded for cleanup first; with ``pins``, its folder
+        of pinned programs and maps under bpffs too, which the queue agent makes). Raises
+        ServerError when a server cannot make it."""
         assert self.placement is not None
         for server in self.placement.servers:
             state.add_remote_dir(server, self.remote_dir(server))
+            if pins:
+                state.add_remote_dir(server, self.pin_dir(server))
             r = self.remotes[server].run(["mkdir", "-p", self.remote_dir(server)])
             if r.returncode != 0:
                 raise ServerError(f"{server.name}: cannot make {self.remote_dir(server)}: {r.stderr.strip()}")
@@ -319,6 +328,13 @@ class Emulation:
         assert self.state is not None
         return str(RUN_ROOT / f"{Path(self.state.run_dir).name}-on-{server.address}")
 
+    def pin_dir(self, server: Server) -> str:
+        """This run's folder under bpffs on ``server`` (linux's queue programs and maps, pinned
+        there by its queue agent): ``PIN_ROOT/<run id>-on-<address>``, the address's dots as
+        underscores (bpffs refuses a name with a dot: kernel/bpf/inode.c ``bpf_lookup``)."""
+        assert self.state is not None
+        return str(PIN_ROOT / f"{Path(self.state.run_dir).name}-on-{server.address}".replace(".", "_"))
+
     def server_of(self, node: str) -> Server | None:
         """The server node ``node`` runs on; None for this machine."""
         return self.placement.server_of(node) if self.placement is not None else None
@@ -346,15 +362,25 @@ class Emulation:
 
     def _configure_interfaces(self) -> None:
         """One ``ip -batch`` and one sysctl call per node (one script per server for the nodes on
-        other servers): fast and deterministic."""
+        other servers): fast and deterministic. Each interface's received frames are steered to one
+        CPU, the interfaces dealt round this machine's CPUs (kernel.steer_rx_script says why: else a
+        path reorders under load); on a server, to a CPU chosen by the flow's hash."""
         assert self.net is not None
+        cpus = sorted(os.sched_getaffinity(0))
+        turn = itertools.count()  # every interface's received frames on one CPU, the interfaces dealt round
+
+        def rx_cpus(intfs: list[str], remote: bool = False) -> list[int]:
+            # a server's CPUs are not this machine's: there each path's frames go to one CPU by flow hash
+            return [-1 if remote else cpus[next(turn) % len(cpus)] for _ in intfs]
+
         for node in self.net.hosts:
             intfs = [i.name for i in node.intfList() if i.name != "lo"]
             sysctls = [f"net.ipv6.conf.{i}.disable_ipv6=1" for i in intfs]
             kernel.sysctl(node.netns, sysctls)
-            kernel.offloads_off(node.netns, intfs)
+            kernel.offloads_off(node.netns, intfs, rx_cpus(intfs))
             kernel.ip_batch(node.netns, ["link set lo up"] + [f"link set {i} mtu {MTU} up" for i in intfs])
         items = []
+        rx: dict[str, tuple[list[str], list[int]]] = {}
         for node in self.net.switches:
             intfs = [i.name for i in node.intfList() if i.name != "lo"]
             sysctls = ["net.ipv6.conf.all.forwarding=1", "net.ipv6.conf.default.accept_dad=0"]
@@ -363,7 +389,8 @@ class Emulation:
             sysctls += more
             items.append((node.netns, sysctls,
                           ["link set lo up"] + anchor + [f"link set {i} mtu {MTU} up" for i in intfs]))
-        kernel.configure_many(items)  # one script per server for the switches there
+            rx[node.netns] = (intfs, rx_cpus(intfs, self.server_of(node.name) is not None))
+        kernel.configure_many(items, rx=rx)  # one script per server for the switches there
 
     def _shape(self) -> None:
         """``tbf`` on both ends of every link (Mininet's TCLink needs netem for the queue limit,

@@ -83,10 +83,55 @@ def no_leftovers():
 VOID_TRIES = 3
 
 
+def _run_evidence(out) -> str:
+    """What a results folder ``out`` says of the machine and the fabric, for a failed test's
+    message (CI keeps no folder): each fidelity sample kind's worst value and where and when
+    (``fidelity.csv``: endpoints', switches' and ksoftirqd's waits, loop gaps, steal), and each
+    second in which switch ports marked or trimmed (``switches.csv``, counts since the one before),
+    and each second's EV retirements with their hosts and causes (``events.csv``)."""
+    import csv
+    from pathlib import Path
+
+    out, lines = Path(out), []
+    if (out / "fidelity.csv").exists():
+        worst: dict = {}
+        for r in csv.DictReader((out / "fidelity.csv").open()):
+            kind = (r["invariant"], "kernel" if r["where"].startswith("kernel") else "")
+            if kind not in worst or float(r["value"]) > float(worst[kind]["value"]):
+                worst[kind] = r
+        lines += [f"worst {inv}{' (' + r['where'] + ')'}: {r['value']} at {r['t_s']} s (limit {r['limit']})"
+                  for (inv, _), r in sorted(worst.items())]
+    if (out / "switches.csv").exists():
+        last: dict = {}
+        by_t: dict = {}
+        for r in csv.DictReader((out / "switches.csv").open()):
+            key = (r["switch"], r["port"])
+            now = (int(r["marked"] or 0), int(r["trimmed"] or 0))
+            prev = last.get(key, (0, 0))
+            last[key] = now
+            if now != prev:
+                by_t.setdefault(r["t"], []).append(f"{key[0]}:{key[1]} +{now[0] - prev[0]}m/+{now[1] - prev[1]}t")
+        lines += [f"ports at {t} s: {', '.join(v)}" for t, v in by_t.items()]
+    if (out / "events.csv").exists():
+        by_s: dict = {}
+        for r in csv.DictReader((out / "events.csv").open()):
+            if r["kind"] == "ev_state" and r["new"] == "ASSUMED_BAD":
+                by_s.setdefault(int(float(r["t"])), []).append(f"{r['host']}:{r['reason'].split(' of PSN')[0]}")
+        lines += [f"EVs retired in [{s}, {s + 1}) s: {len(v)} ({', '.join(sorted(set(v)))})"
+                  for s, v in sorted(by_s.items())]
+    return "\n".join(lines)
+
+
+@pytest.fixture
+def run_evidence():
+    """``run_evidence(out) -> str``: see :func:`_run_evidence`."""
+    return _run_evidence
+
+
 @pytest.fixture
 def decided_run():
-    """``decided_run(scn, folder, with_data=False, decides=()) -> (metrics, data or None, out
-    folder)``: runs a scenario until its verdict is decided, and every metric named in ``decides``
+    """``decided_run(scn, folder, with_data=False, decides=(), cluster=None) -> (metrics, data or
+    None, out folder)``: runs a scenario until its verdict is decided, and every metric named in ``decides``
     with it (a run that FAILed one claim while the claim a test reads was void decides nothing the
     test asks: transceiver-flap with probes off FAILed its goodput while its revival_s was void).
     A run with no FAIL but a void verdict (the emulator fell behind: the machine paused or starved
@@ -96,12 +141,12 @@ def decided_run():
     defect of the scenario (too heavy for it), never a skip the suite would accept."""
     from mrclab.experiments.run import runner
 
-    def run(scn, folder, with_data=False, decides=()):
+    def run(scn, folder, with_data=False, decides=(), cluster=None):
         why = []
         for n in range(1, VOID_TRIES + 1):
             out = folder / f"try{n}"
-            m, d = runner.run_with_data(scn, out, live=False) if with_data else (runner.run(scn, out, live=False),
-                                                                                 None)
+            m, d = runner.run_with_data(scn, out, live=False, cluster=cluster)
+            d = d if with_data else None
             void = {v["metric"] for v in m["expectations"] if v.get("void")}
             if m["passed"] is not None and not void & set(decides):  # decided: pass or FAIL, on what it must
                 return m, d, out

@@ -92,3 +92,22 @@ def test_second_fabric_is_refused_while_one_runs(fabric):
     finally:
         other.stop()
     assert fabric.emu.state is not None  # the first one is untouched
+
+
+def test_each_interface_s_received_frames_go_to_one_cpu_the_interfaces_dealt_round_the_cpus(fabric):
+    """A path stays a FIFO only if each of its interfaces queues what it receives on one CPU's
+    backlog (emulation/kernel.py ``steer_rx_script``): every host and switch port has a one-CPU RPS
+    mask, and the ports together use every CPU this process may run on."""
+    import os
+
+    masks = {}
+    for node in fabric.spec.hosts() + fabric.spec.switches():
+        out = subprocess.run(["ip", "netns", "exec", fabric.netns(node), "sh", "-c",
+                              f"for f in /sys/class/net/{node}-eth*/queues/rx-0/rps_cpus; do echo $f $(cat $f); done"],
+                             capture_output=True, text=True, check=True).stdout
+        for line in out.splitlines():
+            path, mask = line.split()
+            masks[path.split("/")[4]] = int(mask.replace(",", ""), 16)
+    assert len(masks) == 2 * fabric.spec.n_links, len(masks)
+    assert all(m and m & (m - 1) == 0 for m in masks.values()), masks  # exactly one CPU each
+    assert {m.bit_length() - 1 for m in masks.values()} == set(os.sched_getaffinity(0))

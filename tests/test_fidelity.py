@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from mrclab.emulation.cleanup import netns_name
@@ -52,6 +53,27 @@ def test_a_slow_fabric_starves_only_when_its_waits_are_a_share_of_its_frame_time
             scn = load_scenario(f.stem, dataplane=dp)
             fs = fastest_frame_s(scn.spec_for(dp), scn.settings.frame_bytes)
             assert fidelity.sched_delay_limit(fs) == fidelity.SCHED_DELAY_MAX_S, (f.stem, dp, fs)
+
+
+def test_a_path_with_propagation_delay_starves_only_at_a_share_of_its_round_trip():
+    """The quickstart on bmv2 (15 ms a way) keeps its verdicts with endpoints waiting up to the
+    limit its round trip gives, and was void on an idle machine under the fixed 0.5 ms (its
+    untouched endpoints wait 0.7-1.9 ms a wake-up beside eight BMv2 switches on two cores); paths
+    without delay (incast) keep the 0.5 ms floor, which is where incast's victim moved."""
+    from mrclab.experiments.model.scenario import load_scenario
+    from mrclab.experiments.run.runner import sched_delay_limit_for
+
+    def limit(name, dp):
+        return sched_delay_limit_for(load_scenario(name, dataplane=dp), dp)
+
+    assert limit("quickstart", "bmv2") == pytest.approx(fidelity.SCHED_DELAY_RTT_SHARE * 0.030)
+    assert limit("quickstart", "bmv2") > 0.002
+    assert limit("incast", "bmv2") == limit("incast", "linux") == fidelity.SCHED_DELAY_MAX_S
+    untouched = [(t, "endpoint h0", 0.0019, 0.5, 0.25) for t in (1.0, 1.25)]  # an idle bmv2 quickstart
+    assert fidelity.faults(untouched, [])
+    assert not fidelity.faults(untouched, [], sched_delay_max_s=limit("quickstart", "bmv2"))
+    starved = [(1.0, "endpoint h0", 0.004, 0.5, 0.25)]
+    assert fidelity.faults(starved, [], sched_delay_max_s=limit("quickstart", "bmv2"))
 
 
 def test_a_late_samples_fault_covers_all_the_interval_it_read():
@@ -121,6 +143,30 @@ def test_run_long_counts_leave_out_what_happened_in_a_fault_and_say_how_many():
     assert _judged(starved, "mct_s", {"percentile": 99}, d)["void"] is None  # reported, not a verdict
 
 
+def test_a_retirement_is_left_out_only_when_a_fault_met_the_span_since_its_packet_was_sent():
+    """An ``ev_state`` retirement carries ``age_s``, how long before it the packet that retired the
+    EV was sent: a fault that ended before that packet left cannot have lost or held it, so the
+    retirement is the transport's and counts (the main job on bmv2 was void for retirements 0.8 s
+    after a starved sample, whose packets left 40 ms before them); one whose packet was sent
+    inside the fault is left out; one without ``age_s`` answers the last RETIRE_CAUSE_S."""
+    from mrclab.experiments.analysis.metrics import RETIRE_CAUSE_S
+
+    starved = [fidelity.FidelityFault("CPU starvation", "endpoint h0", 7.0, 7.25, 0.0006, 0.0005)]
+    d = RunData(duration_s=24.0, first_fault_s=8.0, traffic_start_s=0.0)
+    d.events = [{"kind": "ev_state", "t": 8.05, "host": "h0", "qp": 1, "ev": ev, "new": "ASSUMED_BAD", "age_s": 0.04}
+                for ev in (1, 2)]
+    v = _judged(starved, "evs_retired", {"after": 8, "within_s": 1.0, "min": 1}, d)
+    assert (v["value"], v["passed"], v["void"], v.get("left_out")) == (2, True, None, None), v
+    d.events[0]["age_s"] = 0.9  # its packet left at 7.15 s, inside the fault
+    v = _judged(starved, "evs_retired", {"after": 8, "within_s": 1.0, "min": 1}, d)
+    assert (v["value"], v["passed"], v["left_out"]) == (1, True, "1 retired EVs in fidelity faults left out"), v
+    for e in d.events:
+        e["age_s"] = None  # an older endpoint's event: the fallback span reaches the fault
+    assert 8.05 - RETIRE_CAUSE_S < 7.25
+    v = _judged(starved, "evs_retired", {"after": 8, "within_s": 1.0, "min": 1}, d)
+    assert v["passed"] is None and v["void"], v
+
+
 def test_the_kernels_backlog_drops_are_read_from_softnet_stat_summed_over_the_cpus(tmp_path):
     stat = tmp_path / "softnet_stat"
     stat.write_text("0015e94c 00000003 00000001 00000000\n001eda38 0000000b 00000007 00000000\n")
@@ -157,6 +203,37 @@ def test_the_monitor_records_only_intervals_in_which_the_kernel_dropped(monkeypa
     m._read_drops()  # 107: 7 in the interval
     m._read_drops()
     assert [n for _, n, _ in m.kernel_drops] == [7]
+
+
+def test_a_cpu_the_hypervisor_took_is_recorded_and_voids_nothing_until_measured(tmp_path):
+    """Steal time stops everything on its CPU and no process's schedstat counts it, but no
+    measurement yet says at what share a verdict moves: it goes to fidelity.csv, beside the run's
+    verdicts, and is no fault (an idle machine's main job read 32% once, every verdict passing)."""
+    stolen = [(5.0, "cpu 0", 0.04, 0.25), (12.25, "cpu 1", 0.36, 0.25)]
+    fidelity.write_csv(tmp_path / "f.csv", [], [], stolen=stolen)
+    text = (tmp_path / "f.csv").read_text()
+    assert "share of the interval the hypervisor took the CPU (recorded only),cpu 1,0.360,,0.250" in text
+    assert "cpu 0,0.040" in text
+    assert fidelity.faults([], []) == []  # faults() takes no steal: nothing to void with
+
+
+def test_the_monitor_records_each_cpus_steal_as_a_share_of_its_interval(monkeypatch):
+    seen = iter([[10.0, 20.0], [10.0, 20.0], [10.1, 20.0]])
+    monkeypatch.setattr(monitor, "steal_s", lambda: next(seen))
+    m = monitor.FidelityMonitor({}, time.monotonic(), period_s=3600)
+    m.stop()
+    m._read_steal()  # nothing stolen
+    time.sleep(0.2)
+    m._read_steal()  # cpu 0: 0.1 s of about 0.2
+    assert [(cpu, 0.3 <= share <= 0.55) for _, cpu, share, _ in m.stolen] == [("cpu 0", True)], m.stolen
+
+
+def test_the_kernels_softirq_threads_are_watched_as_the_fabrics_forwarding():
+    """Each ksoftirqd this machine shows is watched, one per CPU (none where a PID namespace hides
+    them: the watch is then absent, not silent)."""
+    found = monitor.kernel_workers()
+    assert all(label == f"kernel {Path(f'/proc/{pid}/comm').read_text().strip()}" for label, pid in found.items())
+    assert not found or len(found) == os.cpu_count(), found
 
 
 def test_a_count_bounded_below_is_void_only_where_what_met_its_bound_fell_inside_a_fault():
@@ -511,3 +588,80 @@ def test_a_throttled_group_starves_what_it_holds_and_always_lets_go(tmp_path):
     finally:
         busy.kill()
         busy.wait()
+
+
+def test_a_windowed_mean_reads_its_window_outside_the_faults_and_fails_a_transport_that_slows_outside_them():
+    """goodput over the whole of a 20 s run with one starved sample at 10.0-10.25 s, while the
+    flows delivered nothing for 1 s from it: the mean leaves the fault and the second after it out
+    (1.25 s), says so, and passes, where voiding the whole run's window for one sample decided
+    nothing. A fault holding more than half of the window leaves it void; a transport that slows
+    down outside the faults FAILs whatever the machine did."""
+    from mrclab.experiments.analysis.metrics import BIN_S
+
+    def run(rate_after_15: int) -> RunData:
+        d = RunData(duration_s=20.0)
+        d.qp_src = {"q": "h0"}
+        total, pts = 0, []
+        for i in range(201):
+            t = i * BIN_S
+            pts.append((round(t, 3), total))
+            total += 0 if 10.0 <= t < 11.0 else (1000 if t < 15.0 else rate_after_15)
+        d.samples = {"q": pts}
+        return d
+
+    full = 1000 * 8 / BIN_S / 1e6  # Mb/s
+    starved = [fidelity.FidelityFault("CPU starvation", "endpoint h0", 10.0, 10.25, 0.009, 0.002)]
+    whole = _judged([], "goodput_mbps", {"window": [0, 20], "min": 0.97 * full}, run(1000))
+    assert whole["passed"] is False and whole["value"] == pytest.approx(0.95 * full, rel=0.01)  # the dip, read
+    v = _judged(starved, "goodput_mbps", {"window": [0, 20], "min": 0.97 * full}, run(1000))
+    assert (v["passed"], v["void"]) == (True, None) and v["value"] == pytest.approx(full, rel=0.01), v
+    assert v["left_out"] == "1.2 s in fidelity faults left out"
+    slow = _judged(starved, "goodput_mbps", {"window": [0, 20], "min": 0.97 * full}, run(500))
+    assert (slow["passed"], slow["void"]) == (False, None), slow
+    long_f = [fidelity.FidelityFault("CPU starvation", "endpoint h0", 2.0, 12.0, 0.009, 0.002)]
+    held = _judged(long_f, "goodput_mbps", {"window": [0, 20], "min": 0.97 * full}, run(1000))
+    assert held["passed"] is None and "CPU starvation" in held["void"], held
+    # a recovery time, which a lapse can only lengthen: within its bound it passes beside the fault
+    # in the dip it read (10-11 s); past its bound it is void where a fault met the time up to the
+    # bound, and FAILs where the fault came later (it had run past its bound by then)
+    v = _judged(starved, "recovery_time_s", {"after": 10, "max": 2}, run(1000))
+    assert (v["passed"], v["void"]) == (True, None) and v["value"] == pytest.approx(1.0, abs=0.11), v
+    assert _judged(starved, "recovery_time_s", {"after": 10, "max": 0.5}, run(1000))["void"]
+    late = [fidelity.FidelityFault("CPU starvation", "endpoint h0", 15.0, 15.25, 0.009, 0.002)]
+    v = _judged(late, "recovery_time_s", {"after": 10, "max": 0.5}, run(1000))
+    assert (v["passed"], v["void"]) == (False, None), v
+
+
+def test_memory_within_its_bound_passes_whatever_the_machine_did_and_growth_beside_a_fault_is_void():
+    """rss_growth(after=6, max=1.1): a lapse of the machine can swell an endpoint (a backlog), never
+    shrink it, so a flat run passes beside a starved sample at 30 s; a run that grew beside one is
+    void (the machine may have grown it), and FAILs without one; a lapse at the first reading, which
+    could swell it and hide growth, leaves a flat run void too."""
+    d = RunData(duration_s=60.0, first_fault_s=10.0, traffic_start_s=0.0)
+    starved = [fidelity.FidelityFault("CPU starvation", "endpoint h0", 30.0, 30.25, 0.009, 0.002)]
+    d.rss = [(t, "h0", 100) for t in range(6, 61)]
+    assert _judged(starved, "rss_growth", {"after": 6, "max": 1.1}, d)["passed"] is True
+    d.rss = [(t, "h0", 100 + 2 * t) for t in range(6, 61)]
+    grew = _judged(starved, "rss_growth", {"after": 6, "max": 1.1}, d)
+    assert grew["passed"] is None and "CPU starvation" in grew["void"], grew
+    assert _judged([], "rss_growth", {"after": 6, "max": 1.1}, d)["passed"] is False
+    d.rss = [(t, "h0", 100) for t in range(6, 61)]
+    at_start = [fidelity.FidelityFault("CPU starvation", "endpoint h0", 5.5, 6.0, 0.009, 0.002)]
+    assert _judged(at_start, "rss_growth", {"after": 6, "max": 1.1}, d)["void"]
+
+
+def test_a_path_that_reordered_is_a_fault_over_its_sample_and_its_retirements_are_left_out():
+    """Receivers counted 3 then 2 first transmissions behind later ones on their EV (a FIFO path
+    reordered: the quick reproduce table's ev-loss once had 52 "gaps" and 27 duplicates with no
+    switch drop) in the samples ending 1.0 s and 1.1 s: one fault over both, whose retirements are
+    not charged to the transport."""
+    reordered = [(1.0, "h2", 3), (1.1, "h2", 2), (5.0, "h2", 0)]
+    found = fidelity.faults([], [], reordered=reordered)
+    assert [(f.invariant, f.where, round(f.t0, 3), f.t1, f.worst) for f in found] == \
+        [(fidelity.REORDERED, "paths to h2", 0.9, 1.1, 5)]
+    d = RunData(duration_s=10.0, first_fault_s=6.0, traffic_start_s=0.0)
+    d.events = [{"kind": "ev_state", "t": t, "host": "h0", "qp": 1, "ev": ev, "new": "ASSUMED_BAD"}
+                for t, ev in ((1.05, 1), (1.06, 2), (3.5, 3))]
+    v = _judged(found, "evs_retired", {"max": 2}, d)
+    assert (v["value"], v["passed"], v["whole"]) == (1, True, 3), v  # the one 2.4 s after it stays
+    assert _judged([], "evs_retired", {"max": 2}, d)["passed"] is False  # without the watch: 3, FAIL

@@ -48,7 +48,8 @@ def test_hosts_served_by_one_endpoint_process_each_use_their_own_sockets_and_por
     # one process serves both hosts, started in h2's namespace: h0's sockets are opened, and its
     # ports read, from inside h0's. Its ports go down one by one: goodput follows them and no EV is
     # retired only if each is announced from h0's own port state (the scenario's expectations)
-    monkeypatch.setattr(endpoints, "process_groups", lambda hosts, cores=None: [sorted(hosts, reverse=True)])
+    monkeypatch.setattr(endpoints, "process_groups",
+                        lambda hosts, cores=None, per_core=None: [sorted(hosts, reverse=True)])
     scn = load_scenario("nic-links-one-by-one", duration_s=14, dataplane="linux")
     m, _, out = decided_run(scn, tmp_path)
     failed = [v for v in m["expectations"] if v["passed"] is False]

@@ -16,6 +16,12 @@ class QueuingLinux(Linux):
         return {}
 
 
+class QueuingHereOnly(QueuingLinux):
+    """A data plane whose switches queue here but not over servers (bmv2's today)."""
+
+    remote_missing = {"congestion": "not over servers"}
+
+
 def test_the_timer_floor_covers_the_queues_and_every_change_is_said_and_written(tmp_path):
     said = []
     scn = load_scenario("incast")
@@ -45,6 +51,9 @@ def test_a_scenario_that_sets_its_timer_floor_keeps_it_and_no_queues_means_no_fl
                                          "transport": {**(scn.raw.get("transport") or {}), "min_rto_s": 0.02}},
                                settings=dataclasses.replace(scn.settings, min_rto_s=0.02))
     assert resolve(mine, QueuingLinux(), say=lambda m: None).settings.min_rto_s == 0.02
-    over_servers = resolve(scn, QueuingLinux(), remote=True, say=lambda m: None)  # no switch queues there yet
+    over_servers = resolve(scn, QueuingHereOnly(), remote=True, say=lambda m: None)  # no switch queues there
     assert over_servers.queues == {} and over_servers.queue_bound_s == 0
     assert over_servers.settings.min_rto_s == scn.settings.min_rto_s
+    # linux's switches queue on their servers as here: the same plan, the same bound
+    here, there = (resolve(scn, QueuingLinux(), remote=r, say=lambda m: None) for r in (False, True))
+    assert there.queues == here.queues != {} and there.queue_bound_s == here.queue_bound_s > 0

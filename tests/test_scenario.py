@@ -64,6 +64,7 @@ def test_bad_faults_are_refused(fault, msg):
     ({"durration_s": 10}, "unknown field(s) durration_s"),
     ({"fabric": {"topo": "lab", "planes": 0}}, "'planes' = 0; allowed: an integer from 1 to 8"),
     ({"fabric": {"topo": "nope"}}, "fabric.topo = 'nope'"),
+    ({"processes_per_core": 0}, "processes_per_core 0; allowed: 1 to 4 endpoint processes per core"),
 ])
 def test_bad_scenarios_are_refused(changes, msg):
     with pytest.raises(ScenarioError) as e:

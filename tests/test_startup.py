@@ -84,6 +84,10 @@ def test_hosts_share_endpoint_processes_only_beyond_two_per_core():
     assert groups == [["h0", "h4", "h8"], ["h1", "h5", "h9"], ["h2", "h6"], ["h3", "h7"]]
     assert sorted(h for g in groups for h in g) == sorted(hosts)  # each host served exactly once
     assert len(endpoints.process_groups(hosts, cores=8)) == 10
+    # a scenario whose hosts' processes starved each other asks for one process per core
+    assert endpoints.process_groups(hosts[:8], cores=2, per_core=1) == [["h0", "h2", "h4", "h6"],
+                                                                         ["h1", "h3", "h5", "h7"]]
+    assert endpoints.process_groups(hosts[:4], cores=2, per_core=1) == [["h0"], ["h1"], ["h2"], ["h3"]]
 
 
 def test_processes_are_labelled_by_the_hosts_they_serve():
@@ -105,17 +109,17 @@ class _FakeHost:
     """A stand-in for traffic.endpoint.Endpoint in run_group: one socket (a socketpair's end),
     a deadline every ``every_s`` (inf: none), finished at ``end``; counts its turns."""
 
-    def __init__(self, host: str, every_s: float, end: float) -> None:
+    def __init__(self, host: str, every_s: float, end: float, work_s: float = 0.0) -> None:
         import socket as _socket
         from types import SimpleNamespace
 
-        self.host, self.every_s, self.end = host, every_s, end
+        self.host, self.every_s, self.end, self.work_s = host, every_s, end, work_s
         self.peer, mine = _socket.socketpair(_socket.AF_UNIX, _socket.SOCK_DGRAM)
         mine.setblocking(False)
         self.socks = {0: mine}
         self.cfg = SimpleNamespace(start_at_wall=time.time(), go_path=None)
         self.t0_wall = time.time()
-        self.tel = SimpleNamespace(write=lambda _rec: None)
+        self.tel = SimpleNamespace(write=lambda _rec: None, flush=lambda: None)
         self.stack = SimpleNamespace(transport="mrc")
         self.flows: list = []
         self.stop_requested = self.finished = False
@@ -134,6 +138,9 @@ class _FakeHost:
 
     def turn(self, now: float, ready=()) -> int:
         self.turns += 1
+        spin = time.monotonic() + (self.work_s if now >= self.next else 0.0)  # its own work at each deadline
+        while time.monotonic() < spin:
+            pass
         moved = 0
         for _fd in ready:
             while True:
@@ -175,3 +182,64 @@ def test_one_process_turns_only_the_hosts_a_wake_up_is_for():
     assert idle.frames == 3
     assert busy.turns >= 40  # its deadlines were kept (0.4 s at 5 ms)
     assert idle.turns <= 3 * 2 + 3, idle.turns  # each frame's turn and the one after, the start, the end
+
+
+def test_a_host_behind_another_hosts_long_turns_reads_them_as_late_timers_and_its_own_never():
+    """Two hosts in one process, each with a deadline every 5 ms: h0's turns take 30 ms of its own
+    work. h1 waits behind them (on separate machines it would not): its timers fire about 30 ms
+    late, and it says so. h0's own work is its transport's cost: its lateness stays small."""
+    from mrclab.traffic.endpoint import run_group
+
+    slow, other = _FakeHost("h0", 0.005, 0.5, work_s=0.03), _FakeHost("h1", 0.005, 0.5)
+    assert run_group([slow, other]) == 0
+    assert other.loop_gap_max_s >= 0.025, other.loop_gap_max_s
+    assert slow.loop_gap_max_s < 0.015, slow.loop_gap_max_s
+
+
+
+def _bare_endpoint(recv, delay_s: float = 0.0):
+    """A traffic.endpoint.Endpoint with nothing but what :meth:`turn` reads: one port whose frames
+    come from ``recv`` (recv_into's stand-in), a stack that records the clock it is given with
+    each frame, no flows, no port polls or telemetry due."""
+    from collections import deque
+    from types import SimpleNamespace
+
+    from mrclab.traffic.endpoint import Endpoint
+
+    ep = Endpoint.__new__(Endpoint)
+    got: list[float] = []
+    ep.stack = SimpleNamespace(on_frame=lambda _f, now: got.append(now) or [], poll=lambda now, active=None: [],
+                               set_local_ports=lambda _s: None, wake=lambda: None)
+    ep.flows, ep.coll, ep.cfg = [], None, SimpleNamespace(collective=None, telemetry_interval_s=1.0,
+                                                          receiver_linger_s=1.0)
+    ep.mono0 = time.monotonic()
+    ep.next_ports = ep.next_tel = float("inf")
+    ep.delay_s, ep._line = delay_s, deque()
+    ep._recv, ep.backlog, ep._send_fn = {3: recv}, {}, {}
+    ep.started, ep.stopped, ep.finished_at, ep.finished, ep.max_end = set(), set(), None, False, 10.0
+    ep._active, ep.coll_started = None, False
+    return ep, got
+
+
+def test_a_frame_read_late_in_a_turn_is_stamped_when_read_not_when_the_turn_began():
+    """A turn reads its sockets dry; a frame that came while it ran (here: 20 ms after its start,
+    the machine holding the loop) stamped with the turn's start would read an RTT 20 ms shorter
+    than its path's, and NSCC's base RTT (the least sample) would keep it for good."""
+    frames = iter([0.0, 0.02])
+
+    def recv(_buf):
+        try:
+            pause = next(frames)
+        except StopIteration:
+            raise BlockingIOError from None
+        time.sleep(pause)
+        return 64
+
+    for delay in (0.0, 0.005):
+        frames = iter([0.0, 0.02])
+        ep, got = _bare_endpoint(recv, delay)
+        now = time.monotonic()
+        assert ep.turn(now, [3]) == 2
+        stamps = got if not delay else [t for t, _ in ep._line]
+        assert stamps[1] - stamps[0] >= 0.02, (delay, stamps)  # the second as it was read
+        assert all(s >= now + delay for s in stamps)

@@ -759,3 +759,26 @@ def test_an_ev_a_resent_packet_died_on_is_retired_one_timer_after_it_left_not_af
     tx.poll(0.046)
     assert tx.evs.evs[dead].state == "ASSUMED_BAD"
     assert tx.recs[0].tx == 2  # the resend itself still waits out its backoff
+
+
+def test_the_receiver_counts_first_transmissions_that_arrive_behind_a_later_one_on_their_ev():
+    """A path is one FIFO: a first transmission arriving whole behind a later first transmission of
+    its EV is the network reordering (the emulator's fault, experiments/analysis/fidelity.py "paths
+    reordered"). Reordering across EVs (spraying), a retransmission and a trimmed header are not."""
+    rx = MrcReceiver(3, TransportSettings(ack_every=1), lambda: make_ev(0, 0, 1))
+    ev_a, ev_b = make_ev(1, 0, 2), make_ev(2, 1, 3)
+
+    def arrive(psn, ev, flags=0, payload=1024):
+        p = Pkt(H.OP_WRITE, 3, psn, ev, flags, psn, 1024, H.crc32(bytes(1024)), 0, psn * 1024, rx._rkey,
+                1024, bytes(payload), None, 0xFF, False)  # message psn: one packet each
+        rx.on_packet(p, 1.0)
+        return rx.stats.reordered
+
+    assert arrive(1, ev_b) == 0
+    assert arrive(0, ev_a) == 0  # behind PSN 1, but on another EV: spraying's reordering
+    assert arrive(4, ev_a) == 0
+    assert arrive(2, ev_a, H.F_TRIM, payload=0) == 0  # a trimmed header overtakes by design
+    assert arrive(3, ev_a) == 1  # sent on ev_a before PSN 4, arrived after it
+    assert arrive(2, ev_a, H.F_RETX) == 1  # a retransmission is sent after what it follows
+    assert arrive(5, ev_a) == 1
+    assert rx.stats.duplicates == 0

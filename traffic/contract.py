@@ -144,13 +144,16 @@ class Event:
 
 @dataclass(frozen=True, kw_only=True)
 class EvStateChanged(Event):
-    """An EV of QP ``qp`` changed state (``old`` -> ``new``) for ``reason``."""
+    """An EV of QP ``qp`` changed state (``old`` -> ``new``) for ``reason``. ``age_s``, for a
+    retirement: how long before it the packet whose loss or timeout retired the EV was sent (s), so
+    the retirement answers what happened in that span and no earlier; None for other changes."""
     kind: ClassVar[str] = "ev_state"
     qp: int
     ev: int
     old: EvState
     new: EvState
     reason: str
+    age_s: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -313,11 +316,14 @@ class RxQp:
     messages_corrupt: int = 0
     duplicates: int = 0
     trimmed: int = 0
+    #: first transmissions that arrived behind a later one on their EV (ReceiverStats.reordered)
+    reordered: int = 0
 
     @classmethod
     def of(cls, src: str, qp: int, st: ReceiverStats) -> RxQp:
         """The receive side of QP ``qp`` from ``src`` as its stats stand now."""
-        return cls(src, qp, st.delivered_bytes, st.messages_delivered, st.messages_corrupt, st.duplicates, st.trimmed)
+        return cls(src, qp, st.delivered_bytes, st.messages_delivered, st.messages_corrupt, st.duplicates, st.trimmed,
+                   st.reordered)
 
 
 @dataclass(frozen=True)

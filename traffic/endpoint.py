@@ -101,16 +101,24 @@ def _cpu_s() -> tuple[float, float]:
 
 
 class Telemetry:
-    """Telemetry records as JSON lines (nothing without a path)."""
+    """Telemetry records as JSON lines (nothing without a path), buffered: written to the file at
+    each :meth:`flush` (the endpoint flushes after every sample, so a reader is at most one
+    ``telemetry_interval_s`` behind) and at :meth:`close`. Line buffering cost a write(2) per record:
+    a tenth of a flap-soak sender's CPU (py-spy), in its thousands of loss and EV events."""
 
     def __init__(self, path: str | None) -> None:
-        """Append to ``path`` (line-buffered), or write nothing when it is None."""
-        self.fh = open(path, "a", buffering=1) if path else None
+        """Append to ``path``, or write nothing when it is None."""
+        self.fh = open(path, "a") if path else None  # noqa: SIM115 (closed by close())
 
     def write(self, rec: C.Record) -> None:
-        """One record as a JSON line."""
+        """One record as a JSON line (in the file by the next :meth:`flush`)."""
         if self.fh is not None:
             self.fh.write(C.encode(rec) + "\n")
+
+    def flush(self) -> None:
+        """Hand what was written to the file."""
+        if self.fh is not None:
+            self.fh.flush()
 
     def close(self) -> None:
         """Close the file (records written so far stay)."""
@@ -268,6 +276,7 @@ class Endpoint:
         work = 0
         rxview = _RXVIEW
         delay, line = self.delay_s, self._line
+        clock = time.monotonic
         for fd in ready:
             rv = self._recv[fd]
             for _ in range(256):
@@ -278,10 +287,15 @@ class Endpoint:
                 except OSError:  # ENETDOWN once when the port goes down: the carrier poll handles it
                     break
                 work += 1
+                # stamped as read, never before: a frame that came while this turn ran (or while
+                # the machine held it) stamped with the turn's start would read an RTT shorter
+                # than its path's, and NSCC's base RTT, the least sample, never forgets one (a
+                # 3 ms stall cut a QP's window by a third for the rest of a quickstart run)
+                rx_now = clock()
                 if delay:
-                    line.append((now + delay, _RXBUF[:n]))
+                    line.append((rx_now + delay, _RXBUF[:n]))
                     continue
-                r = stack.on_frame(rxview[:n], now)
+                r = stack.on_frame(rxview[:n], rx_now)
                 if r:
                     self._send(r, self.backlog)
         while line and line[0][0] <= now:  # frames whose propagation delay is over
@@ -392,6 +406,7 @@ class Endpoint:
         self.tel.write(C.Sample(self._tx(), self._rx(), self.stack.local_ports, round(self.loop_gap_max_s, 6),
                                 self._rss_bytes(), ReceiveRegion.resident_total, self._socket_drops(),
                                 self.send_drops))
+        self.tel.flush()
         self.loop_gap_max_s = 0.0
 
     def _socket_drops(self) -> int:
@@ -440,6 +455,18 @@ def cpu_wait_reader() -> Callable[[], int]:
     return lambda: int(os.pread(fd, 128, 0).split()[1])
 
 
+def _poller(eps: list[Endpoint]) -> tuple[select.poll, dict[int, Endpoint]]:
+    """A poll object with every socket of ``eps`` registered for input, and each socket's
+    descriptor -> the host it belongs to."""
+    owner: dict[int, Endpoint] = {}
+    poller = select.poll()
+    for ep in eps:
+        for sk in ep.socks.values():
+            poller.register(sk.fileno(), select.POLLIN)
+            owner[sk.fileno()] = ep
+    return poller, owner
+
+
 def run_group(eps: list[Endpoint]) -> int:
     """Serve the hosts of ``eps`` in one loop (one process for several hosts costs one interpreter
     and one wake-up where each would cost its own): open each host's sockets, say ready, wait
@@ -448,17 +475,18 @@ def run_group(eps: list[Endpoint]) -> int:
     poll's unit; at most the carrier poll's 10 ms). A wake-up turns only the hosts it is for: those
     a frame came for, those whose own deadline (:meth:`Endpoint.due`, taken after an idle turn)
     has come, and those whose last turn moved frames (their window may still be open); the others'
-    state cannot have changed. Each host keeps its own telemetry; the loop's lateness is the
-    process's, so every host reports it. Returns the exit code (0)."""
+    state cannot have changed. Each host keeps its own telemetry, and its own lateness (the "late
+    timers" invariant): a host whose deadline came reads the time from its deadline, or from the
+    end of its own last turn if later, to the start of this one (the machine's waits, the poll's
+    rounding and the other hosts' turns: on separate machines each host has a CPU of its own); a
+    host a frame woke reads the process's wait for a CPU since the loop began and the turns of the
+    hosts before it. Its own turns are never counted: they are the transport's cost. Each turn runs
+    at the clock read as it starts. Returns the exit code (0)."""
     for ep in eps:
         ep.open()
         ep.tel.write(C.Start(ep.host, ep.stack.transport, tuple(s.qp for s, _, _ in ep.flows)))
-    owner: dict[int, Endpoint] = {}
-    poller = select.poll()
-    for ep in eps:
-        for sk in ep.socks.values():
-            poller.register(sk.fileno(), select.POLLIN)
-            owner[sk.fileno()] = ep
+        ep.tel.flush()  # the runner counts the hosts that started
+    poller, owner = _poller(eps)
     t0_wall = eps[0].t0_wall
     first = eps[0].cfg
     if first.start_at_wall is None and first.go_path:
@@ -476,24 +504,31 @@ def run_group(eps: list[Endpoint]) -> int:
     # host at every wake-up turned hosts with nothing to do: most wake-ups are one host's frame or
     # deadline (lab64-quickstart on linux, two hosts a process: 9% of the endpoints' CPU)
     due_at: dict[Endpoint, float] = {ep: 0.0 for ep in eps}
+    # when each host's last turn ended: its own work is the transport's, never its lateness
+    own_end: dict[Endpoint, float] = dict.fromkeys(eps, time.monotonic())
     while live and not any(ep.stop_requested for ep in eps):
         now = time.monotonic()
         # the fidelity monitor's "late timers" invariant: how long since the last turn began this
-        # loop was runnable but waited for a CPU (the kernel's account): time the machine took.
-        # The loop's own work (a long turn) and its chosen sleeps are the transport's, never late
+        # loop was runnable but waited for a CPU (the kernel's account): time the machine took
         wait = waited()
         late, wait_prev = (wait - wait_prev) * 1e-9, wait
         work = 0
         finished = False
         for ep in live:
-            if late > ep.loop_gap_max_s:
-                ep.loop_gap_max_s = late
             fds = ready.get(ep)
-            if fds is None and due_at[ep] > now:
+            due = due_at[ep]
+            if fds is None and due > now:
                 continue
-            moved = ep.turn(now, fds or ())
+            start = time.monotonic()
+            # its deadline came (0: at once): late by all that ran since, but its own turn; a frame
+            # woke it: the machine's wait and the hosts turned before it (module docstring)
+            behind = start - max(due, own_end[ep]) if due <= now else late + (start - now)
+            if behind > ep.loop_gap_max_s:
+                ep.loop_gap_max_s = behind
+            moved = ep.turn(start, fds or ())
+            own_end[ep] = end = time.monotonic()
             work += moved
-            due_at[ep] = 0.0 if moved else ep.due(now)
+            due_at[ep] = 0.0 if moved else ep.due(end)
             finished = finished or ep.finished
         if finished:
             for ep in [ep for ep in live if ep.finished]:

@@ -57,12 +57,13 @@ class EvInfo:
 
 @dataclass
 class EvSet:
-    """Active + backup EVs of one QP. ``on_change(ev, old, new, reason)`` hears every transition."""
+    """Active + backup EVs of one QP. ``on_change(ev, old, new, reason, age_s)`` hears every
+    transition (``age_s``: a retirement's, see :meth:`retire`; None for every other)."""
 
     evs: dict[int, EvInfo]
     planes: int
     evs_per_plane: int
-    on_change: Callable[[int, EvState, EvState, str], None] = field(default=lambda *a: None)
+    on_change: Callable[[int, EvState, EvState, str, float | None], None] = field(default=lambda *a: None)
     #: the rotation (active EVs of the planes that are up, planes interleaved) and the index of the
     #: next in turn; a sender's hot loop may take GOOD EVs from it itself and write the cursor back
     rotation: list[int] = field(default_factory=list)
@@ -173,11 +174,11 @@ class EvSet:
         return out
 
     # ---- health -------------------------------------------------------------------------------
-    def _set(self, e: EvInfo, new: EvState, reason: str) -> None:
+    def _set(self, e: EvInfo, new: EvState, reason: str, age_s: float | None = None) -> None:
         if e.state != new:
             old, e.state = e.state, new
             e.changes += 1
-            self.on_change(e.ev, old, new, reason)
+            self.on_change(e.ev, old, new, reason, age_s)
 
     def _refill(self, plane: int) -> None:
         """Top the plane's active set up from its GOOD backups: first on a path (T1) none of whose
@@ -206,17 +207,18 @@ class EvSet:
         e.skip_pass = True
         self._set(e, SKIP, reason)
 
-    def retire(self, ev: int, reason: str) -> bool:
+    def retire(self, ev: int, reason: str, age_s: float | None = None) -> bool:
         """An untrimmed loss or timeout on ``ev``: ASSUMED_BAD, replaced by a same-plane backup.
-        Returns True when the EV was retired now (False if already retired, denied, unknown, or of
-        a plane that is down)."""
+        ``age_s``: how long before now the packet whose loss retires it was sent (s), so that the
+        retirement says which span of time it answers (its event carries it). Returns True when the
+        EV was retired now (False if already retired, denied, unknown, or of a plane that is down)."""
         e = self.evs.get(ev)
         if e is None or e.state in (ASSUMED_BAD, DENIED) or e.plane in self.planes_down:
             return False
         e.losses += 1
         e.active = False
         e.probe_ok = 0
-        self._set(e, ASSUMED_BAD, reason)
+        self._set(e, ASSUMED_BAD, reason, age_s)
         self._refill(e.plane)
         self._rebuild()
         return True

@@ -48,6 +48,7 @@ SACK_REFRESHES = 2
 SACK_REFRESH_DELAYS = 4
 _DATA_OPS = frozenset((H.OP_WRITE, H.OP_WRITE_IMM))
 _F_TRIM = H.F_TRIM
+_F_RETX = H.F_RETX
 _HALF_PSN = PSN_MOD // 2
 _STAMP_HZ, _NO_WIRE = H.STAMP_HZ, H.NO_WIRE
 
@@ -85,6 +86,7 @@ class MrcReceiver:
         self.last_sack_at = 0.0
         self.refreshes_left = 0
         self._last_back = 0  # the reverse EV of the last SACK/NACK
+        self._ev_newest: dict[int, int] = {}  # EV -> the newest first transmission that arrived whole on it
 
     def on_packet(self, p: Pkt, now: float) -> list[Pkt]:
         """Take one arriving packet; returns SACKs/NACKs to send at once (usually none)."""
@@ -124,6 +126,12 @@ class MrcReceiver:
             if len(self.trimmed) > SACK_BITMAP_BITS:  # bounded: the oldest ones are in no bitmap anyway
                 self.trimmed.discard(min(self.trimmed))
             return [self._sack(H.OP_NACK, psn, ev, H.S_TRIM, max(self.newest, psn), wire=wire)]
+        if not flags & _F_RETX:  # a first transmission: on its EV, behind none sent after it (one FIFO path)
+            newest = self._ev_newest.get(ev, -1)
+            if psn < newest:
+                self.stats.reordered += 1
+            else:
+                self._ev_newest[ev] = psn
         if psn < cum or psn in self.above:
             self.stats.duplicates += 1
             return [self._sack(H.OP_SACK, psn, ev, 0, psn, wire=wire)]

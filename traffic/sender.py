@@ -408,7 +408,7 @@ class MrcSender:
             if len(self.timed_out) > MAX_TIMED_OUT:
                 del self.timed_out[next(iter(self.timed_out))]
             if self.s.ev_health:  # judged by when it was handed to the NIC, as every send time it is compared with
-                self._blame(rec.ev, psn, t - max(0.0, rec.nic_wait))
+                self._blame(rec.ev, psn, t - max(0.0, rec.nic_wait), now)
             self._lose(psn, rec, "timeout", now)
 
     def _check_paths(self, rto: float, now: float) -> None:
@@ -432,7 +432,7 @@ class MrcSender:
                         i -= 1
                     q.insert(i, (sent + w, psn, sent))
                     continue
-            self._blame(rec.ev, psn, sent)
+            self._blame(rec.ev, psn, sent, now)
 
     def _path_check_head(self) -> tuple[float, int, float, _Rec] | None:
         """The path-check queue's first entry still pending, with its packet's record, dropping those
@@ -446,7 +446,7 @@ class MrcSender:
             q.popleft()
         return None
 
-    def _blame(self, ev: int, psn: int, t: float) -> None:
+    def _blame(self, ev: int, psn: int, t: float, now: float) -> None:
         """The packet ``psn`` sent on ``ev`` at ``t`` (handed to its NIC port then: the send times it is
         compared with are such times, and one that left later for having waited in its NIC queue was
         still sent before everything handed in behind it) timed out: retire ``ev`` when a packet sent
@@ -461,7 +461,7 @@ class MrcSender:
         if self.delivered_after.get(ev, -1.0) > t:
             return
         if self.delivered_latest > t + self._reorder_window():
-            self.evs.retire(ev, "retransmission timeout")
+            self.evs.retire(ev, "retransmission timeout", round(now - t, 6))
             return
         self.suspects.append((ev, psn, t))
         if len(self.suspects) > MAX_TIMED_OUT:
@@ -484,7 +484,7 @@ class MrcSender:
             if psn not in self.recs or after.get(ev, -1.0) > t or latest - t > self.s.max_rto_s:
                 continue
             if latest > t + reo:
-                self.evs.retire(ev, "retransmission timeout")
+                self.evs.retire(ev, "retransmission timeout", round(self._now - t, 6))
             else:
                 keep.append((ev, psn, t))
         self.suspects = keep
@@ -639,7 +639,8 @@ class MrcSender:
                     and known_from <= psn < known_to:
                 self.events(GapFound(qp=self.qp, psn=psn, ev=ev, behind=arrived))
                 if self.s.ev_health:
-                    self.evs.retire(ev, f"untrimmed loss of PSN {psn} behind PSN {arrived}")
+                    self.evs.retire(ev, f"untrimmed loss of PSN {psn} behind PSN {arrived}",
+                                    round(self._now - rec.t_sent, 6))
                 self._lose(psn, rec, "gap on EV", self._now)
 
     def _on_nack(self, p: Pkt, now: float) -> None:
@@ -725,8 +726,8 @@ def make_sender(qp: int, plan: AddressPlan, src: str, dst: str, settings: Transp
     to the one EV ``pin_ev``."""
     sink = events or _ignore
 
-    def on_change(ev, old, new, why):
-        sink(EvStateChanged(qp=qp, ev=ev, old=old, new=new, reason=why))
+    def on_change(ev, old, new, why, age_s=None):
+        sink(EvStateChanged(qp=qp, ev=ev, old=old, new=new, reason=why, age_s=age_s))
 
     if pin_ev is not None:
         evs = EvSet.pinned(plan, pin_ev, on_change)

@@ -27,6 +27,7 @@ class SenderStats:
 @dataclass(slots=True)
 class ReceiverStats:
     """``delivered_bytes``: payload placed in the memory region (duplicates not counted);
+    ``reordered``: whole first transmissions that arrived behind a later one on their EV;
     ``dropped``: packets refused, by reason; ``completions``: Write-with-Immediate immediates in
     MSN order."""
 
@@ -36,6 +37,9 @@ class ReceiverStats:
     messages_corrupt: int = 0
     duplicates: int = 0
     trimmed: int = 0
+    #: first transmissions that arrived behind a later first transmission on their EV: a path is
+    #: one FIFO (docs/protocol.md), so each is the network reordering it (the emulator's model broke)
+    reordered: int = 0
     dropped: dict[str, int] = field(default_factory=dict)
     completions: list[int] = field(default_factory=list)
 

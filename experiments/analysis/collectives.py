@@ -16,7 +16,8 @@ Correctness: each host's CRC after each iteration against the buffer the collect
 of every step, in the right place.
 
 Expectation metrics: ``busbw_mbps`` (over the whole run: every finished iteration's bytes over
-the time from the first start to the last end), ``iteration_s(percentile)``, ``iterations`` (how
+the time from the first start to the last end; in a run with fidelity faults, over the iterations
+that met none, nor the second after one: :func:`kept_iterations`), ``iteration_s(percentile)``, ``iterations`` (how
 many the collective finished),
 ``collective_correct`` (every host's every finished iteration; bound ``iterations`` too, for a
 run that must finish some).
@@ -28,7 +29,7 @@ import statistics
 import zlib
 from dataclasses import dataclass
 
-from mrclab.experiments.analysis.metrics import RunData, percentile
+from mrclab.experiments.analysis.metrics import SETTLE_S, RunData, percentile
 from mrclab.traffic.collective import bus_factor, expected_result
 
 
@@ -88,13 +89,36 @@ def summary(d: RunData, c: CollectiveRun) -> dict:
     }
 
 
+def kept_iterations(d: RunData, c: CollectiveRun) -> tuple[list[dict], list[dict]]:
+    """(the iterations a windowed figure reads, all of them): those whose time (from the previous
+    iteration's end to their own) met no fidelity fault of the run (``d.fidelity_windows``) nor
+    the :data:`~experiments.analysis.metrics.SETTLE_S` after one; all of them in a run without faults."""
+    rows = iterations(d, c)
+    kept = [r for r in rows
+            if not any(f0 < r["end_s"] and f1 + SETTLE_S > r["end_s"] - r["time_s"] for f0, f1 in d.fidelity_windows)]
+    return kept, rows
+
+
+def kept_share(d: RunData, c: CollectiveRun | None) -> float:
+    """The share of the collective's time :func:`kept_iterations` keeps (1.0 with no iteration)."""
+    if c is None:
+        return 1.0
+    kept, rows = kept_iterations(d, c)
+    total = sum(r["time_s"] for r in rows)
+    return sum(r["time_s"] for r in kept) / total if total > 0 else 1.0
+
+
 def evaluate(d: RunData, c: CollectiveRun | None, metric: str, args: dict) -> float:
     """The value of a collective expectation metric (0 when the run had no collective)."""
     if c is None:
         return 0.0
     s = summary(d, c)
     if metric == "busbw_mbps":
-        return s["busbw_mbps"]
+        if not d.fidelity_windows:
+            return s["busbw_mbps"]
+        kept, _ = kept_iterations(d, c)  # the pace of the iterations the machine left alone
+        t = sum(r["time_s"] for r in kept)
+        return len(kept) * c.message_bytes * 8 / t / 1e6 * bus_factor(c.kind, len(c.hosts)) if t > 0 else 0.0
     if metric == "iterations":
         return float(s["iterations"])
     if metric == "iteration_s":

@@ -15,22 +15,26 @@ from dataclasses import dataclass
 
 from mrclab.experiments.analysis import collectives, fidelity, verdicts
 from mrclab.experiments.analysis.metrics import (
+    KEPT_MIN,
     RETIRE_CAUSE_S,
+    SETTLE_S,
     RunData,
     baseline_mbps,
     baseline_window,
     describe_retirements,
     ev_share,
     in_fidelity_fault,
+    kept_mean,
+    kept_share,
     recovery_time_s,
+    retire_cause_s,
     retired,
     retransmit_fraction,
     rss_growth,
     stalls,
-    window_mean,
     worst_qp_ratio,
 )
-from mrclab.experiments.model.claims import LEAVES_OUT, NEVER_VOID
+from mrclab.experiments.model.claims import LEAVES_OUT, MEANS, NEVER_VOID, RAISED_ONLY
 
 
 @dataclass(frozen=True)
@@ -54,8 +58,8 @@ Value = Callable[[RunData, dict], "float | Counted | tuple[float, bool, str]"]
 
 def _goodput_ratio(d: RunData, a: dict) -> float:
     g = d.goodput_mbps(a.get("host"))
-    base = window_mean(g, *a["baseline"]) if "baseline" in a else baseline_mbps(d, a.get("host"))
-    return window_mean(g, *a["window"]) / base if base > 0 else 0.0
+    base = kept_mean(d, g, *a["baseline"]) if "baseline" in a else baseline_mbps(d, a.get("host"))
+    return kept_mean(d, g, *a["window"]) / base if base > 0 else 0.0
 
 
 def _retransmit_fraction(d: RunData, a: dict) -> float:
@@ -72,7 +76,7 @@ def _evs_retired(d: RunData, a: dict) -> Counted:
     after = a.get("after", d.first_fault_s or 0.0) if "after" in a or "within_s" in a else 0.0
     within = a.get("within_s", d.duration_s)
     seen = retired(d, after, within)
-    kept = [e for e in seen if not in_fidelity_fault(d, e["t"], RETIRE_CAUSE_S)]
+    kept = [e for e in seen if not in_fidelity_fault(d, e["t"], retire_cause_s(e))]
     evs = {(e.get("host"), e.get("qp"), e.get("ev")) for e in kept}
     every = {(e.get("host"), e.get("qp"), e.get("ev")) for e in seen}
     return Counted(float(len(evs)), float(len(every)), len(every - evs), "retired EVs", describe_retirements(kept, d=d))
@@ -110,8 +114,8 @@ def _collective_correct(d: RunData, a: dict) -> tuple[float, bool, str]:
 #: metrics in the same order; a test holds them together).
 VALUES: dict[str, Value] = {
     "goodput_ratio": _goodput_ratio,
-    "goodput_mbps": lambda d, a: window_mean(d.goodput_mbps(a.get("host")), *a["window"]),
-    "goodput_ports": lambda d, a: window_mean(d.goodput_mbps(a.get("host")), *a["window"]) / d.port_mbps
+    "goodput_mbps": lambda d, a: kept_mean(d, d.goodput_mbps(a.get("host")), *a["window"]),
+    "goodput_ports": lambda d, a: kept_mean(d, d.goodput_mbps(a.get("host")), *a["window"]) / d.port_mbps
            if d.port_mbps else math.inf,
     "mct_s": lambda d, a: d.mct_percentiles(a.get("host")).get(f"p{a['percentile']:g}", math.inf),
     "ev_share": lambda d, a: ev_share(d, a["host"], a["plane"], a.get("t1"), *a["window"]),
@@ -136,6 +140,36 @@ VALUES: dict[str, Value] = {
 
 #: Metrics judged against the goodput before the first fault when no ``baseline`` window is given.
 _READS_BASELINE = ("goodput_ratio", "recovery_time_s", "capacity_ratio")
+
+
+#: Times bounded above, read from ``after``: (the seconds one unit of the metric is, the seconds past
+#: its value the metric read to find it). A recovery is read from a 0.5 s moving mean
+#: (:func:`~experiments.analysis.metrics.recovery_time_s`); a retirement time is in smoothed RTTs.
+_TIMES: dict[str, Callable[[RunData], tuple[float, float]]] = {
+    "recovery_time_s": lambda d: (1.0, 0.5),
+    "revival_s": lambda d: (1.0, 0.0),
+    "retire_time_rtts": lambda d: ((d.rtt_us or 0.0) * 1e-6, 0.0),
+}
+
+
+def read_windows(d: RunData, metric: str, args: dict, ok: bool | None) -> list[tuple[float, float]]:
+    """The stretches a fidelity fault must meet to void a verdict: :func:`windows`, but for what a
+    lapse of the machine can only raise (:data:`~experiments.model.claims.RAISED_ONLY`: a lapse
+    slows a recovery, a retirement or a revival, and swells an endpoint, never the reverse), bounded
+    above: within its bound (``ok``) only what it is compared with (the reading memory grows from,
+    the baseline a recovery is read against where the faults held more than half of it); past it,
+    a time only from ``after`` to its bound (a lapse after that cannot have pushed it past)."""
+    if metric not in RAISED_ONLY or args.get("max") is None:
+        return windows(d, metric, args)
+    after = float(args.get("after", d.first_fault_s or 0.0))
+    if metric not in _TIMES:  # memory: flat, the reading it grows from (a second either side); grown, all
+        return [(after - SETTLE_S, after + SETTLE_S)] if ok else windows(d, metric, args)
+    b = baseline_window(d)
+    out = [b] if metric in _READS_BASELINE and "baseline" not in args and kept_share(d, *b) < KEPT_MIN else []
+    if not ok:
+        unit, extra = _TIMES[metric](d)
+        out.append((after, after + float(args["max"]) * unit + extra))
+    return out
 
 
 def windows(d: RunData, metric: str, args: dict) -> list[tuple[float, float]]:
@@ -199,12 +233,25 @@ def judge(d: RunData, metric: str, args: dict, found: list) -> dict:
     if counted is not None and ok is False and _within(counted.whole, args.get("min"), args.get("max")):
         # the faults that reach what it left out: up to RETIRE_CAUSE_S before its window
         broke = fidelity.overlapping([(lo - RETIRE_CAUSE_S, hi) for lo, hi in windows(d, metric, args)], found)
-    elif metric in NEVER_VOID or metric in LEAVES_OUT or ok is None:
+    elif metric in NEVER_VOID or metric in LEAVES_OUT or ok is None or (metric == "iterations" and ok):
+        # (a lapse of the machine can only slow a collective: one that finished enough did)
         broke = []
+    elif metric == "busbw_mbps":  # the iterations outside the faults: void where they held too many
+        broke = found if collectives.kept_share(d, d.collective) < KEPT_MIN else []  # type: ignore[arg-type]
+    elif metric in MEANS:  # read outside the faults: void only where they held too much of a window
+        broke = fidelity.overlapping([w for w in windows(d, metric, args) if kept_share(d, *w) < KEPT_MIN], found)
     else:
-        broke = fidelity.overlapping(windows(d, metric, args), found)
+        broke = fidelity.overlapping(read_windows(d, metric, args, ok), found)
     out = {"value": None if math.isinf(v) else v, "bound": bound, "passed": None if broke else ok,
            "void": fidelity.void_reason(broke)}
+    if metric == "busbw_mbps" and not broke and ok is not None and d.collective is not None:
+        kept, rows = collectives.kept_iterations(d, d.collective)  # type: ignore[arg-type]
+        if len(kept) < len(rows):
+            out["left_out"] = f"{len(rows) - len(kept)} of {len(rows)} iterations in fidelity faults left out"
+    elif metric in MEANS and not broke and ok is not None:
+        held = sum((1 - kept_share(d, lo, hi)) * (hi - lo) for lo, hi in windows(d, metric, args))
+        if held > 0:
+            out["left_out"] = f"{held:.1f} s in fidelity faults left out"
     if counted is not None and ok is False and counted.evidence:
         out["evidence"] = counted.evidence  # what a FAILed count counted: its causes, times, planes
     if counted is not None and counted.left_out:

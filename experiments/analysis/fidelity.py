@@ -3,11 +3,13 @@
 An emulated result counts only while the machine that runs it keeps up (Mininet-HiFi: Handigol et
 al., "Reproducible Network Experiments Using Container-Based Emulation", CoNEXT 2012, which
 monitors the emulation's own invariants during each run and discards a run that broke them).
-mrclab watches four, each sampled into the results folder (``fidelity.csv``):
+mrclab watches five and records a sixth, each sampled into the results folder (``fidelity.csv``):
 
-* **CPU starvation** (experiments/run/monitor.py): every endpoint's and every BMv2 switch's time
-  runnable but not running (a switch on another server read there, by its server's agent, one
-  round trip per server and sample), from the scheduler's own account (``/proc/PID/task/*/schedstat``:
+* **CPU starvation** (experiments/run/monitor.py): every endpoint's, every BMv2 switch's and
+  this machine's softirq threads' (``ksoftirqd/N``: the kernel's forwarding, a linux switch's and
+  every veth hop's, once it outgrows the moment it was raised in) time runnable but not running
+  (a switch on another server read there, by its server's agent, one round trip per server and
+  sample), from the scheduler's own account (``/proc/PID/task/*/schedstat``:
   run-queue delay in ns and the number of times it ran, summed over the process's threads; psutil
   does not read them). In each sample interval the *scheduling delay* is run-queue delay per run:
   how long, on average, the process waited for a CPU each time it became runnable. A process
@@ -17,9 +19,11 @@ mrclab watches four, each sampled into the results folder (``fidelity.csv``):
   second share two cores with short waits that no packet notices.)
 * **Late timers** (the endpoints' telemetry): the longest an endpoint's loop waited for a CPU
   between the starts of two of its turns, in each telemetry interval (``loop_gap_max_s`` of its
-  samples; the kernel's run-queue delay of the loop's thread, read at every turn). That is time
-  the machine took: the loop's own work (a long turn) and the sleeps it chose are the transport's
-  cost, which shows in its results and FAILs where it hurts, and are never counted here. Its
+  samples; the kernel's run-queue delay of the loop's thread, read at every turn; in a process
+  serving several hosts, a host also waits behind the others' turns, where on separate machines it
+  would have a CPU of its own: traffic/endpoint.py ``run_group`` counts that too, per host). That is
+  time the machine took: a host's own work (a long turn) and the sleeps it chose are the
+  transport's cost, which shows in its results and FAILs where it hurts, and are never counted here. Its
   timers, pacing and retransmission deadlines fire that much later than they would have; later than
   the run's retransmission timer floor (:func:`loop_gap_limit`, at least :data:`LOOP_GAP_MIN_S`)
   late enough to change what the transport does: a timeout that should not have fired, or one
@@ -44,9 +48,28 @@ mrclab watches four, each sampled into the results folder (``fidelity.csv``):
   when softirq work falls that far behind (a CPU taken from it long enough) packets between two
   emulated ports vanish on every plane at once, a loss no switch program counted: a sender reads it
   as path loss and may retire healthy EVs. Any such drop in a sample interval is a fault over that
-  interval (a loss is found up to a retransmission timer later: run-long counts leave out what
-  follows a fault by ``RETIRE_CAUSE_S``, experiments/analysis/metrics.py). Read on this machine
+  interval (a loss is found up to a retransmission timer later: run-long counts leave out a
+  retirement whose packet was sent before the fault ended, ``retire_cause_s``,
+  experiments/analysis/metrics.py). Read on this machine
   only: a server's kernel is not read yet.
+
+* **CPU stolen** (experiments/run/monitor.py), recorded, not yet judged: the share of each sample
+  interval the hypervisor took each of this machine's CPUs (steal time, ``/proc/stat``, 10 ms
+  ticks), in ``fidelity.csv``. Everything on a stolen CPU stands still and the guest's scheduler
+  counts none of it as waiting, so the CPU samples above cannot see it; but no measurement yet
+  says at what share a verdict moves (``mrclab bench fidelity`` cannot inject it from inside the
+  guest), and an idle machine's main job read 32% in one of five runs with every other verdict
+  passing, so it voids nothing: it is the evidence a FAIL beside it is read with.
+
+* **Paths reordered** (the receivers' samples): a path is one FIFO (an EV's packets take one
+  route, every queue on it first in, first out), so a first transmission that arrives whole behind
+  a later first transmission of its EV was reordered by the machine, never by the model (a trimmed
+  header overtakes by design, and is not counted). The transport reads that gap as untrimmed loss
+  and retires a healthy EV (a false retirement that is the emulator's). Each host's NIC-to-switch
+  veth hands frames to the backlog of the CPU that sends them, so frames of one path could take two
+  CPUs' backlogs and overtake when one CPU's softirq was held up; the fabric now steers each
+  interface's received frames to one CPU (emulation/kernel.py ``steer_rx_script``), and this watch
+  says whether a path still reordered. Any such packet in a telemetry interval is a fault over it.
 
 A sample interval where an invariant broke is a :class:`FidelityFault`; overlapping faults of one
 invariant merge. A verdict whose window overlaps a fault reads ``void (<invariant>, <where>,
@@ -85,20 +108,34 @@ SCHED_DELAY_MAX_S = 0.0005
 #: five threads a BMv2 hop (receive, ingress, egress, transmit, the next switch's receive), so
 #: waits of a twentieth of a frame each keep a hop within a quarter of a frame.
 SCHED_DELAY_FRAME_SHARE = 0.05
+#: ... or, on paths with a propagation delay, longer than this share of a path's propagation round
+#: trip (twice ``path_delay_ms``), if that is more (:func:`sched_delay_limit`). A wake-up late by d
+#: reads as d of queueing in an RTT sample, and NSCC acts on queueing over 0.75 base RTTs
+#: (traffic/cc.py), the timer on deviations of a quarter RTT: what moves a verdict scales with the
+#: RTT, and the 0.5 ms floor was measured on incast, whose paths have no delay. ``mrclab bench
+#: fidelity`` on the quickstart (docs/benchmarks.md, 2026-11-28): untouched endpoints waited up to
+#: 0.037 of the propagation round trip on linux (0.37 ms of 10 ms) and 0.064 on bmv2 (1.91 ms of
+#: 30 ms, beside eight BMv2 switches on two cores, where 0.5 ms voided the main job 2 runs in 5 on an
+#: idle machine); the least starvation that moved a verdict toward its bound was 0.30 of it on linux
+#: (2.99 ms: retire_time_rtts; FAIL at 4.64 ms) and 0.12 on bmv2 (3.59 ms: recovery_time_s).
+SCHED_DELAY_RTT_SHARE = 0.1
 #: ... while it waited at least this share of the sample interval (thread-seconds per second).
 MIN_WAIT = 0.3
 #: The least loop gap that counts as late timers (s), whatever the run's timer floor.
 LOOP_GAP_MIN_S = 0.025
 
 
-def sched_delay_limit(frame_s: float) -> float:
+def sched_delay_limit(frame_s: float, propagation_rtt_s: float = 0.0) -> float:
     """The scheduling delay per run (s) over which a process starved, in a run whose frames take
-    ``frame_s`` on its fastest link (0: unshaped): :data:`SCHED_DELAY_MAX_S`, or
-    :data:`SCHED_DELAY_FRAME_SHARE` of a frame where that is more (slower than 0.94 Mb/s with the
-    default 1 KiB payload; the shipped scenarios all run faster). At 0.25 Mb/s a 4 KiB frame
+    ``frame_s`` on its fastest link (0: unshaped) and whose paths' propagation round trip is
+    ``propagation_rtt_s`` (twice the scenario's ``path_delay_ms``; 0: none): the most of
+    :data:`SCHED_DELAY_MAX_S`, :data:`SCHED_DELAY_FRAME_SHARE` of a frame (slower than 0.94 Mb/s
+    with the default 1 KiB payload; the shipped scenarios all run faster) and
+    :data:`SCHED_DELAY_RTT_SHARE` of the propagation round trip (the quickstart on bmv2, 15 ms a
+    way: 3 ms). At 0.25 Mb/s a 4 KiB frame
     takes 136 ms and a wait of 2 ms is 1.5% of it, where the fixed 0.5 ms voided every verdict of
     the 64-switch fabric on bmv2 (`mrclab bench scale`, docs/benchmarks.md)."""
-    return max(SCHED_DELAY_MAX_S, SCHED_DELAY_FRAME_SHARE * frame_s)
+    return max(SCHED_DELAY_MAX_S, SCHED_DELAY_FRAME_SHARE * frame_s, SCHED_DELAY_RTT_SHARE * propagation_rtt_s)
 
 
 def loop_gap_limit(min_rto_s: float) -> float:
@@ -233,13 +270,18 @@ class FidelityFault:
 #: The invariant of packets lost outside the model, and where the kernel's backlog drops are.
 LOST = "packets lost outside the model"
 KERNEL_BACKLOG = "the kernel's receive backlog (softnet)"
+#: The invariant of a path that did not keep its packets in order.
+REORDERED = "paths reordered"
+#: Invariants whose worst is a count of packets, which add up where faults merge.
+COUNTED = (LOST, REORDERED)
 
 
 def faults(cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[float, str, float]], *,
            period_s: float = PERIOD_S, gap_period_s: float = 0.1, sched_delay_max_s: float = SCHED_DELAY_MAX_S,
            min_wait: float = MIN_WAIT, loop_gap_max_s: float = LOOP_GAP_MIN_S,
            held: Sequence[tuple[float, str, float, float]] = (),
-           lost: Sequence[tuple[float, int, float]] = ()) -> list[FidelityFault]:
+           lost: Sequence[tuple[float, int, float]] = (),
+           reordered: Sequence[tuple[float, str, int]] = ()) -> list[FidelityFault]:
     """The fidelity faults of a run: from the monitor's CPU samples ``(t, label, scheduling delay
     per run (s), waited share of the interval, interval s)``, each covering the interval before
     ``t`` (a starved sample's fault is the whole of it: the monitor cannot say when in it the
@@ -247,7 +289,8 @@ def faults(cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[f
     each covering the ``gap_period_s`` before ``t``, the held packets (:func:`held_packets`:
     ``(t, path, age s, limit s)``), those older than their limit each covering its round trip, and
     the kernel's backlog drops ``(t, packets, interval s)`` (the monitor's ``kernel_drops``), each
-    covering its interval.
+    covering its interval, and the paths that reordered ``(t, receiving host, packets)`` (the
+    endpoints' samples: RunData.reordered), each covering the ``gap_period_s`` before ``t``.
     Intervals of one invariant that overlap, or
     are less than half a sample period apart (the samples' own jitter), merge (their ``where``
     lists every place)."""
@@ -265,13 +308,16 @@ def faults(cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[f
     for t, n, span in lost:
         if n > 0:
             raw.append(FidelityFault(LOST, KERNEL_BACKLOG, t - max(span, period_s), t, n, 0, " packets"))
+    for t, host, n in reordered:
+        if n > 0:
+            raw.append(FidelityFault(REORDERED, f"paths to {host}", t - gap_period_s, t, n, 0, " packets"))
     merged: list[FidelityFault] = []
     for f in sorted(raw, key=lambda f: (f.invariant, f.t0)):
         last = merged[-1] if merged else None
         if last is not None and last.invariant == f.invariant and f.t0 <= last.t1 + period_s / 2:
             wheres = last.where.split(", ")
             where = ", ".join(wheres + ([f.where] if f.where not in wheres else []))
-            worst = last.worst + f.worst if f.invariant == LOST else max(last.worst, f.worst)  # packets add up
+            worst = last.worst + f.worst if f.invariant in COUNTED else max(last.worst, f.worst)  # packets add up
             merged[-1] = FidelityFault(f.invariant, where, last.t0, max(last.t1, f.t1), worst, f.limit, f.unit)
         else:
             merged.append(f)
@@ -285,9 +331,11 @@ def overlapping(windows: list[tuple[float, float]], found: list[FidelityFault]) 
 
 def write_csv(path: Path, cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[float, str, float]],
               loop_gap_max_s: float = LOOP_GAP_MIN_S, held: Sequence[tuple[float, str, float, float]] = (),
-              sched_delay_max_s: float = SCHED_DELAY_MAX_S, lost: Sequence[tuple[float, int, float]] = ()) -> None:
+              sched_delay_max_s: float = SCHED_DELAY_MAX_S, lost: Sequence[tuple[float, int, float]] = (),
+              reordered: Sequence[tuple[float, str, int]] = (),
+              stolen: Sequence[tuple[float, str, float, float]] = ()) -> None:
     """``fidelity.csv``: one row per sample: t_s, invariant, where, value, limit, interval_s (the
-    interval before t_s a CPU sample or a backlog drop covers; empty for a loop gap, which covers
+    interval before t_s a CPU sample, a backlog drop or a CPU's steal covers; empty for a loop gap, which covers
     its telemetry interval, and for a spurious timeout's age at arrival, which covers its round
     trip)."""
     with open(path, "w", newline="") as fh:
@@ -303,3 +351,9 @@ def write_csv(path: Path, cpu: list[tuple[float, str, float, float, float]], gap
             w.writerow([f"{t:.3f}", "timed-out packet's time on its way (s)", where, f"{age:.4f}", f"{limit:.4f}", ""])
         for t, n, span in lost:
             w.writerow([f"{t:.3f}", "packets the kernel dropped (backlog full)", KERNEL_BACKLOG, n, 0, f"{span:.3f}"])
+        for t, host, n in reordered:
+            w.writerow([f"{t:.3f}", "packets that arrived behind a later one on their path", f"paths to {host}", n, 0,
+                        ""])
+        for t, core, share, span in stolen:
+            w.writerow([f"{t:.3f}", "share of the interval the hypervisor took the CPU (recorded only)", core,
+                        f"{share:.3f}", "", f"{span:.3f}"])

@@ -63,6 +63,12 @@ class RunData:
     #: (t_s, packets this machine's kernel dropped from its receive backlogs in the interval before t,
     #: that interval (s)): the monitor's ``kernel_drops``, intervals with drops only
     kernel_drops: list[tuple[float, int, float]] = field(default_factory=list)
+    #: (t_s, "cpu N", share of the interval before t the hypervisor took that CPU, that interval (s)):
+    #: the monitor's ``stolen``, intervals with steal only
+    stolen: list[tuple[float, str, float, float]] = field(default_factory=list)
+    #: (t_s, receiving host, first transmissions that arrived behind a later one on their EV in the
+    #: telemetry interval before t): a FIFO path reordered, samples with some only
+    reordered: list[tuple[float, str, int]] = field(default_factory=list)
     #: what the model lets a round trip take (experiments/analysis/fidelity.py): a packet older when it
     #: arrived was held outside the model
     held_limits: HeldLimits = field(default_factory=HeldLimits)
@@ -173,6 +179,37 @@ def window_mean(series: list[float], lo: float, hi: float) -> float:
     return _mean(series[i:j])
 
 
+#: A windowed mean (:data:`~experiments.model.claims.MEANS`) leaves out each fidelity fault and this
+#: long after it (s): a loss the machine caused is found a timer later, at most the timer's ceiling
+#: (``max_rto_s``, 1 s), and an EV it retired is probed back well within that.
+SETTLE_S = 1.0
+#: A windowed mean is decided while at least this share of its window lies outside the faults
+#: (:func:`kept_spans`); a window the faults held more of is void.
+KEPT_MIN = 0.5
+
+
+def kept_spans(d: RunData, lo: float, hi: float) -> list[tuple[float, float]]:
+    """[lo, hi] (s) less every fidelity fault of the run (``fidelity_windows``) and :data:`SETTLE_S`
+    after it: the stretches a windowed mean is read from, in order; [(lo, hi)] when the run had none."""
+    spans = [(lo, hi)]
+    for f0, f1 in d.fidelity_windows:
+        c0, c1 = f0, f1 + SETTLE_S
+        spans = [part for a, b in spans
+                 for part in ([(a, b)] if c1 <= a or c0 >= b else [(a, c0)] * (c0 > a) + [(c1, b)] * (c1 < b))]
+    return spans
+
+
+def kept_mean(d: RunData, series: list[float], lo: float, hi: float) -> float:
+    """Mean of a per-bin ``series`` over the bins of [lo, hi) seconds outside the run's fidelity
+    faults (:func:`kept_spans`); :func:`window_mean` for a run without faults (0.0 when none are kept)."""
+    return _mean([x for a, b in kept_spans(d, lo, hi) for x in series[int(round(a / BIN_S)) : int(round(b / BIN_S))]])
+
+
+def kept_share(d: RunData, lo: float, hi: float) -> float:
+    """The share of [lo, hi] a windowed mean is read from (:func:`kept_spans`): 1.0 without faults."""
+    return sum(b - a for a, b in kept_spans(d, lo, hi)) / (hi - lo) if hi > lo else 1.0
+
+
 def baseline_window(d: RunData, warmup_s: float = 1.0) -> tuple[float, float]:
     """From ``warmup_s`` after traffic starts to the first fault (or the end)."""
     lo = d.traffic_start_s + warmup_s
@@ -185,7 +222,7 @@ def baseline_window(d: RunData, warmup_s: float = 1.0) -> tuple[float, float]:
 def worst_qp_ratio(d: RunData, lo: float, hi: float) -> float:
     """min over QPs of (the QP's mean goodput in [lo, hi]) / (the mean of every QP's): 1.0 when each
     QP got an equal part, 0.0 when one delivered nothing; 0.0 when no QP delivered anything."""
-    per_qp = [window_mean(g, lo, hi) for g in d.qp_goodput_mbps().values()]
+    per_qp = [kept_mean(d, g, lo, hi) for g in d.qp_goodput_mbps().values()]
     mean = _mean(per_qp)
     return min(per_qp) / mean if per_qp and mean > 0 else 0.0
 
@@ -234,8 +271,9 @@ def stalls(d: RunData, lo: float = 0.0, hi: float | None = None) -> tuple[float,
 
 
 def baseline_mbps(d: RunData, host: str | None = None, warmup_s: float = 1.0) -> float:
-    """Mean goodput (Mb/s) over :func:`baseline_window` (of ``host``'s flows if given)."""
-    return window_mean(d.goodput_mbps(host), *baseline_window(d, warmup_s))
+    """Mean goodput (Mb/s) over :func:`baseline_window` (of ``host``'s flows if given), outside the
+    run's fidelity faults (:func:`kept_mean`)."""
+    return kept_mean(d, d.goodput_mbps(host), *baseline_window(d, warmup_s))
 
 
 def recovery_time_s(d: RunData, after: float, fraction: float = 0.9, host: str | None = None) -> float:
@@ -265,9 +303,19 @@ def retired(d: RunData, after: float, within_s: float) -> list[dict]:
             and after <= e["t"] <= after + within_s]
 
 
-#: A retirement at t answers losses in [t - RETIRE_CAUSE_S, t] (s): a retransmission timeout is at
-#: most the timer's ceiling, ``max_rto_s`` (1 s, traffic/settings.py), and a probe round's much less.
+#: A retirement at t answers losses in [t - RETIRE_CAUSE_S, t] (s) when its event does not say when
+#: the packet it answers was sent (endpoints before the ``age_s`` of ``ev_state`` events): a
+#: retransmission timeout is at most the timer's ceiling, ``max_rto_s`` (1 s, traffic/settings.py).
 RETIRE_CAUSE_S = 1.0
+
+
+def retire_cause_s(e: dict) -> float:
+    """The span before a retirement event ``e`` (an ``ev_state`` event dict) that it answers (s):
+    from when the packet whose loss or timeout retired the EV was sent (its ``age_s``), or
+    :data:`RETIRE_CAUSE_S` where the event does not say. A fidelity fault outside that span cannot
+    have lost or held the packet: the retirement is the transport's."""
+    age = e.get("age_s")
+    return float(age) if age not in (None, "") else RETIRE_CAUSE_S
 
 
 def describe_retirements(events: list[dict], shown: int = 3, d: RunData | None = None) -> str:

@@ -11,7 +11,15 @@ from __future__ import annotations
 import math
 
 from mrclab.experiments.analysis.fabricstate import FabricTimeline
-from mrclab.experiments.analysis.metrics import RETIRE_CAUSE_S, RunData, baseline_window, in_fidelity_fault, window_mean
+from mrclab.experiments.analysis.metrics import (
+    RETIRE_CAUSE_S,
+    RunData,
+    baseline_window,
+    in_fidelity_fault,
+    kept_mean,
+    retire_cause_s,
+    kept_spans,
+)
 from mrclab.topologies.addressing import Path
 
 #: A retirement answers a loss that may have happened up to this long before it (a retransmission
@@ -43,8 +51,9 @@ def _path(d: RunData, host: str, peer: str, ev: int) -> Path:
 def false_retirements(d: RunData) -> tuple[float, int]:
     """(EVs retired (ASSUMED_BAD) while their path crossed no failed element in the last
     :data:`RETIRE_GRACE_S`: healthy paths taken for broken ones; how many such retirements were left
-    out because a fidelity fault of the run met that last :data:`RETIRE_GRACE_S`: the machine, not
-    the transport, may have lost or held what retired them)."""
+    out because a fidelity fault of the run met the span each answers (from when the packet that
+    retired it was sent, :func:`~experiments.analysis.metrics.retire_cause_s`): the machine, not the
+    transport, may have lost or held that packet)."""
     counted, left_out = false_retirement_events(d)
     return float(len(counted)), left_out
 
@@ -60,7 +69,7 @@ def false_retirement_events(d: RunData) -> tuple[list[dict], int]:
         t = e["t"]
         if _timeline(d).path_failed(_path(d, e["host"], e["peer"], e["ev"]), t - RETIRE_GRACE_S, t):
             continue
-        if in_fidelity_fault(d, t, RETIRE_GRACE_S):
+        if in_fidelity_fault(d, t, retire_cause_s(e)):
             left_out += 1
         else:
             counted.append(e)
@@ -118,9 +127,16 @@ def capacity_ratio(d: RunData, lo: float, hi: float, host: str | None = None) ->
     flows = [f for f in d.flows if host is None or f[0] == host]
     g = d.goodput_mbps(host)
     b0, b1 = baseline_window(d)
-    cap_base = _timeline(d).capacity(flows, b0, b1)
-    cap = _timeline(d).capacity(flows, lo, hi)
-    base = window_mean(g, b0, b1)
+    cap_base, cap = _kept_capacity(d, flows, b0, b1), _kept_capacity(d, flows, lo, hi)
+    base = kept_mean(d, g, b0, b1)
     if not cap or not base or not cap_base:
         return 0.0
-    return (window_mean(g, lo, hi) / cap) / (base / cap_base)
+    return (kept_mean(d, g, lo, hi) / cap) / (base / cap_base)
+
+
+def _kept_capacity(d: RunData, flows: list[tuple[str, str]], lo: float, hi: float) -> float:
+    """The capacity the faults left (NIC ports, :meth:`FabricTimeline.capacity`) over the stretches
+    of [lo, hi] outside the run's fidelity faults (:func:`kept_spans`), weighted by their length."""
+    spans = kept_spans(d, lo, hi)
+    total = sum(b - a for a, b in spans)
+    return sum(_timeline(d).capacity(flows, a, b) * (b - a) for a, b in spans) / total if total > 0 else 0.0

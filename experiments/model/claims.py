@@ -164,6 +164,18 @@ NEVER_VOID = frozenset({"messages_intact", "collective_correct"})
 #: Run-long counts: what happened inside a fidelity fault is left out of them (and counted), instead
 #: of the whole run's verdict being void for one starved sample.
 LEAVES_OUT = frozenset({"false_retirements", "evs_retired", "longest_stall_s"})
+#: What a lapse of the machine can only raise: it slows a recovery, a retirement and a revival, and
+#: swells an endpoint (a backlog), never the reverse. Bounded above, one within its bound passes
+#: whatever the machine did (unless a lapse met what it is compared with); one past it is void where
+#: a lapse met the time it ran past its bound in (experiments/analysis/expectations.py ``read_windows``).
+RAISED_ONLY = frozenset({"rss_growth", "recovery_time_s", "retire_time_rtts", "revival_s"})
+#: Windowed means: read over their window less each fidelity fault and the second after it
+#: (experiments/analysis/metrics.py ``kept_spans``), saying how long they left out; void only where
+#: the faults held more than half of a window they read (``KEPT_MIN``). A collective's busbw reads the
+#: iterations outside them, void where they held more than half of its time
+#: (experiments/analysis/collectives.py ``kept_iterations``).
+MEANS = frozenset({"goodput_ratio", "goodput_mbps", "goodput_ports", "capacity_ratio", "worst_qp_ratio",
+                   "busbw_mbps"})
 
 
 def metric_help() -> str:

@@ -59,6 +59,7 @@ TOP = {
     "dataplane": Rule(choices=DATAPLANES), "seed": Rule(kind=int),
     "duration_s": Rule(kind=float, lo=1, hi=3600, allowed="1 to 3600 seconds"),
     "quick_s": Rule(kind=float, lo=1, hi=3600, allowed="1 to 3600 seconds"),
+    "processes_per_core": Rule(kind=int, lo=1, hi=4, allowed="1 to 4 endpoint processes per core"),
     "transport": Rule(kind=(dict, type(None))), "workload": Rule(kind=(list, type(None))),
     "collective": Rule(kind=dict), "sweep": Rule(kind=dict), "expect_sweep": Rule(kind=list),
     "faults": Rule(kind=(list, type(None))), "expect": Rule(kind=(list, type(None))),
@@ -128,6 +129,9 @@ class Scenario:
     #: the duration (s) the suite and ``mrclab reproduce --quick`` compress the timeline to: the
     #: shortest at which its faults still mean what they mean at full length (``quick_s``, default 14)
     quick_s: float = QUICK_S
+    #: endpoint processes per core where hosts share them (None: experiments/run/endpoints.py's
+    #: default); a scenario whose hosts' processes starved each other sets fewer
+    processes_per_core: int | None = None
     raw: dict = field(default_factory=dict, hash=False, compare=False)
 
     def spec_for(self, dataplane) -> ClosSpec:
@@ -289,6 +293,7 @@ def parse_scenario(raw: dict, src: str) -> Scenario:
         faults=tuple(faults), expect=tuple(expect),
         paper=str(raw.get("paper", "")), description=str(raw.get("description", "")), demonstrates=demo,
         collective=coll, sweep=sweep, raw=raw, quick_s=float(top.get("quick_s", QUICK_S)),
+        processes_per_core=int(top["processes_per_core"]) if "processes_per_core" in top else None,
     )
 
 

@@ -159,7 +159,8 @@ def estimate(scn: Scenario, spec: ClosSpec, cal: Calibration) -> Estimate:
     senders = {f.src for f in scn.flows} | (set(scn.collective.hosts) if scn.collective else set())
     receivers = {f.dst for f in scn.flows} | (set(scn.collective.hosts) if scn.collective else set())
     pps = min(len(senders), len(receivers)) * spec.planes * port_pps
-    n_ep, n_sw = len(process_groups(scn.hosts())), spec.n_switches  # a process idles once for its hosts
+    n_ep = len(process_groups(scn.hosts(), per_core=scn.processes_per_core))  # a process idles once for its hosts
+    n_sw = spec.n_switches
     fixed = n_ep * cal.endpoint_idle_cores + n_sw * cal.switch_idle_cores
     traffic = pps * (cal.endpoint_tx_us + cal.endpoint_rx_us + HOPS * cal.switch_us_per_hop) / 1e6
     return Estimate(fixed, traffic, pps, n_ep, n_sw, USABLE * (os.cpu_count() or 1))

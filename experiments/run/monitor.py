@@ -12,6 +12,8 @@ import shlex
 import threading
 import time
 
+import psutil
+
 from mrclab.experiments.analysis.fidelity import PERIOD_S
 
 
@@ -50,6 +52,27 @@ def softnet_drops(path: str = "/proc/net/softnet_stat") -> int:
             return sum(int(row.split()[1], 16) for row in fh if row.strip())
     except (OSError, IndexError, ValueError):
         return 0
+
+
+def kernel_workers() -> dict[str, int]:
+    """``kernel ksoftirqd/N`` -> pid of each CPU's softirq thread on this machine: where the kernel
+    forwards packets (every veth hop, a linux switch's seg6 lookup, its tc program and htb) once
+    softirq work outgrows the moment it was raised in. A ksoftirqd waiting for a CPU is a fabric
+    port forwarding late, which no endpoint's or BMv2 switch's own account shows."""
+    out = {}
+    for p in psutil.process_iter(["name"]):
+        name = p.info.get("name") or ""
+        if name.startswith("ksoftirqd/"):
+            out[f"kernel {name}"] = p.pid
+    return out
+
+
+def steal_s() -> list[float]:
+    """Seconds each of this machine's CPUs was taken by the hypervisor so far (steal time: the
+    vCPU was runnable and the host ran something else; psutil reads ``/proc/stat``, counted in
+    10 ms ticks). Every thread on a stolen CPU stands still, and the guest's own scheduler, so
+    :func:`schedstat`, counts none of it as waiting. Empty where the kernel does not count it."""
+    return [getattr(c, "steal", 0.0) for c in psutil.cpu_times(percpu=True)]
 
 
 SCHEDSTAT_SCRIPT = ("for f in {files}; do echo \"== $f\"; p=$(cat \"$f\" 2>/dev/null) && "
@@ -93,6 +116,10 @@ class FidelityMonitor:
         #: interval (s)), only intervals that dropped some (:func:`softnet_drops`)
         self.kernel_drops: list[tuple[float, int, float]] = []
         self._drops_last = (time.monotonic(), softnet_drops())
+        #: (t_s, "cpu N", share of the interval before t_s the hypervisor took that CPU, the
+        #: interval (s)), only intervals where it took some (:func:`steal_s`)
+        self.stolen: list[tuple[float, str, float, float]] = []
+        self._steal_last = (time.monotonic(), steal_s())
         now = time.monotonic()
         self._last = {label: (now, *stat) for label, stat in self._read().items()}
         self._stop = threading.Event()
@@ -120,6 +147,7 @@ class FidelityMonitor:
         while not self._stop.wait(max(0.0, due - time.monotonic())):
             due = max(due + self.period_s, time.monotonic())
             self._read_drops()
+            self._read_steal()
             stats = self._read()
             for label, (wait, runs) in stats.items():
                 now = time.monotonic()
@@ -140,7 +168,16 @@ class FidelityMonitor:
         if n > n_prev:
             self.kernel_drops.append((round(now - self.t0, 3), n - n_prev, round(now - t_prev, 3)))
 
+    def _read_steal(self) -> None:
+        now, stolen = time.monotonic(), steal_s()
+        t_prev, prev = self._steal_last
+        self._steal_last = (now, stolen)
+        for cpu, (s, s_prev) in enumerate(zip(stolen, prev)):
+            if s > s_prev and now > t_prev:
+                self.stolen.append((round(now - self.t0, 3), f"cpu {cpu}", round((s - s_prev) / (now - t_prev), 3),
+                                    round(now - t_prev, 3)))
+
     def stop(self) -> None:
-        """Stop sampling (the samples stay in :attr:`samples` and :attr:`kernel_drops`)."""
+        """Stop sampling (the samples stay in :attr:`samples`, :attr:`kernel_drops` and :attr:`stolen`)."""
         self._stop.set()
         self._thread.join(timeout=5)

@@ -66,7 +66,7 @@ from mrclab.experiments.model.scenario import Scenario, load_scenario, parse_set
 from mrclab.experiments.run import endpoints
 from mrclab.experiments.run import sweep as S
 from mrclab.experiments.run.captures import DISSECTOR, HOW_TO_OPEN, Captures, copy_switch_pcaps
-from mrclab.experiments.run.monitor import FidelityMonitor
+from mrclab.experiments.run.monitor import FidelityMonitor, kernel_workers
 from mrclab.experiments.run.results import results_folder
 from mrclab.experiments.run.settings import RunSettings, resolve
 from mrclab.topologies.addressing import AddressPlan
@@ -129,7 +129,8 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
                   on_start: Callable[[dict[str, int], float], None] | None = None) -> tuple[dict, RunData]:
     """:func:`run`, also returning the run's normalised data (for benchmarks and sweeps).
     ``on_start(pids, t0)``, if given, is called once the endpoints are started, with the pid of
-    every local process the fidelity monitor watches (``endpoint h0``, ``switch t1-0-0``) and t = 0
+    every local process the fidelity monitor watches (``endpoint h0``, ``switch t1-0-0``,
+    ``kernel ksoftirqd/0``) and t = 0
     (monotonic s): bench/fidelity.py starves them on purpose from there."""
     plane = choose_dataplane(scn, remote=cluster is not None)
     dp = plane.name
@@ -182,7 +183,7 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
 
     data = _run_data(run, endpoints.collect(scn, out / "endpoints", t0_wall), fault_log,
                      sampler.samples if sampler is not None else [], monitor.samples if monitor is not None else [],
-                     monitor.kernel_drops if monitor is not None else [])
+                     monitor.kernel_drops if monitor is not None else [], monitor.stolen if monitor is not None else [])
     return _finish(scn, dp, data, fault_log, out, queues), data
 
 
@@ -203,7 +204,7 @@ def _open_results(run: RunSettings, out: Path | None) -> tuple[Path, Path]:
 def _launch(fab: Fabric, scn: Scenario, spec_path: Path, folder: Path) -> dict[str, subprocess.Popen]:
     """Start every endpoint (grouped into processes where a fabric has many hosts), saying so."""
     cfgs = endpoints.configs(scn, spec_path, folder)
-    groups = endpoints.process_groups(list(cfgs))
+    groups = endpoints.process_groups(list(cfgs), per_core=scn.processes_per_core)
     console.print(f"[dim]·[/dim] starting {len(cfgs)} endpoints ({', '.join(cfgs)})"
                   + (f" in {len(groups)} processes ({' | '.join(' '.join(g) for g in groups)})"
                      if len(groups) < len(cfgs) else ""))
@@ -219,16 +220,17 @@ def _write_servers(fab: Fabric, path: Path) -> None:
 
 
 def _watched(fab: Fabric, procs: dict) -> tuple[dict[str, int], dict[str, tuple]]:
-    """What the fidelity monitor watches: label -> pid of every endpoint process and local switch
-    process, and label -> (server, pid file) of every switch process on a server (read by its agent)."""
-    watched = {f"endpoint {hs}": p.pid for hs, p in endpoints.processes(procs).items()}
+    """What the fidelity monitor watches: label -> pid of every endpoint process, local switch
+    process and this machine's softirq thread (monitor.kernel_workers: the kernel's forwarding), and
+    label -> (server, pid file) of every switch process on a server (read by its agent)."""
+    watched = {f"endpoint {hs}": p.pid for hs, p in endpoints.processes(procs).items()} | kernel_workers()
     watched |= {f"switch {sw.name}": sw.proc.pid for sw in fab.emu.switches() if getattr(sw, "proc", None) is not None}
     remote = {f"switch {sw.name}": (sw.on_server, sw.pid_file) for sw in fab.emu.switches() if hasattr(sw, "pid_file")}
     return watched, remote
 
 
 def _run_data(run: RunSettings, data: RunData, fault_log: list[dict], ports: list[dict], delays: list,
-              kernel_drops: list | None = None) -> RunData:
+              kernel_drops: list | None = None, stolen: list | None = None) -> RunData:
     """What the endpoints reported (``data``), completed with what the runner knows of the run: the
     faults played, the port samples and the monitor's CPU samples and kernel backlog drops, the held-packet limits the
     model allows, the flows, the collective and the fabric's timeline."""
@@ -240,13 +242,22 @@ def _run_data(run: RunSettings, data: RunData, fault_log: list[dict], ports: lis
         data, events=sorted(fault_log + data.events, key=lambda e: e["t"]),
         first_fault_s=min((f["t"] for f in fault_log), default=None),
         traffic_start_s=min((f.start_s for f in scn.flows), default=0.0), ports=ports, run_delays=delays,
-        kernel_drops=list(kernel_drops or []),
+        kernel_drops=list(kernel_drops or []), stolen=list(stolen or []),
         held_limits=fidelity.HeldLimits(run.queue_bound_s, link.path_delay_ms / 1e3, nic_queue_s(link, frame),
                                         frame * 8 / (link.bandwidth_mbps * 1e6) if link.bandwidth_mbps > 0 else 0.0,
                                         frozenset(senders)),
         port_mbps=link.bandwidth_mbps, flows=[(f.src, f.dst) for f in scn.flows],
         collective=CollectiveRun(cc.kind, cc.hosts, cc.message_bytes, scn.seed, cc.qps_per_peer) if cc else None,
         timeline=FabricTimeline.from_played(AddressPlan(spec), [(x["t"], f) for x, f in zip(fault_log, scn.faults)]))
+
+
+def sched_delay_limit_for(scn: Scenario, dp: str) -> float:
+    """The starvation limit (s) of a run of ``scn`` on data plane ``dp``: its fastest link's frame
+    time and its paths' propagation round trip (twice ``path_delay_ms``) through
+    :func:`~experiments.analysis.fidelity.sched_delay_limit`."""
+    spec = scn.spec_for(dp)
+    return fidelity.sched_delay_limit(fastest_frame_s(spec, scn.settings.frame_bytes),
+                                      2 * spec.link.path_delay_ms / 1e3)
 
 
 def fastest_frame_s(spec, frame_bytes: int) -> float:
@@ -351,12 +362,12 @@ def _play(fab: Fabric, scn: Scenario, procs, out: Path, t0: float, fault_log: li
 def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: Path,
             queues: dict | None = None) -> dict:
     gap_limit = fidelity.loop_gap_limit(scn.settings.min_rto_s)
-    delay_limit = fidelity.sched_delay_limit(fastest_frame_s(scn.spec_for(dp), scn.settings.frame_bytes))
+    delay_limit = sched_delay_limit_for(scn, dp)
     held = fidelity.held_packets(data.events, data.held_limits)
     found = fidelity.faults(data.run_delays, data.loop_gaps, loop_gap_max_s=gap_limit, held=held,
-                            sched_delay_max_s=delay_limit, lost=data.kernel_drops)
+                            sched_delay_max_s=delay_limit, lost=data.kernel_drops, reordered=data.reordered)
     fidelity.write_csv(out / "fidelity.csv", data.run_delays, data.loop_gaps, gap_limit, held, delay_limit,
-                       data.kernel_drops)
+                       data.kernel_drops, data.reordered, data.stolen)
     faults = [{"t": f["t"], "label": f["label"]} for f in fault_log] + \
         [{"t": f.t0, "t_end": f.t1, "kind": "fidelity", "label": f.describe()} for f in found]
     title = f"{scn.name}: {scn.transport} on {dp}"
@@ -398,6 +409,11 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
             w.writeheader()
             w.writerows(rows)
     data.fidelity_windows = [(f.t0, f.t1) for f in found]
+    if coll is not None and found:  # the pace of the iterations the machine left alone, and how much that was
+        assert isinstance(data.collective, CollectiveRun)
+        kept, _ = collectives.kept_iterations(data, data.collective)
+        coll.update(busbw_kept_mbps=collectives.evaluate(data, data.collective, "busbw_mbps", {}),
+                    iterations_kept=len(kept), kept_share=collectives.kept_share(data, data.collective))
     verdicts = [{"expectation": x.describe(), "metric": x.metric, **judge(data, x.metric, x.args, found)}
                 for x in scn.expect]
     metrics = {

@@ -68,7 +68,7 @@ class RunSettings:
 def resolve(scn: Scenario, plane: DataPlane, *, fit: bool = False, rates: str = "scenario", remote: bool = False,
             say: Callable[[str], None] = print) -> RunSettings:
     """``scn`` on ``plane`` turned into the run's :class:`RunSettings` (steps in the module
-    docstring; ``remote``: a fabric over servers, where the switches do not queue yet). Raises as
+    docstring; ``remote``: a fabric over servers, where bmv2's switches do not queue yet). Raises as
     :func:`~experiments.run.admission.admit` does (CannotCarry, NotAvailable)."""
     changes: list[str] = []
 

@@ -15,7 +15,9 @@ import json
 from pathlib import Path
 from typing import Any
 
+from mrclab.experiments.analysis import fidelity
 from mrclab.experiments.analysis.expectations import verdict_word
+from mrclab.experiments.analysis.metrics import KEPT_MIN
 from mrclab.experiments.analysis.plots import sweep_plot
 from mrclab.experiments.model.faults import Fault
 from mrclab.experiments.model.scenario import Scenario, parse_scenario
@@ -118,8 +120,14 @@ def summarise(variant: dict, loss: float, m: dict, folder: str, message_bytes: i
     """One row of the sweep from a point's metrics (``message_bytes``: the swept size, None if none)."""
     c = m.get("collective") or {}
     void = next((v["void"] for v in m.get("expectations", []) if v.get("void")), None)
+    if void is None and c.get("kept_share", 1.0) < KEPT_MIN:  # the machine held most of its iterations
+        held = fidelity.void_reason([fidelity.FidelityFault(**f) for f in m.get("fidelity_faults", [])])
+        void = f"fidelity faults held {1 - c['kept_share']:.0%} of its iterations: {held}"
+    # its busbw: the iterations the machine left alone (experiments/analysis/collectives.py kept_iterations)
+    busbw = c.get("busbw_kept_mbps", c.get("busbw_mbps", 0.0))
     return {"variant": variant["label"], "loss": loss, "message_bytes": message_bytes, "transport": m["transport"],
             "void": void,
             "qps_per_peer": c.get("qps_per_peer"), "iterations": c.get("iterations", 0), "time_s": c.get("time_s"),
-            "algbw_mbps": c.get("algbw_mbps", 0.0), "busbw_mbps": c.get("busbw_mbps", 0.0),
+            "algbw_mbps": c.get("algbw_mbps", 0.0), "busbw_mbps": busbw, "busbw_whole_mbps": c.get("busbw_mbps", 0.0),
+            "iterations_kept": c.get("iterations_kept", c.get("iterations", 0)),
             "correct": c.get("correct", False), "passed": m["passed"], "folder": folder}
