@@ -5,7 +5,7 @@
     mrclab size      --ports N [--planes P]
     mrclab shell     SWITCH
     mrclab clean     [--force]
-    mrclab bench     fabric|endpoint|congestion|scale|fidelity|qp [--dataplane bmv2|linux]
+    mrclab bench     fabric|endpoint|congestion|scale|fidelity|qp|nscc [--dataplane bmv2|linux]
     mrclab run       [SCENARIO] [--out DIR] [--duration S] [--dataplane D] [--transport mrc|roce] [--set K=V]
     mrclab reproduce [--quick] [--dataplane D] [--only SCENARIO...] [--out DIR | --update REPORT]
     mrclab calibrate [--dataplane bmv2|linux]
@@ -34,6 +34,7 @@ from mrclab.bench import congestion as bench_congestion
 from mrclab.bench import endpoint as bench_endpoint
 from mrclab.bench import fabric as bench_fabric
 from mrclab.bench import fidelity as bench_fidelity
+from mrclab.bench import nscc as bench_nscc
 from mrclab.bench import qp as bench_qp
 from mrclab.bench import scale as bench_scale
 from mrclab.controller.dataplanes import DATAPLANES, dataplane
@@ -257,10 +258,10 @@ def cmd_shell(args) -> int:
 
 # ---- bench / run / report (experiments) -----------------------------------------------------------
 def cmd_bench(args) -> int:
-    """``mrclab bench fabric|endpoint|congestion|scale|fidelity|qp``: the benchmark's own main."""
+    """``mrclab bench fabric|endpoint|congestion|scale|fidelity|qp|nscc``: the benchmark's own main."""
     need_root(f"mrclab bench {args.what}")
     bench = {"fabric": bench_fabric, "congestion": bench_congestion, "endpoint": bench_endpoint,
-             "scale": bench_scale, "fidelity": bench_fidelity, "qp": bench_qp}[args.what]
+             "scale": bench_scale, "fidelity": bench_fidelity, "qp": bench_qp, "nscc": bench_nscc}[args.what]
     return bench.main(args)
 
 
@@ -378,8 +379,8 @@ def _bench_command(sub) -> None:
     """``bench``: the benchmarks."""
     s = sub.add_parser("bench", help="benchmarks: fabric bring-up and forwarding, endpoint rates, congestion control, "
                                      "the largest fabric and rate this machine runs faithfully, "
-                                     "one QP against its ports")
-    s.add_argument("what", choices=["fabric", "endpoint", "congestion", "scale", "fidelity", "qp"])
+                                     "one QP against its ports, NSCC against UEC's reference simulator")
+    s.add_argument("what", choices=["fabric", "endpoint", "congestion", "scale", "fidelity", "qp", "nscc"])
     s.add_argument("--dataplane", action="append", choices=list(DATAPLANES),
                    help="data plane(s) to measure (default: every available one)")
     s.add_argument("--target", choices=["endpoint", "switch"],
@@ -389,7 +390,8 @@ def _bench_command(sub) -> None:
     s.add_argument("--markdown", action="store_true",
                    help="print the tables as Markdown headed with the command, date, commit and machine "
                         "(docs/benchmarks.md); progress goes to stderr")
-    s.add_argument("--out", help="fidelity: the folder for every run (default: results/bench-fidelity-<time>)")
+    s.add_argument("--out", help="fidelity, nscc: the folder for every run and plot "
+                                 "(default: results/bench-<what>-<time>)")
     s.set_defaults(fn=cmd_bench)
 
 
