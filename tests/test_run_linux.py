@@ -84,10 +84,14 @@ def test_the_path_delay_adds_twice_itself_to_the_rtt_and_loses_nothing(tmp_path,
 def test_a_fast_fabric_s_shapers_send_no_burst_its_switches_trim(tmp_path, no_leftovers, decided_run):
     # at 32 Mb/s a shaper whose burst grew with the rate (4 ms of it: 16 KB) sent 13 frames back to
     # back into the next hop, over its trim threshold (4 packets): thousands of trims, a third of
-    # the goodput. Two frames (emulation.kernel.SHAPER_BURST_BYTES) trim nothing
+    # the goodput. Two frames (emulation.kernel.SHAPER_BURST_BYTES) trim nothing. One flow over the
+    # 4 planes: the quickstart's two (27,000 packets a second through Python endpoints) starved a
+    # 2-core machine's endpoints past the limit in three runs of three (CI, 2026-11-28 and -29), and
+    # a burst is each NIC port's shaper's, whatever the number of flows
     raw = yaml.safe_load((SCENARIO_DIR / "quickstart.yaml").read_text())
     raw.update(name="fast", faults=[], fabric_bmv2=None, duration_s=5, expect_roce=None, demonstrates={},
                fabric={"topo": "lab", "link": {"bandwidth_mbps": 32, "queue_packets": 16, "path_delay_ms": 5}},
+               workload=[{"src": "h0", "dst": "h2", "qps": 1, "message_bytes": 262144}],
                expect=[{"metric": "goodput_ratio", "window": [2, 5], "baseline": [1, 2], "min": 0.9},
                        {"metric": "messages_intact"}])
     (tmp_path / "fast.yaml").write_text(yaml.safe_dump({k: v for k, v in raw.items() if v is not None}))
@@ -96,7 +100,7 @@ def test_a_fast_fabric_s_shapers_send_no_burst_its_switches_trim(tmp_path, no_le
     sent = sum(t.get("data_packets", 0) for t in m["totals"].values())
     assert m["switch_ports"]["trimmed"] <= 0.001 * sent, (m["switch_ports"], sent)  # 16 KB bursts: 1%
     goodput = sum(t["bytes_delivered"] for t in m["totals"].values()) * 8 / 5 / 1e6
-    assert goodput > 0.6 * 2 * 4 * 32, goodput  # two flows, 4 ports of 32 Mb/s each: most of it delivered
+    assert goodput > 0.6 * 4 * 32, goodput  # one flow, 4 ports of 32 Mb/s each: most of it delivered
 
 
 def test_frames_of_the_papers_4_kib_payload_cross_shaped_links(tmp_path, no_leftovers, decided_run):
