@@ -261,12 +261,13 @@ def mrclab_run(n: int, folder: Path) -> Trace:
     incast port's queue, NACKs). Raises MrclabError as a run does."""
     scn = parse_scenario(scenario(n), f"bench nscc {n}-to-1")
     m, d = run_scenario(scn, folder)
-    t0 = min((r.t_wall for h in scn.hosts() for r in C.read_telemetry(folder / f"{h}.telemetry.jsonl")
-              if isinstance(r.rec, C.Start)), default=0.0)
+    tel = {h: folder / "endpoints" / f"{h}.telemetry.jsonl" for h in scn.hosts()}
+    t0 = min((r.t_wall for h in scn.hosts() for r in C.read_telemetry(tel[h]) if isinstance(r.rec, C.Start)),
+             default=0.0)
     srtt: list[float] = []
     windows: dict[str, list[tuple[float, float]]] = {}
     for h in scn.hosts():
-        for r in C.read_telemetry(folder / f"{h}.telemetry.jsonl"):
+        for r in C.read_telemetry(tel[h]):
             if isinstance(r.rec, C.Sample):
                 for tq in r.rec.tx:
                     if tq.window_bytes is not None:
@@ -284,6 +285,8 @@ def mrclab_run(n: int, folder: Path) -> Trace:
             tr.packets[qp] = int(tot.get("data_packets", 0))
     faults = sorted({f["invariant"] for f in m["fidelity_faults"]})
     tr.note = f"not faithful: {' and '.join(faults)}" if faults else ""
+    if not windows:
+        raise MrclabError(f"no window in the endpoints' telemetry under {folder}")
     return tr
 
 
