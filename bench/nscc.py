@@ -23,7 +23,9 @@ The two runs, matched in units of BDP and RTT:
   the endpoints' telemetry (every 0.1 s, a few base RTTs), the queue from the switch's samples of
   h0's port, trims from the QPs' NACK counts.
 
-Figures (both sides alike, over the steady part: from :data:`STEADY_FROM_RTTS` base RTTs on):
+Figures (both sides alike, over the steady part: from :data:`STEADY_FROM_RTTS` base RTTs on, while
+every flow still sends: a reference flow ends when its 2 MB are through, and the others' windows
+then grow into the room it left):
 
 * **window / BDP**: the mean of each flow's window over the BDP; the sum over flows beside it (a
   single bottleneck holds 1 BDP in flight plus its queue);
@@ -55,7 +57,7 @@ from mrclab.experiments.run.results import results_folder
 from mrclab.protocol import headers as H
 from mrclab.topologies.errors import MrclabError
 from mrclab.traffic import contract as C
-from mrclab.traffic.cc import REF_RTT_S, Nscc
+from mrclab.traffic.cc import Nscc
 from rich.table import Table
 
 #: N of each N-to-1 incast: the reference's results name 8-to-1 and 4-to-1 runs.
@@ -166,20 +168,17 @@ def reference_events(text: str, flow: str) -> tuple[list[tuple], list[float]]:
 
 def replay(text: str, flow: str) -> tuple[Trace, list[tuple[float, float, float]]]:
     """Feed one reference flow's acknowledgements and NACKs (:func:`reference_events` of ``text``,
-    htsim_uec -debug's output) to mrclab's NSCC (:class:`traffic.cc.Nscc`) at the reference's base
-    RTT, BDP, packet size (its payload the MSS) and reference RTT (12 us), starting where the
-    reference's window starts, with its bytes in flight. Returns the reference's trace and ``(t_s,
-    reference cwnd / BDP, mrclab cwnd / BDP)`` after each acknowledgement: the two control laws on
-    the same signals, open loop. Raises ValueError as :func:`parse_reference` does."""
+    htsim_uec -debug's output) to mrclab's NSCC (:class:`traffic.cc.Nscc`, as the transport builds
+    it) at the reference's base RTT, BDP and packet size (its payload the MSS), starting where the
+    reference's window starts. Returns the reference's trace and ``(t_s, reference cwnd / BDP,
+    mrclab cwnd / BDP)`` after each acknowledgement: the two control laws on the same signals,
+    open loop. Raises ValueError as :func:`parse_reference` does."""
     tr = parse_reference(text)
-    events, flight = reference_events(text, flow)
-    now = [0.0]
+    events, _flight = reference_events(text, flow)
     first = next((e[5] for e in events if e[0] == "ack"), 1.5 * tr.bdp_bytes)
-    cc = Nscc(tr.mss - REF_HEADER_BYTES, tr.bdp_bytes * 8 / tr.base_rtt_s, first, base_rtt_s=tr.base_rtt_s,
-              ref_rtt_s=REF_RTT_S, in_flight=lambda: now[0])
+    cc = Nscc(tr.mss - REF_HEADER_BYTES, tr.bdp_bytes * 8 / tr.base_rtt_s, first, base_rtt_s=tr.base_rtt_s)
     out = []
-    for (kind, t, acked, delay, ecn, cwnd), f in zip(events, flight, strict=True):
-        now[0] = f  # the reference's in-flight bytes as its trace gives them at this event
+    for kind, t, acked, delay, ecn, cwnd in events:
         if kind == "nack":
             cc.on_nack(tr.mss, t)
         else:
@@ -315,15 +314,15 @@ def figures(tr: Trace) -> dict:
     per flow) and ``trims_per_100`` (per 100 packets sent), ``flows``."""
     rtt = tr.base_rtt_s
     start = STEADY_FROM_RTTS * rtt
+    end = min(s[-1][0] for s in tr.windows.values())  # while every flow still sends (the reference's end)
     means = []
     for s in tr.windows.values():
-        steady = [w for t, w in s if t >= start] or [s[-1][1]]
+        steady = [w for t, w in s if start <= t <= end] or [s[-1][1]]
         means.append(statistics.fmean(steady) / tr.bdp_bytes)
-    q = [b for t, b in tr.queue if t >= start] or [0.0]
+    q = [b for t, b in tr.queue if start <= t <= end] or [0.0]
     total = sum(means) * tr.bdp_bytes
     # at each base RTT from the first: the windows' sum within CONVERGED_BAND of its steady mean and
     # Jain's index at or above CONVERGED_JAIN; when that last came to stay
-    end = min(s[-1][0] for s in tr.windows.values())  # while every flow still sends
     converge = None
     k = 1
     while k * rtt <= end:

@@ -120,8 +120,7 @@ class MrcSender:
             # queues and an RTO that has only seen empty-queue RTTs
             floor = 2 * planes * self.mss
             initial = min(settings.window_packets * self.mss, floor) if line > 0 else settings.window_packets * self.mss
-            self.cc: FixedWindow | Nscc = Nscc(self.mss, line, initial, settings.base_rtt_s, min_bdp_bytes=floor,
-                                               in_flight=lambda: len(self.recs) * self.mss)
+            self.cc: FixedWindow | Nscc = Nscc(self.mss, line, initial, settings.base_rtt_s, min_bdp_bytes=floor)
         else:
             self.cc = FixedWindow(settings.window_packets, self.mss)
         self._op, self._rkey = (H.OP_WRITE_IMM if imm else H.OP_WRITE), rkey_for(qp)
