@@ -50,11 +50,12 @@ class TransportSettings:
     0: unknown, the fixed window stands for the BDP), x the base RTT (``base_rtt_s``: the runner
     sets the fabric's unloaded RTT where its host ports are shaped, as uet-htsim gives every flow
     its network's; 0: the smallest RTT sample; a smaller sample lowers either). An EV whose packets
-    come back ECN-marked is skipped for ``ecn_skip_rtts`` (8) smoothed RTTs (ours): long enough for the queue that marked it to drain below the marking
-    threshold (K packets drain in K packet times, under an RTT at the thresholds mrclab sets) and
-    for a flow that keeps a path hot to take most of it (an EV that comes back too soon is marked
-    again after an RTT, and carries a packet per rotation meanwhile), short enough that a path
-    that cooled down is back within a few hundred ms.
+    come back ECN-marked is skipped for ``ecn_skip_rtts`` (8) smoothed RTTs (ours): long enough for
+    the queue that marked it to drain below the marking threshold (K packets drain in K packet
+    times, under an RTT at the thresholds mrclab sets) and for a flow that keeps a path hot to take
+    most of it (an EV that comes back too soon is marked again after an RTT, and carries a packet
+    per rotation meanwhile), short enough that a path that cooled down is back within a few
+    hundred ms.
     ``roce_cc``: the baseline's rate control, ``dcqcn`` or ``none`` (window only); ``dcqcn_timer_s``
     is DCQCN's rate-increase and alpha timer and the receiver's CNP interval: the paper's 55 us and
     50 us are about 5 RTTs of its fabric, and an emulated fabric is about 1000x slower, so 0 (the
