@@ -129,8 +129,6 @@ class Bmv2(Bmv2Emulated, DataPlane):
     p4runtime = True
     watchdog = True
     switch_pcaps = True
-    remote_missing = {"congestion": "bmv2's switch queues on other servers (its Thrift runtime, reached over "
-                                    "ssh) are not built yet"}
     hop_cost_words = "switch CPU / data packet / hop"
 
     def _missing_here(self) -> dict[str, str]:
@@ -184,7 +182,7 @@ class Bmv2(Bmv2Emulated, DataPlane):
         old = fab.thrift.pop(switch, None)
         if old is not None:
             old.close()
-        th = fab.thrift[switch] = thrift.SwitchThrift(switch, fab.emu.netns(switch))
+        th = fab.thrift[switch] = thrift.session(fab.emu, switch)
         for port, q in fab.port_queues(switch).items():
             th.set_queue(port, 0, q.rate_pps, q.depth)
             th.set_queue(port, 1, q.rate_pps_high, q.depth_high)

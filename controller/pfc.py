@@ -68,9 +68,10 @@ import socket
 import threading
 import time
 from dataclasses import dataclass
+from typing import TextIO
 
 from mrclab.controller.bpf import pfc_look_many, tbf_leaf
-from mrclab.controller.thrift import QOCC_REGISTER, SwitchThrift, ThriftError
+from mrclab.controller.thrift import QOCC_REGISTER, ThriftError, session
 from mrclab.emulation import kernel
 from mrclab.emulation.network import nic_queue_bytes
 from mrclab.topologies.spec import is_host
@@ -288,7 +289,10 @@ def lever_lines(fab) -> list[tuple[str, str]]:
 class Bmv2Side:
     """The bmv2 plane's switches as the agent sees them: ``qocc`` and ``pfc_feeds`` over Thrift
     sessions of its own (the fabric's are the samplers'), a paused lever's backlog over netlink,
-    and a tbf on the switch's wire as the lever (module docstring)."""
+    and a tbf on the switch's wire as the lever (module docstring). A switch on a server is reached
+    through the sockets ssh forwards from its helper there (emulation/cluster.py
+    ``SWITCH_HELPER``): Thrift relayed, and on its control socket one ``tc -s`` a turn for every
+    lever's backlog of the switch, and the kick frame."""
 
     def __init__(self, fab) -> None:
         """The bmv2 side of running fabric ``fab``: sessions and sockets open at first use."""
@@ -298,18 +302,21 @@ class Bmv2Side:
         self._netlink: dict[str, kernel.QdiscBacklog] = {}  # switch -> netlink inside its namespace
         self._regs: dict[str, tuple[list[int], list[int]]] = {}
         self._kick: dict[tuple[str, str], socket.socket] = {}  # (node, interface) -> AF_PACKET socket
+        self._control: dict[str, tuple[socket.socket, TextIO]] = {}  # switch on a server -> its helper's socket, file
+        self._qlens: dict[str, dict[str, int]] = {}  # switch on a server -> its levers' backlogs this turn
 
     def begin(self, held=()) -> None:
         """Read every live lossless switch's ``qocc`` and ``pfc_feeds`` (a switch that does not
         answer is left out this turn, its session dropped: a restarted switch gets a new one);
         ``held`` is not needed here: one Thrift call reads every port's feeds."""
         self._regs.clear()
+        self._qlens.clear()
         for sw in self.switches:
             if not self.fab.faults.applied.alive[sw]:
                 self._drop(sw)
                 continue
             try:
-                th = self._thrift.get(sw) or self._thrift.setdefault(sw, SwitchThrift(sw, self.fab.emu.netns(sw)))
+                th = self._thrift.get(sw) or self._thrift.setdefault(sw, session(self.fab.emu, sw))
                 self._regs[sw] = (th.register(QOCC_REGISTER), th.register(FEEDS_REGISTER))
             except ThriftError:
                 self._drop(sw)
@@ -333,6 +340,12 @@ class Bmv2Side:
 
     def backlog(self, sw: str, port: int) -> int:
         """Packets ``sw``'s lever on ``port`` holds (its tbf's queue length)."""
+        if self.fab.emu.node(sw).control_addr is not None:
+            got = self._qlens.get(sw)
+            if got is None:
+                answer = self._ask(sw, "qlen")
+                got = self._qlens[sw] = {k: int(v) for k, _, v in (w.partition("=") for w in answer.split())}
+            return got.get(f"{sw}-eth{port}", 0)
         reader = self._netlink.get(sw)
         if reader is None:
             reader = self._netlink[sw] = kernel.QdiscBacklog(self.fab.emu.netns(sw))
@@ -346,6 +359,9 @@ class Bmv2Side:
 
     def resumed(self, node: str, intf: str) -> None:
         """Wake the lever on ``node``'s ``intf`` with :data:`KICK_FRAME` (module docstring)."""
+        if not is_host(node) and self.fab.emu.node(node).control_addr is not None:
+            self._ask(node, f"kick {intf} {KICK_FRAME.hex()}")
+            return
         sock = self._kick.get((node, intf))
         if sock is None:
             with kernel.inside(self.fab.emu.netns(node)):
@@ -353,6 +369,30 @@ class Bmv2Side:
                 sock.bind((intf, 0))
             self._kick[(node, intf)] = sock
         sock.send(KICK_FRAME)
+
+    def _ask(self, sw: str, line: str) -> str:
+        """One line to switch ``sw``'s helper on its server, its answer (one line). Raises
+        OSError when the helper does not answer or says it failed."""
+        conn = self._control.get(sw)
+        if conn is None:
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(5)
+            sock.connect(self.fab.emu.node(sw).control_addr)
+            conn = self._control[sw] = (sock, sock.makefile("rw"))
+        f = conn[1]
+        try:
+            f.write(line + "\n")
+            f.flush()
+            answer = f.readline()
+        except OSError:
+            self._control.pop(sw, None)
+            conn[0].close()
+            raise
+        if not answer or answer.startswith("error"):
+            self._control.pop(sw, None)
+            conn[0].close()
+            raise OSError(f"{sw}'s helper on its server: {answer.strip() or 'no answer'} ({line.split()[0]})")
+        return answer.strip()
 
     def close(self) -> None:
         """Close the Thrift sessions, netlink and packet sockets."""
@@ -364,3 +404,6 @@ class Bmv2Side:
         for sock in self._kick.values():
             sock.close()
         self._kick.clear()
+        for sock, _f in self._control.values():
+            sock.close()
+        self._control.clear()

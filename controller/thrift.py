@@ -71,12 +71,14 @@ def thrift_missing() -> str | None:
 
 
 class SwitchThrift:
-    """A Thrift session with the BMv2 switch in namespace ``netns``."""
+    """A Thrift session with the BMv2 switch in namespace ``netns``, or, for a switch on a server,
+    through the unix socket ``unix_path`` that ssh forwards to its Thrift runtime there
+    (emulation/cluster.py ``SWITCH_HELPER``)."""
 
-    def __init__(self, name: str, netns: str, port: int = THRIFT_PORT) -> None:
-        """Connect to switch ``name``'s Thrift runtime on ``port`` inside ``netns``. Raises
-        ThriftError when nothing answers within 5 s, ImportError without BMv2's Python client
-        (:func:`thrift_missing` says why)."""
+    def __init__(self, name: str, netns: str, port: int = THRIFT_PORT, unix_path: str | None = None) -> None:
+        """Connect to switch ``name``'s Thrift runtime on ``port`` inside ``netns`` (or at
+        ``unix_path``). Raises ThriftError when nothing answers within 5 s, ImportError without
+        BMv2's Python client (:func:`thrift_missing` says why)."""
         client_path()
         from bm_runtime.standard import Standard
         from sswitch_runtime import SimpleSwitch
@@ -85,10 +87,16 @@ class SwitchThrift:
 
         self.name = name
         try:
-            with kernel.inside(netns):
-                sock = socket.create_connection(("127.0.0.1", port), timeout=5)
+            if unix_path is not None:
+                sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+                sock.settimeout(5)
+                sock.connect(unix_path)
+            else:
+                with kernel.inside(netns):
+                    sock = socket.create_connection(("127.0.0.1", port), timeout=5)
         except OSError as e:
-            raise ThriftError(f"{name}: no Thrift runtime on port {port} in {netns} ({e})") from None
+            where = f"through {unix_path}" if unix_path is not None else f"on port {port} in {netns}"
+            raise ThriftError(f"{name}: no Thrift runtime {where} ({e})") from None
         sock.settimeout(10)
         tsock = TSocket.TSocket()
         tsock.handle = sock  # already connected, inside the switch's namespace
@@ -118,3 +126,9 @@ class SwitchThrift:
             self.transport.close()
         except Exception:
             pass
+
+
+def session(emu, switch: str) -> SwitchThrift:
+    """A new Thrift session with ``switch`` of emulation ``emu``, wherever it runs (here: inside its
+    namespace; on a server: through its forwarded socket). Raises as :class:`SwitchThrift`."""
+    return SwitchThrift(switch, emu.netns(switch), unix_path=emu.node(switch).thrift_addr)

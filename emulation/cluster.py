@@ -81,13 +81,72 @@ class RemoteLinuxSrv6Switch(OnServerMixin, LinuxSrv6Switch):
     """A :class:`~emulation.nodes.LinuxSrv6Switch` whose shell runs on its server."""
 
 
+#: What runs beside a bmv2 switch with Thrift on a server, inside its namespace (``python3 -c``,
+#: argv: Thrift socket, Thrift port, control socket). It relays every
+#: connection to the Thrift socket (a unix socket in the run's folder there, which ssh forwards
+#: here) to ``127.0.0.1:<port>`` in the namespace, where BMv2 listens and ssh cannot reach; and
+#: answers one line per line on the control socket: ``qlen`` -> ``dev=packets ...`` of every tbf
+#: in the namespace (one ``tc -s -j``), ``kick DEV HEX`` -> the frame HEX sent out of DEV (a raw
+#: socket kept per port; the PFC agent's kick, controller/pfc.py), ``0``; a failure -> ``error ...``.
+#: The relay's TCP side sends at once (TCP_NODELAY): a request that reaches it in two pieces would
+#: otherwise wait for the first one's delayed acknowledgement.
+SWITCH_HELPER = """import json,os,socket,subprocess,sys,threading
+ts,port,cs=sys.argv[1],int(sys.argv[2]),sys.argv[3]
+def pipe(a,b):
+ try:
+  while True:
+   d=a.recv(65536)
+   if not d:break
+   b.sendall(d)
+ except OSError:pass
+ for x in(a,b):
+  try:x.shutdown(socket.SHUT_RDWR)
+  except OSError:pass
+def relay(c):
+ try:u=socket.create_connection(('127.0.0.1',port),5)
+ except OSError:
+  c.close();return
+ u.setsockopt(socket.IPPROTO_TCP,socket.TCP_NODELAY,1)
+ t=threading.Thread(target=pipe,args=(u,c),daemon=True);t.start();pipe(c,u);t.join();c.close();u.close()
+def ctl(c):
+ f=c.makefile('rw');raw={}
+ for line in f:
+  w=line.split()
+  try:
+   if w[0]=='kick':
+    s=raw.get(w[1])
+    if s is None:
+     s=raw[w[1]]=socket.socket(socket.AF_PACKET,socket.SOCK_RAW);s.bind((w[1],0))
+    s.send(bytes.fromhex(w[2]));a='0'
+   else:
+    q=json.loads(subprocess.run(['tc','-s','-j','qdisc','show'],capture_output=True,text=True).stdout or '[]')
+    a=' '.join('%s=%d'%(x.get('dev','?'),x.get('qlen',0)) for x in q if x.get('kind')=='tbf')
+  except(OSError,ValueError,IndexError)as e:a='error '+str(e).replace(chr(10),' ')
+  f.write(a+chr(10));f.flush()
+ c.close()
+def serve(path,fn):
+ try:os.unlink(path)
+ except OSError:pass
+ l=socket.socket(socket.AF_UNIX);l.bind(path);l.listen(64)
+ while True:
+  c,_=l.accept();threading.Thread(target=fn,args=(c,),daemon=True).start()
+threading.Thread(target=serve,args=(cs,ctl),daemon=True).start()
+serve(ts,relay)
+"""
+
+
 class RemoteBmv2Switch(OnServerMixin, Bmv2Switch):
     """A :class:`~emulation.nodes.Bmv2Switch` on ``server``: ``simple_switch_grpc`` runs in the
     node's namespace there, its P4Runtime on a unix socket in ``remote_dir`` on that server, which
     ssh forwards to :attr:`grpc_addr` here (``ssh -O forward -L``, over the server's multiplexed
-    connection): the controller speaks to it as to a local switch. Its output comes back through
-    ssh into ``<run_dir>/<name>.out`` here. No Thrift runtime (switch queues on servers are not
-    built) and no per-packet debug log."""
+    connection): the controller speaks to it as to a local switch. Its output goes to
+    ``<remote_dir>/<name>.out`` there. No per-packet debug log.
+
+    With ``thrift_port`` (switch queues), :data:`SWITCH_HELPER` runs beside it in its namespace
+    there: it relays a unix socket in ``remote_dir`` to the switch's Thrift port, and answers the
+    PFC agent's two asks on another (the tbf levers' queue lengths; a kick frame out of a port).
+    ssh forwards both here as it does P4Runtime's: :attr:`thrift_addr` and :attr:`control_addr`
+    (controller/thrift.py, controller/pfc.py)."""
 
     def __init__(self, name: str, server: Server, ssh: Ssh, remote: OnServer, remote_dir: str, **params) -> None:
         """Switch node ``name`` on ``server`` (its shell started there at once); ``remote``: the
@@ -125,11 +184,31 @@ class RemoteBmv2Switch(OnServerMixin, Bmv2Switch):
                  f"exec {kernel.command_line(kernel.netns_exec_argv(self.netns, self.command()))}")
         script = (f"rm -f {shlex.quote(sock)}; setsid sh -c {shlex.quote(inner)} "
                   f">>{shlex.quote(self.out_file)} 2>&1 </dev/null &")
+        if self.thrift_port is not None and not self.forwarded:  # once: it outlives a restarted switch
+            helper = kernel.netns_exec_argv(self.netns, ["python3", "-c", SWITCH_HELPER, self._remote("thrift"),
+                                                         str(self.thrift_port), self._remote("ctl")])
+            script += (f" rm -f {shlex.quote(self._remote('thrift'))} {shlex.quote(self._remote('ctl'))};"
+                       f" setsid {kernel.command_line(helper)} >>{shlex.quote(self.out_file)} 2>&1 </dev/null &")
         r = self.on_server.run(["sh", "-c", script])
         if r.returncode != 0:
             raise EmulationError(f"{self.name} on {self.mrclab_server.name}: cannot start {BMV2_BINARY}: "
                                  f"{r.stderr.strip()}")
         self.proc = None  # no process here: the switch is the server's
+
+    def _remote(self, kind: str) -> str:
+        """The switch helper's ``kind`` socket on the server (``thrift`` or ``ctl``)."""
+        return f"{self.remote_dir}/{self.name}.{kind}"
+
+    @property
+    def thrift_addr(self) -> str | None:
+        """The unix socket here that reaches the switch's Thrift runtime on its server (None without
+        one)."""
+        return None if self.thrift_port is None else str(self.run_dir / f"{self.name}.thrift")
+
+    @property
+    def control_addr(self) -> str | None:
+        """The unix socket here that reaches the switch helper's asks (None without Thrift)."""
+        return None if self.thrift_port is None else str(self.run_dir / f"{self.name}.ctl")
 
     def wait_ready(self, timeout_s: float = 20.0) -> None:
         """Wait until the switch's socket exists on its server, then forward it here. Raises
@@ -152,12 +231,16 @@ class RemoteBmv2Switch(OnServerMixin, Bmv2Switch):
             raise EmulationError(f"{self.name} on {self.mrclab_server.name}: {BMV2_BINARY} did not open {sock} "
                                  f"within {timeout_s} s")
         if not self.forwarded:
-            local = self.grpc_addr[len("unix:"):]
-            Path(local).unlink(missing_ok=True)
-            why = self.ssh_session.forward(self.mrclab_server, local, sock)
-            if why is not None:
-                raise EmulationError(f"{self.name}: cannot forward its P4Runtime socket from "
-                                     f"{self.mrclab_server.name}: {why}")
+            pairs = [("P4Runtime", self.grpc_addr[len("unix:"):], sock)]
+            if self.thrift_addr is not None and self.control_addr is not None:
+                pairs += [("Thrift", self.thrift_addr, self._remote("thrift")),
+                          ("control", self.control_addr, self._remote("ctl"))]
+            for what, local, remote in pairs:
+                Path(local).unlink(missing_ok=True)
+                why = self.ssh_session.forward(self.mrclab_server, local, remote)
+                if why is not None:
+                    raise EmulationError(f"{self.name}: cannot forward its {what} socket from "
+                                         f"{self.mrclab_server.name}: {why}")
             self.forwarded = True
 
     def kill(self) -> None:

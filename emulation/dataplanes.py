@@ -18,6 +18,8 @@ from mrclab.emulation.servers import BMV2_TOOLS
 
 #: A server's python3 can load libbpf (the linux queue agent's one need beyond the tools).
 LIBBPF_TEST = "python3 -c 'import ctypes; ctypes.CDLL(\"libbpf.so.1\")'"
+#: A server's simple_switch_grpc serves Thrift (bmv2's switch queues there).
+BMV2_THRIFT_TEST = "simple_switch_grpc --help 2>&1 | grep -q -- --thrift-port"
 
 
 class EmulatedDataPlane:
@@ -81,6 +83,12 @@ class Bmv2Emulated(EmulatedDataPlane):
         """simple_switch_grpc on each server."""
         return dict(BMV2_TOOLS)
 
+    def server_features(self) -> dict[str, tuple[str, str]]:
+        """Switch queues: the server's ``simple_switch_grpc`` serves Thrift (queue rates and depths,
+        the ``qocc`` register; emulation/cluster.py ``SWITCH_HELPER`` relays it)."""
+        return {"congestion": (BMV2_THRIFT_TEST, "its simple_switch_grpc has no Thrift runtime: build BMv2 "
+                                                 "--with-thrift (vagrant/build-toolchain.sh does)")}
+
     def local_switch(self, emu, net, sw: str, state):
         """A :class:`~emulation.nodes.Bmv2Switch` node (started later, by :meth:`start_switches`)."""
         return net.addSwitch(sw, cls=Bmv2Switch, device_id=bmv2_device(emu.spec, sw), run_dir=state.run_dir,
@@ -90,7 +98,7 @@ class Bmv2Emulated(EmulatedDataPlane):
         """A :class:`~emulation.cluster.RemoteBmv2Switch` on ``server``."""
         return RemoteBmv2Switch(sw, server=server, ssh=ssh, remote=emu.remotes[server],
                                 remote_dir=emu.remote_dir(server), device_id=bmv2_device(emu.spec, sw),
-                                run_dir=state.run_dir, thrift_port=None, build=emu.bmv2_build)
+                                run_dir=state.run_dir, thrift_port=emu.thrift_port, build=emu.bmv2_build)
 
     def switch_setup(self, intfs: list[str]) -> tuple[list[str], list[str]]:
         """BMv2 owns the ports: the kernel's IPv6 is kept off them."""

@@ -156,6 +156,17 @@ class Bmv2Switch(_NsNode, Switch):
         """Where the switch itself listens for P4Runtime: :attr:`grpc_addr` on this machine."""
         return self.grpc_addr
 
+    @property
+    def thrift_addr(self) -> str | None:
+        """A unix socket here that reaches its Thrift runtime; None: connect to :attr:`thrift_port`
+        inside its namespace (this machine's switches)."""
+        return None
+
+    @property
+    def control_addr(self) -> str | None:
+        """A unix socket here for the PFC agent's asks of a switch on a server; None here."""
+        return None
+
     def binary(self) -> str:
         """The ``simple_switch_grpc`` to run (:func:`bmv2_binary`)."""
         return bmv2_binary(self.debug, self.build)[0]

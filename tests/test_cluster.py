@@ -116,14 +116,13 @@ def test_the_server_agent_runs_commands_feeds_input_reports_failures_and_restart
         on.close()
 
 
-def test_linux_queues_over_servers_and_bmv2_says_why_it_does_not():
-    # linux's queue program runs on a server through its queue agent; what this machine lacks for
-    # it (clang to compile it) it lacks over servers too; bmv2's Thrift runtime is not reached there
-    here = missing_features("linux")
-    assert missing_features("linux", remote=True) == here
-    assert {"congestion", "gray_loss"} <= available("linux", remote=True) or "congestion" in here
-    assert "congestion" in missing_features("bmv2", remote=True)
-    assert "Thrift" in missing_features("bmv2", remote=True)["congestion"]
+def test_both_planes_queue_over_servers_where_they_queue_here():
+    # linux's queue program runs on a server through its queue agent, bmv2's Thrift runtime is
+    # relayed from there over ssh: what this machine lacks for either (clang; BMv2's Thrift client)
+    # it lacks over servers too, and nothing more (what a server lacks, preflight says per server)
+    for plane in ("linux", "bmv2"):
+        assert missing_features(plane, remote=True) == missing_features(plane)
+    assert {"congestion", "gray_loss"} <= available("linux", remote=True) or "congestion" in missing_features("linux")
     assert {"link", "switch", "blackhole"} <= available("linux", remote=True)
 
 
@@ -333,8 +332,42 @@ OVER_SERVERS = sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml")
 @pytest.mark.parametrize("scenario", OVER_SERVERS)
 def test_every_shipped_scenario_passes_over_two_servers_with_its_queues_on_them(two_servers, tmp_path, decided_run,
                                                                                 scenario):
+    _passes_over_servers(two_servers, tmp_path, decided_run, scenario, "linux")
+
+
+@pytest.mark.bmv2
+@needs_sshd
+@pytest.mark.skipif(bool(missing_features("bmv2").get("congestion")), reason="no Thrift runtime for BMv2 here")
+@pytest.mark.parametrize("transport, counter", [("mrc", "trimmed"), ("roce", "pauses")])
+def test_bmv2_queues_on_remote_planes_trim_and_pause_read_through_their_helpers(two_servers, tmp_path, transport,
+                                                                                counter):
+    # incast over 2 servers, one plane each: BMv2's queues set and read over the relayed Thrift
+    # (emulation/cluster.py SWITCH_HELPER), and the counter the transport's fabric rests on moves
+    # on both servers' switches: MRC's trims at the incast port; RoCE over PFC's pauses, its levers
+    # driven by tc there and woken by the helper's kick. Correctness is a verdict no machine
+    # voids. The other verdicts are not asked: bmv2 incast on a 2-core machine is void for CPU
+    # starvation here too, on one machine as over servers (issue 35)
+    from mrclab.experiments.run import runner
     srv = two_servers
-    scn = load_scenario(scenario, dataplane="linux", duration_s=load_scenario(scenario).quick_s)
+    scn = load_scenario("incast", dataplane="bmv2", transport=transport, duration_s=load_scenario("incast").quick_s)
+    with P.open_cluster(",".join(srv.addresses), str(srv.ssh_config)) as cluster:
+        m, _d = runner.run_with_data(scn, tmp_path / "out", live=False, cluster=cluster)
+    intact = [e for e in m["expectations"] if e["metric"] == "messages_intact"]
+    assert intact and intact[0]["passed"] is True, intact
+    with (tmp_path / "out" / "switches.csv").open() as f:
+        last = {(r["switch"], r["port"]): r for r in csv.DictReader(f)}
+    plan = AddressPlan(scn.spec)  # every port of every switch read, each on its server
+    assert set(last) == {(sw, str(p)) for sw in scn.spec.switches() for p in plan.ports(sw)}
+    per_plane = {p: sum(int(float(r[counter] or 0)) for (sw, _), r in last.items() if sw.split("-")[1] == str(p))
+                 for p in range(scn.spec.planes)}
+    # (not asked: RoCE's lossless class drops nothing. bmv2's incast does not hold it, on one
+    # machine either: 14 drops here against 56 over servers, 2026-11-29; issue 35's notes)
+    assert all(v > 0 for v in per_plane.values()), per_plane
+    _nothing_left(srv)
+
+
+def _passes_over_servers(srv, tmp_path, decided_run, scenario: str, dataplane: str) -> None:
+    scn = load_scenario(scenario, dataplane=dataplane, duration_s=load_scenario(scenario).quick_s)
     with P.open_cluster(",".join(srv.addresses), str(srv.ssh_config)) as cluster:
         m, _d, out = decided_run(scn, tmp_path, cluster=cluster)
     assert m["passed"], [e for e in m["expectations"] if e["passed"] is False]

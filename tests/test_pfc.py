@@ -127,3 +127,73 @@ def test_incast_hurts_the_roce_victim_over_pfc_and_not_without(pfc, tmp_path, no
         assert m["passed"] and not m["void"], m["expectations"]
     else:
         assert victim["passed"] is False, victim
+
+
+@pytest.mark.root
+def test_a_switch_on_a_server_is_reached_through_its_helper_for_thrift_backlogs_and_kicks(tmp_path):
+    # emulation/cluster.py SWITCH_HELPER in a namespace of its own, as beside a bmv2 switch on a
+    # server: a stand-in Thrift port echoes through the relay, and controller/pfc.py's bmv2 side
+    # reads the levers' backlog and sends its kick frame through the control socket
+    import socket
+    import subprocess
+    import sys
+    import time
+    import types
+
+    from mrclab.controller.pfc import KICK_FRAME, Bmv2Side
+    from mrclab.emulation import kernel
+    from mrclab.emulation.cluster import SWITCH_HELPER
+
+    ns = f"mrclab-helpertest-{tmp_path.name[-6:]}"
+    thrift_sock, ctl_sock = str(tmp_path / "sw.thrift"), str(tmp_path / "sw.ctl")
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    procs = []
+    try:
+        # no IPv6 here: its router and listener solicitations would wait in the lever too
+        subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-q", "-w", "net.ipv6.conf.all.disable_ipv6=1",
+                        "net.ipv6.conf.default.disable_ipv6=1"], check=True)
+        for line in ("link set lo up", "link add t1-0-0-eth1 type veth peer name peer0",
+                     "link set t1-0-0-eth1 up", "link set peer0 up"):
+            subprocess.run(["ip", "-n", ns, *line.split()], check=True)
+        # a lever holding what it took: a tbf at 8 bit/s with a burst of one kick frame
+        subprocess.run(["tc", "-n", ns, "qdisc", "add", "dev", "t1-0-0-eth1", "root", "tbf", "rate", "8bit",
+                        "burst", "100", "limit", "30000"], check=True)
+        echo = ("import socket\nl=socket.socket();l.setsockopt(1,2,1);l.bind(('127.0.0.1',9090));l.listen()\n"
+                "while True:\n c,_=l.accept()\n while (d:=c.recv(100)): c.sendall(d[::-1])\n c.close()\n")
+        procs.append(subprocess.Popen(kernel.netns_exec_argv(ns, [sys.executable, "-c", echo])))
+        procs.append(subprocess.Popen(kernel.netns_exec_argv(ns, ["python3", "-c", SWITCH_HELPER, thrift_sock,
+                                                                  "9090", ctl_sock])))
+        deadline = time.monotonic() + 10
+        while not (tmp_path / "sw.ctl").exists() or not (tmp_path / "sw.thrift").exists():
+            assert time.monotonic() < deadline, "the helper never listened"
+            time.sleep(0.05)
+        time.sleep(0.3)  # the stand-in Thrift port
+        relay = socket.socket(socket.AF_UNIX)
+        relay.connect(thrift_sock)
+        relay.sendall(b"thrift")
+        assert relay.recv(100) == b"tfirht"  # through the relay to the port inside the namespace and back
+        relay.close()
+        node = types.SimpleNamespace(control_addr=ctl_sock)
+        emu = types.SimpleNamespace(node=lambda name: node, netns=lambda name: ns)
+        side = Bmv2Side(types.SimpleNamespace(queues={}, emu=emu))
+        tx = "/sys/class/net/t1-0-0-eth1/statistics/tx_packets"
+
+        def sent() -> int:
+            return int(subprocess.run(["ip", "netns", "exec", ns, "cat", tx], capture_output=True,
+                                      text=True).stdout)
+
+        assert side.backlog("t1-0-0", 1) == 0
+        before = sent()
+        for _ in range(4):  # the first leaves on the burst, the other three wait in the lever
+            side.resumed("t1-0-0", "t1-0-0-eth1")
+        side._qlens.clear()  # a new turn
+        assert side.backlog("t1-0-0", 1) == 3
+        assert sent() == before + 1
+        with pytest.raises(OSError, match="No such device"):
+            side._ask("t1-0-0", f"kick t1-0-0-eth9 {KICK_FRAME.hex()}")
+        side.close()
+    finally:
+        for p in procs:
+            p.kill()
+            p.wait()
+        subprocess.run(["ip", "netns", "delete", ns])
