@@ -102,8 +102,6 @@ DATA_OVERHEAD = DATA_HDR + ICRC_SIZE
 MTU = 9000
 #: Largest payload a data packet carries (bytes): 8 KiB, which with its headers fits :data:`MTU`.
 MAX_PAYLOAD_BYTES = 8192
-#: A SACK or NACK on the wire (bytes): headers up to BTH, BTH, the SACK body and the ICRC (154).
-SACK_FRAME_BYTES = OFF_BODY + SACK.size + ICRC_SIZE
 #: The default payload of a data packet (bytes; ``TransportSettings.payload_bytes``).
 DEFAULT_PAYLOAD_BYTES = 1024
 

@@ -129,20 +129,6 @@ def test_nscc_learns_the_base_rtt_from_the_smallest_sample():
     assert cc.base_rtt_s == 0.012 and cc.p.bdp_bytes == pytest.approx(LINE / 8 * 0.012)
 
 
-def test_a_known_base_rtt_is_kept_against_queued_samples_and_lowered_by_a_smaller_one():
-    # the runner gives NSCC the fabric's unloaded RTT (experiments/run/settings.py unloaded_rtt_s):
-    # a flow whose first samples queued behind others' windows must read that queue as delay
-    cc = Nscc(MSS, LINE, 16 * MSS, base_rtt_s=0.010)
-    assert cc.p is not None and cc.p.base_rtt_s == 0.010
-    cc.on_ack(MSS, 0.016, False, 0.0)
-    assert cc.p.base_rtt_s == 0.010 and cc.avg_delay > 0
-    learnt = Nscc(MSS, LINE, 16 * MSS)
-    learnt.on_ack(MSS, 0.016, False, 0.0)
-    assert learnt.p.base_rtt_s == 0.016 and learnt.avg_delay == 0  # learnt: that queue reads as no delay
-    cc.on_ack(MSS, 0.008, False, 0.001)
-    assert cc.p.base_rtt_s == 0.008 and cc.p.bdp_bytes == pytest.approx(LINE / 8 * 0.008)
-
-
 def test_fixed_window_never_moves():
     cc = FixedWindow(16, MSS)
     cc.on_ack(MSS, 1.0, True, 0.0)

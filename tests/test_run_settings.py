@@ -4,8 +4,6 @@ the timers raised to it, all frozen and written to the results folder. No root n
 import dataclasses
 import json
 
-import pytest
-
 from mrclab.controller.dataplanes import Linux
 from mrclab.experiments.model.scenario import load_scenario
 from mrclab.experiments.run.settings import resolve
@@ -59,30 +57,3 @@ def test_a_scenario_that_sets_its_timer_floor_keeps_it_and_no_queues_means_no_fl
     # linux's switches queue on their servers as here: the same plan, the same bound
     here, there = (resolve(scn, QueuingLinux(), remote=r, say=lambda m: None) for r in (False, True))
     assert there.queues == here.queues != {} and there.queue_bound_s == here.queue_bound_s > 0
-
-
-def test_nscc_takes_the_fabric_s_unloaded_rtt_as_its_base_rtt_unless_the_scenario_sets_one():
-    from mrclab.experiments.run.settings import unloaded_rtt_s
-    from mrclab.protocol.headers import SACK_FRAME_BYTES
-    scn = load_scenario("t1-blackhole")  # 4 Mb/s host and T0-T1 links, 10 ms path delay, 2 T0s a plane
-    run = resolve(scn, QueuingLinux(), say=lambda m: None)
-    link, frame = run.spec.link, run.settings.frame_bytes
-    # a frame and a SACK over four store-and-forward hops, and the path delay both ways
-    by_hand = 2 * link.path_delay_ms / 1e3 + 4 * 8 * (frame + SACK_FRAME_BYTES) / (link.bandwidth_mbps * 1e6)
-    assert run.settings.base_rtt_s == pytest.approx(by_hand, abs=1e-6) and by_hand > 0.02
-    # faster uplinks shorten the two middle hops only; one T0 a plane leaves two hops
-    faster = dataclasses.replace(run.spec, link=dataclasses.replace(link, t0_t1_bandwidth_mbps=4 * link.bandwidth_mbps))
-    assert unloaded_rtt_s(faster, frame) == pytest.approx(
-        by_hand - 2 * 8 * (frame + SACK_FRAME_BYTES) * 0.75 / (link.bandwidth_mbps * 1e6))
-    one_t0 = dataclasses.replace(run.spec, t0_per_plane=1)
-    assert unloaded_rtt_s(one_t0, frame) == pytest.approx(
-        2 * link.path_delay_ms / 1e3 + 2 * 8 * (frame + SACK_FRAME_BYTES) / (link.bandwidth_mbps * 1e6))
-    # unshaped host ports: no model, NSCC learns from its samples
-    unshaped = dataclasses.replace(run.spec, link=dataclasses.replace(link, bandwidth_mbps=0.0))
-    assert unloaded_rtt_s(unshaped, frame) == 0.0
-    # a scenario's own base_rtt_s (0 too: learn from samples) is kept
-    mine = dataclasses.replace(scn, raw={**scn.raw, "transport": {**(scn.raw.get("transport") or {}), "base_rtt_s": 0}})
-    assert resolve(mine, QueuingLinux(), say=lambda m: None).settings.base_rtt_s == 0
-    # the fixed window has no base RTT to give
-    fixed = dataclasses.replace(scn, settings=dataclasses.replace(scn.settings, nscc=False))
-    assert resolve(fixed, QueuingLinux(), say=lambda m: None).settings.base_rtt_s == 0

@@ -47,15 +47,13 @@ class TransportSettings:
     Congestion (traffic/cc.py, traffic/dcqcn.py): MRC's window is NSCC's (UET 1.0 NSCC, the OCP MRC
     API's default profile), or the fixed ``window_packets`` with ``nscc: off``; NSCC's BDP is the
     QP's line rate, ``port_mbps`` x the planes (the runner sets it from the fabric's host links;
-    0: unknown, the fixed window stands for the BDP), x the base RTT (``base_rtt_s``: the runner
-    sets the fabric's unloaded RTT where its host ports are shaped, as uet-htsim gives every flow
-    its network's; 0: the smallest RTT sample; a smaller sample lowers either). An EV whose packets
-    come back ECN-marked is skipped for ``ecn_skip_rtts`` (8) smoothed RTTs (ours): long enough for
-    the queue that marked it to drain below the marking threshold (K packets drain in K packet
-    times, under an RTT at the thresholds mrclab sets) and for a flow that keeps a path hot to take
-    most of it (an EV that comes back too soon is marked again after an RTT, and carries a packet
-    per rotation meanwhile), short enough that a path that cooled down is back within a few
-    hundred ms.
+    0: unknown, the fixed window stands for the BDP), x the base RTT (``base_rtt_s``, 0: the
+    smallest RTT sample). An EV whose packets come back ECN-marked is skipped for ``ecn_skip_rtts``
+    (8) smoothed RTTs (ours): long enough for the queue that marked it to drain below the marking
+    threshold (K packets drain in K packet times, under an RTT at the thresholds mrclab sets) and
+    for a flow that keeps a path hot to take most of it (an EV that comes back too soon is marked
+    again after an RTT, and carries a packet per rotation meanwhile), short enough that a path
+    that cooled down is back within a few hundred ms.
     ``roce_cc``: the baseline's rate control, ``dcqcn`` or ``none`` (window only); ``dcqcn_timer_s``
     is DCQCN's rate-increase and alpha timer and the receiver's CNP interval: the paper's 55 us and
     50 us are about 5 RTTs of its fabric, and an emulated fabric is about 1000x slower, so 0 (the
@@ -92,8 +90,7 @@ class TransportSettings:
     port_mbps: float = field(default=0.0, metadata=rule(lo=0, doc="NIC port rate per plane, Mb/s (0: unknown)"))
     port_burst_bytes: int = field(default=0, metadata=rule(
         lo=0, doc="bytes a NIC port's shaper sends back to back after a pause (0: frame by frame)"))
-    base_rtt_s: float = field(default=0.0, metadata=rule(
-        lo=0, doc="a known base RTT (0: the smallest sample; a run sets the fabric's unloaded RTT)"))
+    base_rtt_s: float = field(default=0.0, metadata=rule(lo=0, doc="a known base RTT (0: the smallest sample)"))
     ecn_skip_rtts: float = field(default=8.0, metadata=rule(lo=0, doc="how long an ECN-marked EV is skipped, in RTTs"))
     roce_cc: str = field(default="dcqcn", metadata=rule(choices=("dcqcn", "none"), doc="the baseline's rate control"))
     dcqcn_timer_s: float = field(default=0.0,

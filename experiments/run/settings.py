@@ -7,9 +7,7 @@ What is resolved, in order (each step says what it changed, through ``say``):
 1. the data plane's fabric (``fabric_<plane>`` overrides) and the link rates this machine gives it
    (experiments/run/admission.py: the scenario's, scaled down with ``--fit``, or ``--rates machine``);
 2. the transports' NIC port rate from the fabric, where the scenario leaves it 0 (NSCC's BDP,
-   DCQCN's line rate), and NSCC's base RTT from the fabric's model where its host ports are shaped
-   and the scenario leaves it
-   unset (:func:`unloaded_rtt_s`);
+   DCQCN's line rate);
 3. the switch queue plan (controller/queues.py) where the data plane queues here, and the longest a
    path's queues may hold a packet;
 4. the retransmission timer's floor raised to twice that (a packet queued up to the trim threshold at
@@ -30,7 +28,6 @@ from mrclab.controller.queues import PortQueue, path_queue_bound_s, queue_plan
 from mrclab.emulation.kernel import shaper_burst_bytes
 from mrclab.experiments.model.scenario import Scenario
 from mrclab.experiments.run import admission
-from mrclab.protocol import headers as H
 from mrclab.topologies.addressing import AddressPlan
 from mrclab.topologies.spec import ClosSpec
 from mrclab.traffic.settings import TransportSettings
@@ -84,14 +81,12 @@ def resolve(scn: Scenario, plane: DataPlane, *, fit: bool = False, rates: str = 
     s = scn.settings
     if s.port_mbps == 0:
         s = dataclasses.replace(s, port_mbps=spec.link.bandwidth_mbps)
-    given = scn.raw.get("transport") or {}
-    if s.nscc and "base_rtt_s" not in given and spec.link.bandwidth_mbps > 0:
-        s = dataclasses.replace(s, base_rtt_s=round(unloaded_rtt_s(spec, s.frame_bytes), 6))
     if spec.link.bandwidth_mbps > 0:  # the hosts' NIC ports are tbf shapers with this burst (emulation/network.py)
         s = dataclasses.replace(s, port_burst_bytes=shaper_burst_bytes(s.frame_bytes))
     queues = queue_plan(AddressPlan(spec), scn.queues.for_transport(scn.transport), s.frame_bytes) \
         if "congestion" in plane.available(remote) else {}
     bound = path_queue_bound_s(AddressPlan(spec), queues)
+    given = scn.raw.get("transport") or {}
     if "min_rto_s" not in given and 2 * bound > s.min_rto_s:
         s = dataclasses.replace(s, min_rto_s=round(2 * bound, 4))
         note(f"retransmission timer floor {s.min_rto_s * 1e3:.0f} ms: twice the longest queueing a path "
@@ -101,31 +96,6 @@ def resolve(scn: Scenario, plane: DataPlane, *, fit: bool = False, rates: str = 
         note("timers raised to the retransmission floor: "
              + ", ".join(f"{k} {v * 1e3:.0f} ms" for k, v in raised.items()))
     return RunSettings(dataclasses.replace(scn, settings=s), plane, spec, queues, bound, tuple(changes))
-
-
-def unloaded_rtt_s(spec: ClosSpec, frame_bytes: int) -> float:
-    """The fabric's longest unloaded round trip (s): a ``frame_bytes`` data frame from a host to a
-    host under another T0 (its NIC port, T0 up, T1 down, T0 down: four store-and-forward hops at
-    the host ports' ``bandwidth_mbps`` and the T0-T1 links' ``t0_t1_bandwidth_mbps``; two hops
-    where every host shares one T0), a SACK (``SACK_FRAME_BYTES``) back over the same hops, and the
-    propagation both ways (twice ``path_delay_ms``). 0 where the host ports are unshaped (the RTT
-    is then the endpoints' own time, which no model gives).
-
-    It is uet-htsim's ``network_max_unloaded_rtt`` (``htsim/sim/datacenter/main_uec.cpp``,
-    ``calculate_rtt``: twice the diameter's latency plus a data packet's and an ACK's
-    serialisation over each hop of the diameter), which every reference NSCC flow takes as its
-    base RTT unless ``-enable_accurate_base_rtt``, and lowers to a smaller sample. NSCC's delay
-    signal is an RTT less the base RTT: learnt from samples only, a flow that first sampled
-    behind other flows' queues keeps their queue as its base and reads its own queueing delay
-    short (bench nscc, 8-to-1 on linux: 94.6-105.9 ms against 90.9-92.6 ms)."""
-    link = spec.link
-    if link.bandwidth_mbps <= 0:
-        return 0.0
-    host = link.bandwidth_mbps * 1e6
-    up = (link.t0_t1_bandwidth_mbps or link.bandwidth_mbps) * 1e6
-    rates = [host, up, up, host] if spec.t0_per_plane > 1 else [host, host]
-    bits = 8 * (frame_bytes + H.SACK_FRAME_BYTES)
-    return 2 * link.path_delay_ms / 1e3 + sum(bits / r for r in rates)
 
 
 def slow_path_timers(s: TransportSettings, given: dict) -> tuple[TransportSettings, dict]:
