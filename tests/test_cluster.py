@@ -332,7 +332,23 @@ OVER_SERVERS = sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml")
 @pytest.mark.parametrize("scenario", OVER_SERVERS)
 def test_every_shipped_scenario_passes_over_two_servers_with_its_queues_on_them(two_servers, tmp_path, decided_run,
                                                                                 scenario):
-    _passes_over_servers(two_servers, tmp_path, decided_run, scenario, "linux")
+    srv = two_servers
+    scn = load_scenario(scenario, dataplane="linux", duration_s=load_scenario(scenario).quick_s)
+    with P.open_cluster(",".join(srv.addresses), str(srv.ssh_config)) as cluster:
+        m, _d, out = decided_run(scn, tmp_path, cluster=cluster)
+    assert m["passed"], [e for e in m["expectations"] if e["passed"] is False]
+    placed = json.loads((out / "servers.json").read_text())
+    assert sorted(p for s in placed for p in s["planes"]) == list(range(scn.spec.planes))
+    # every switch is on a server, and the counter the scenario's claims rest on moved there
+    with (out / "switches.csv").open() as f:
+        last = {(r["switch"], r["port"]): r for r in csv.DictReader(f)}
+    plan = AddressPlan(scn.spec)  # every port of every switch read, each on its server
+    assert set(last) == {(sw, str(p)) for sw in scn.spec.switches() for p in plan.ports(sw)}
+    counters = COUNTERS.get(scenario, ())
+    if counters:
+        assert sum(int(r[c]) for r in last.values() for c in counters) > 0, counters
+    _nothing_left(srv)
+    assert _pins(srv, 0) == [] and _pins(srv, 1) == []
 
 
 @pytest.mark.bmv2
@@ -364,25 +380,6 @@ def test_bmv2_queues_on_remote_planes_trim_and_pause_read_through_their_helpers(
     # machine either: 14 drops here against 56 over servers, 2026-11-29; issue 35's notes)
     assert all(v > 0 for v in per_plane.values()), per_plane
     _nothing_left(srv)
-
-
-def _passes_over_servers(srv, tmp_path, decided_run, scenario: str, dataplane: str) -> None:
-    scn = load_scenario(scenario, dataplane=dataplane, duration_s=load_scenario(scenario).quick_s)
-    with P.open_cluster(",".join(srv.addresses), str(srv.ssh_config)) as cluster:
-        m, _d, out = decided_run(scn, tmp_path, cluster=cluster)
-    assert m["passed"], [e for e in m["expectations"] if e["passed"] is False]
-    placed = json.loads((out / "servers.json").read_text())
-    assert sorted(p for s in placed for p in s["planes"]) == list(range(scn.spec.planes))
-    # every switch is on a server, and the counter the scenario's claims rest on moved there
-    with (out / "switches.csv").open() as f:
-        last = {(r["switch"], r["port"]): r for r in csv.DictReader(f)}
-    plan = AddressPlan(scn.spec)  # every port of every switch read, each on its server
-    assert set(last) == {(sw, str(p)) for sw in scn.spec.switches() for p in plan.ports(sw)}
-    counters = COUNTERS.get(scenario, ())
-    if counters:
-        assert sum(int(r[c]) for r in last.values() for c in counters) > 0, counters
-    _nothing_left(srv)
-    assert _pins(srv, 0) == [] and _pins(srv, 1) == []
 
 
 @pytest.mark.root
