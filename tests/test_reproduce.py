@@ -45,7 +45,8 @@ def test_busbw_reads_the_iterations_the_machine_left_alone_and_a_collective_held
     """Six 1 s iterations from 1 s, the fourth (4-5 s) 3 s long because a starved sample at 4.5 s
     held it: busbw over the iterations whose time met no fault nor the second after one (5 of 6,
     the pace of 1 s each), where the whole run reads 6 in 8 s. A sweep point whose iterations the
-    faults held mostly is void in the sweep, with the share; ``iterations`` that met its bound is
+    faults held mostly has its busbw ``held``, with the share (the claims that read it are void,
+    test_a_held_busbw_voids_the_claims_that_read_it_and_no_other); ``iterations`` that met its bound is
     decided beside the fault (a lapse only slows a collective)."""
     from mrclab.experiments.analysis import collectives, fidelity
     from mrclab.experiments.analysis.expectations import judge as judge_one
@@ -72,7 +73,8 @@ def test_busbw_reads_the_iterations_the_machine_left_alone_and_a_collective_held
     p = summarise({"label": "MRC 1 QP"}, 0.0, m, "f")
     assert p["void"] is None and p["busbw_mbps"] == 12.0 and p["busbw_whole_mbps"] == pytest.approx(whole)
     m["collective"]["kept_share"] = 0.4
-    assert "held 60% of its iterations" in summarise({"label": "MRC 1 QP"}, 0.0, m, "f")["void"]
+    p = summarise({"label": "MRC 1 QP"}, 0.0, m, "f")  # its busbw is held; the point's own verdicts are not
+    assert p["void"] is None and "held 60% of its iterations" in p["held"], p
     d.fidelity_windows = [(1.5, 6.0)]  # held 1-7 s: 2 of 8 s kept
     assert judge_one(d, "busbw_mbps", {"min": 10}, [fidelity.FidelityFault("CPU starvation", "endpoint h0", 1.5, 6.0,
                                                                             0.009, 0.002)])["void"]
@@ -214,6 +216,44 @@ def test_a_void_sweep_point_is_void_in_the_sweeps_verdict_never_passed(tmp_path,
     verdicts.clear()
     plan = [(None, "CPU starvation, endpoint h0, 0.25 s"), (False, None)]
     assert runner.run_sweep(scn, tmp_path / "b", live=False)["passed"] is False
+
+
+def test_a_held_busbw_voids_the_claims_that_read_it_and_no_other(tmp_path, monkeypatch):
+    """Every point's verdicts decided, but the fidelity faults held most of one point's iterations
+    (its busbw is ``held``): the claims that read that point are void and the sweep undecided; a
+    held point that no claim reads (RoCE at 8 KiB and 1% loss here) leaves the sweep passed, its
+    busbw drawn hollow and named in sweep.md. The CI run of 2026-11-29 left fig. 16 undecided for
+    RoCE with 16 QPs at 8 KiB, a point none of its claims reads."""
+    from mrclab.experiments.run import runner
+
+    scn = parse_scenario(_sized_raw(), "s.yaml")
+
+    def fake_run(point_scn, out, live=False, cluster=None):
+        out.mkdir(parents=True, exist_ok=True)
+        roce, size = point_scn.transport == "roce", point_scn.collective.message_bytes
+        loss = next((f.args["rate"] for f in point_scn.faults if f.event == "random_loss"), 0.0)
+        fault = {"invariant": "CPU starvation", "where": "endpoint h0+h2", "t0": 1.0, "t1": 1.25, "worst": 0.0008,
+                 "limit": 0.0005}
+        kept = 0.3 if roce and (size, loss) == held_at else 1.0
+        return {"transport": point_scn.transport, "passed": True, "void": [],
+                "fidelity_faults": [fault] if kept < 1 else [],
+                "collective": {"iterations": 3, "algbw_mbps": 1.0, "correct": True, "kept_share": kept,
+                               "busbw_mbps": 1.0 if roce or size == 8192 else 3.0},
+                "expectations": [{"expectation": "x", "metric": "iterations", "value": 3, "bound": ">= 1",
+                                  "passed": True, "void": None}]}
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    held_at = (8192, 0.01)  # read by no claim
+    s = runner.run_sweep(scn, tmp_path / "a", live=False)
+    assert s["passed"] is True and s["void"] is None, s
+    held = [p for p in s["points"] if p["held"]]
+    assert [(p["variant"], p["loss"], p["message_bytes"]) for p in held] == [("RoCE 1 QP", 0.01, 8192)]
+    assert held[0]["void"] is None and "held 70% of its iterations: CPU starvation" in held[0]["held"]
+    assert "busbw not read (fidelity faults held 70%" in (tmp_path / "a" / "sweep.md").read_text()
+    held_at = (131072, 0.0)  # the first claim's baseline
+    s = runner.run_sweep(scn, tmp_path / "b", live=False)
+    assert s["passed"] is None and "RoCE 1 QP at loss 0, 128 KiB: fidelity faults held 70%" in s["void"], s["void"]
+    assert [c["void"] is not None for c in s["claims"]] == [True, False]
 
 
 @pytest.mark.parametrize("change,msg", [

@@ -211,11 +211,12 @@ def sweep_plot(points: list[dict], variants: list[str], losses: list[float], pat
                 got = [at3.get((v, x, b), {}) for b in sizes]
                 ax.plot(sizes, [g.get("busbw_mbps") or 0.0 for g in got], styles[j % len(styles)], marker="o",
                         color=f"C{i}", label=f"{v}, {x * 100:g}% loss")
-                void = [(b, g.get("busbw_mbps") or 0.0) for b, g in zip(sizes, got, strict=True) if g.get("void")]
+                void = [(b, g.get("busbw_mbps") or 0.0) for b, g in zip(sizes, got, strict=True)
+                        if g.get("void") or g.get("held")]
                 if void:  # a point where the emulator fell behind: drawn hollow, it proves nothing
                     ax.plot(*zip(*void, strict=True), "o", markersize=9, markerfacecolor="white", color=f"C{i}")
-        if any(p.get("void") for p in points):
-            title += " (hollow: void, the emulator fell behind)"
+        if any(p.get("void") or p.get("held") for p in points):
+            title += " (hollow: void or held, the emulator fell behind)"
         ax.set_xscale("log", base=2)
         ax.set_xticks(sizes, [size_text(b) for b in sizes])
         ax.set_xlabel("message size per host")

@@ -59,11 +59,13 @@ def folder_name(variant: dict, loss: float, message_bytes: int | None = None) ->
 
 
 def judge(sw: Sweep, points: list[dict]) -> list[dict]:
-    """Every claim of the sweep against its points (``{variant, loss, busbw_mbps, void, ...}``). A
-    claim that reads a point where the emulator fell behind is void (with that point's reason),
-    neither pass nor FAIL. A point's ``message_bytes`` is None (or absent) where sizes are not swept."""
+    """Every claim of the sweep against its points (``{variant, loss, busbw_mbps, void, held, ...}``).
+    A claim that reads a point where the emulator fell behind (its run void, or its busbw ``held``:
+    the faults held most of its iterations) is void (with that point's reason), neither pass nor
+    FAIL. A point's ``message_bytes`` is None (or absent) where sizes are not swept."""
     at = {(p["variant"], p["loss"], p.get("message_bytes")): p.get("busbw_mbps") or 0.0 for p in points}
-    void_at = {(p["variant"], p["loss"], p.get("message_bytes")): p.get("void") for p in points}
+    # a point's busbw no claim can trust: its run was void, or the faults held most of its iterations
+    void_at = {(p["variant"], p["loss"], p.get("message_bytes")): p.get("void") or p.get("held") for p in points}
     out = []
     for c in sw.claims:
         loss, size = float(c["loss"]), c.get("message_bytes")
@@ -91,7 +93,7 @@ def write(out: Path, scn: Scenario, sw: Sweep, points: list[dict], claims: list[
     import csv
 
     cols = ["variant", "loss", "message_bytes", "transport", "qps_per_peer", "iterations", "time_s", "algbw_mbps",
-            "busbw_mbps", "correct", "passed", "folder"]
+            "busbw_mbps", "correct", "passed", "void", "held", "folder"]
     with open(out / "sweep.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
@@ -104,7 +106,8 @@ def write(out: Path, scn: Scenario, sw: Sweep, points: list[dict], claims: list[
         lines.append(f"| {p['variant']} | {p['loss']:g} | {size_text(p.get('message_bytes'))} | "
                      f"{p.get('iterations', 0)} | {t} | "
                      f"{p.get('algbw_mbps', 0):.2f} | {p.get('busbw_mbps', 0):.2f} | "
-                     f"{'yes' if p.get('correct') else 'NO'} | {verdict_word(p['passed'], void=p.get('void'))} |")
+                     f"{'yes' if p.get('correct') else 'NO'} | {verdict_word(p['passed'], void=p.get('void'))}"
+                     f"{f'; busbw not read ({held})' if (held := p.get('held')) else ''} |")
     if claims:
         lines += ["", "| claim | value | bound | verdict |", "| --- | --- | --- | --- |"]
         lines += [f"| {c['claim']} | {c['value']:.2f} | {c['bound']} | "
@@ -117,16 +120,24 @@ def write(out: Path, scn: Scenario, sw: Sweep, points: list[dict], claims: list[
 
 
 def summarise(variant: dict, loss: float, m: dict, folder: str, message_bytes: int | None = None) -> dict[str, Any]:
-    """One row of the sweep from a point's metrics (``message_bytes``: the swept size, None if none)."""
+    """One row of the sweep from a point's metrics (``message_bytes``: the swept size, None if none).
+
+    ``void``: the point's own first void verdict (None: every one decided). ``held``: where the
+    iterations the fidelity faults left alone are less than :data:`KEPT_MIN` of their time, why (its busbw then
+    reads too few iterations to stand for the point). A held busbw is a figure, only reported at the
+    point: it voids the claims that read it (:func:`judge`), not the point, so a point no claim
+    reads (fig. 16's RoCE with 16 QPs at 8 KiB: 64-byte packets, endpoint-bound) never leaves the
+    sweep undecided."""
     c = m.get("collective") or {}
     void = next((v["void"] for v in m.get("expectations", []) if v.get("void")), None)
-    if void is None and c.get("kept_share", 1.0) < KEPT_MIN:  # the machine held most of its iterations
-        held = fidelity.void_reason([fidelity.FidelityFault(**f) for f in m.get("fidelity_faults", [])])
-        void = f"fidelity faults held {1 - c['kept_share']:.0%} of its iterations: {held}"
+    held = None
+    if c.get("kept_share", 1.0) < KEPT_MIN:  # the machine held most of its iterations
+        why = fidelity.void_reason([fidelity.FidelityFault(**f) for f in m.get("fidelity_faults", [])])
+        held = f"fidelity faults held {1 - c['kept_share']:.0%} of its iterations: {why}"
     # its busbw: the iterations the machine left alone (experiments/analysis/collectives.py kept_iterations)
     busbw = c.get("busbw_kept_mbps", c.get("busbw_mbps", 0.0))
     return {"variant": variant["label"], "loss": loss, "message_bytes": message_bytes, "transport": m["transport"],
-            "void": void,
+            "void": void, "held": held,
             "qps_per_peer": c.get("qps_per_peer"), "iterations": c.get("iterations", 0), "time_s": c.get("time_s"),
             "algbw_mbps": c.get("algbw_mbps", 0.0), "busbw_mbps": busbw, "busbw_whole_mbps": c.get("busbw_mbps", 0.0),
             "iterations_kept": c.get("iterations_kept", c.get("iterations", 0)),
