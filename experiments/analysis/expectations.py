@@ -95,6 +95,12 @@ def _longest_stall(d: RunData, a: dict) -> Counted:
     return Counted(worst, whole, met, "stalls shortened")
 
 
+def _port_total(d: RunData, a: dict) -> Counted:
+    whole = d.port_totals(a.get("switch")).get(a["counter"], 0)
+    left = min(whole, d.port_left_out(a["counter"], a.get("switch"))) if d.fidelity_windows else 0
+    return Counted(float(whole - left), float(whole), left, f"{a['counter']} packets")
+
+
 def _after(d: RunData, a: dict) -> float:
     return a.get("after", d.first_fault_s or 0.0)
 
@@ -119,7 +125,7 @@ VALUES: dict[str, Value] = {
            if d.port_mbps else math.inf,
     "mct_s": lambda d, a: d.mct_percentiles(a.get("host")).get(f"p{a['percentile']:g}", math.inf),
     "ev_share": lambda d, a: ev_share(d, a["host"], a["plane"], a.get("t1"), *a["window"]),
-    "port_total": lambda d, a: float(d.port_totals(a.get("switch")).get(a["counter"], 0)),
+    "port_total": _port_total,
     "worst_qp_ratio": lambda d, a: worst_qp_ratio(d, *a["window"]),
     "longest_stall_s": _longest_stall,
     "rss_growth": lambda d, a: rss_growth(d, a["after"]),

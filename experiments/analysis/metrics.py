@@ -113,6 +113,27 @@ class RunData:
             out["pauses"] = sum(r.get("pauses", 0) for r in last.values())
         return out
 
+    def port_left_out(self, counter: str, switch: str | None = None) -> int:
+        """Packets of ``counter`` (``marked``, ``trimmed``, ``queue_full``, ``pauses``) the switch
+        ports counted (of ``switch`` if given) in a sample interval that met one of the run's
+        fidelity faults (``fidelity_windows``) or the :data:`SETTLE_S` after one (what a held-back
+        sender sent when let go): each port's count at a sample less its count at the
+        sample before (from 0 at the first; a count that fell, a switch restarted, counts from 0
+        again), where the interval between the two overlaps a fault. The port sampler reads every
+        switch once a second (more on a large fabric), so a fault leaves out up to a second each side."""
+        per_port: dict[tuple[str, int], list[tuple[float, int]]] = {}
+        for r in self.ports:
+            if switch is None or r["switch"] == switch:
+                per_port.setdefault((r["switch"], r["port"]), []).append((float(r["t"]), int(r.get(counter) or 0)))
+        left = 0
+        for samples in per_port.values():
+            prev_t, prev = -math.inf, 0
+            for t, v in sorted(samples):
+                if any(f0 <= t and f1 + SETTLE_S >= prev_t for f0, f1 in self.fidelity_windows):
+                    left += v - prev if v >= prev else v
+                prev_t, prev = t, v
+        return left
+
     def bins(self) -> list[float]:
         """Start time (s) of every :data:`BIN_S` bin of the run."""
         n = int(math.ceil(self.duration_s / BIN_S))

@@ -162,8 +162,10 @@ def check_expectation(metric: Any, args: dict, ctx: ArgContext) -> list[str]:
 #: Correctness: a corrupt or missing message FAILs whatever the machine did, so these are never void.
 NEVER_VOID = frozenset({"messages_intact", "collective_correct"})
 #: Run-long counts: what happened inside a fidelity fault is left out of them (and counted), instead
-#: of the whole run's verdict being void for one starved sample.
-LEAVES_OUT = frozenset({"false_retirements", "evs_retired", "longest_stall_s"})
+#: of the whole run's verdict being void for one starved sample. A switch counter's total
+#: (``port_total``) leaves out what its ports counted in the sample intervals a fault met: incast on
+#: bmv2 at half rate read 3980 trims against its bound of at least 1, void for a starved 0.25 s.
+LEAVES_OUT = frozenset({"false_retirements", "evs_retired", "longest_stall_s", "port_total"})
 #: What a lapse of the machine can only raise: it slows a recovery, a retirement and a revival, and
 #: swells an endpoint (a backlog), never the reverse. Bounded above, one within its bound passes
 #: whatever the machine did (unless a lapse met what it is compared with); one past it is void where
