@@ -178,7 +178,8 @@ class Bmv2(Bmv2Emulated, DataPlane):
     def set_queues(self, fab, switch: str) -> None:
         """Both priority queues of every port of ``switch``, over a new Thrift session: the low one
         at the port's rate in full frames, ``depth`` packets deep, the high one (trimmed and control
-        packets) at the same bit rate in trimmed frames, ``depth_high`` deep (controller/queues.py)."""
+        packets) at the same bit rate in trimmed frames, ``depth_high`` deep (controller/queues.py), and
+        the drain watch's schedule at the low one's rate (p4src/mrclab.p4 ``q_gap``)."""
         old = fab.thrift.pop(switch, None)
         if old is not None:
             old.close()
@@ -186,6 +187,7 @@ class Bmv2(Bmv2Emulated, DataPlane):
         for port, q in fab.port_queues(switch).items():
             th.set_queue(port, 0, q.rate_pps, q.depth)
             th.set_queue(port, 1, q.rate_pps_high, q.depth_high)
+            th.set_gap(port, q.rate_pps)
 
     def reprogram(self, fab, switch: str) -> None:
         """Reconnect, push the pipeline, write and read back the entries, set the queues again."""

@@ -31,7 +31,7 @@ from mrclab.controller.faults import FaultInjector
 from mrclab.controller.pfc import PauseAgent
 from mrclab.controller.queues import DEFAULT_FRAME_BYTES, PortQueue, QueueSettings, queue_plan
 from mrclab.controller.routeplan import RoutePlan, route_plan
-from mrclab.controller.thrift import THRIFT_PORT
+from mrclab.controller.thrift import THRIFT_PORT, gap_us
 from mrclab.emulation import kernel
 from mrclab.emulation.network import Emulation
 from mrclab.emulation.placement import Placement
@@ -273,8 +273,11 @@ class Fabric:
 
     def port_samples(self, switches: Collection[str] | None = None) -> list[dict]:
         """Per switch port now: low-priority packets queued and, since start, packets ECN-marked,
-        trimmed and dropped at a full queue, one dict per port (bmv2 with Thrift; linux with the tc
-        eBPF program, which adds ``gray``: gray-loss drops); empty where switches do not queue.
+        trimmed and dropped at a full queue, one dict per port (bmv2 with Thrift, which adds the
+        drain watch's ``late``: packets that left more than a frame time after their shaper's
+        schedule, since start, ``late_max_us``: the most any left after it since the last
+        sample, and ``gap_us``: its frame time at the port's rate; linux with the tc eBPF
+        program, which adds ``gray``: gray-loss drops); empty where switches do not queue.
         Of ``switches`` only (None: every switch :meth:`sampled_switches` names); bmv2 switches
         that are down are left out."""
         out = []
@@ -295,12 +298,16 @@ class Fabric:
                 if (switches is not None and sw not in switches) or not self.faults.applied.alive[sw]:
                     continue
                 qocc = th.register("qocc")
+                late, late_max = th.late()
                 ports = self.port_queues(sw)
                 cnt = self.p4[sw].port_counters(sorted(ports))
                 for port, q in ports.items():
                     row = {"switch": sw, "port": port, "peer": q.peer, "queue": qocc[port] if port < len(qocc) else 0,
                            "marked": cnt["marked"].get(port, 0), "trimmed": cnt["trimmed"].get(port, 0),
-                           "queue_full": cnt["queue_full"].get(port, 0)}
+                           "queue_full": cnt["queue_full"].get(port, 0),
+                           "late": late[port] if port < len(late) else 0,
+                           "late_max_us": late_max[port] if port < len(late_max) else 0,
+                           "gap_us": gap_us(q.rate_pps)}
                     if q.lossless:
                         row["pauses"], row["pause_s"] = paused.get((sw, port), (0, 0.0))
                     out.append(row)

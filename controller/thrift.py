@@ -27,6 +27,17 @@ from mrclab.topologies.errors import RunFailed
 THRIFT_PORT = 9090
 #: Name of the register array of low-priority packets per port (p4src/mrclab.p4).
 QOCC_REGISTER = "qocc"
+#: The drain watch's register arrays (p4src/mrclab.p4): the schedule's gap per port (us, written
+#: here), packets that left more than a gap late (since start) and the most any left late (us,
+#: since the last reset).
+GAP_REGISTER, LATE_REGISTER, LATE_MAX_REGISTER = "q_gap", "q_late", "q_late_max"
+
+
+def gap_us(rate_pps: int) -> int:
+    """The time between two departures of a queue at ``rate_pps`` packets a second (us, rounded
+    down as BMv2 rounds its own to whole nanoseconds: never later than BMv2's schedule); 0 for an
+    unlimited queue (not watched)."""
+    return 1_000_000 // rate_pps if rate_pps > 0 else 0
 
 
 class ThriftError(RunFailed):
@@ -112,6 +123,24 @@ class SwitchThrift:
             self.sswitch.set_egress_priority_queue_rate(port, priority, rate_pps)
         except Exception as e:  # thrift raises its own exception types
             raise ThriftError(f"{self.name}: queue ({port}, {priority}) refused: {e}") from None
+
+    def set_gap(self, port: int, rate_pps: int) -> None:
+        """Tell the drain watch ``port``'s low-priority rate (:func:`gap_us`). Raises ThriftError."""
+        try:
+            self.standard.bm_register_write(0, GAP_REGISTER, port, gap_us(rate_pps))
+        except Exception as e:
+            raise ThriftError(f"{self.name}: register {GAP_REGISTER}[{port}] refused: {e}") from None
+
+    def late(self) -> tuple[list[int], list[int]]:
+        """The drain watch now: per port, packets that left more than a frame time after their
+        schedule (since start), and the most any left after it since the last call (us); that
+        maximum starts again from 0. Raises ThriftError."""
+        late, most = self.register(LATE_REGISTER), self.register(LATE_MAX_REGISTER)
+        try:
+            self.standard.bm_register_reset(0, LATE_MAX_REGISTER)
+        except Exception as e:
+            raise ThriftError(f"{self.name}: register {LATE_MAX_REGISTER} not reset: {e}") from None
+        return late, most
 
     def register(self, name: str) -> list[int]:
         """Every cell of register array ``name``."""

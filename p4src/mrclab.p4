@@ -45,6 +45,10 @@
  *   ECN       in egress, an ECN-capable packet (ECT(0)/ECT(1) in the outer header) that joined its
  *             queue at ecn_k packets or more gets CE. The controller leaves ecn_k 0 on ports down
  *             to hosts: a mark means "this path is hotter", not "the receiver is busy".
+ *   drain     in egress, each low-priority packet's departure against its port's schedule at the
+ *             queue's rate (q_gap, q_sched): late packets and the most late per port (q_late,
+ *             q_late_max), read with the port samples (the fidelity watch "ports behind their
+ *             schedule", experiments/analysis/fidelity.py).
  *   counters  port_tx (packets, bytes) by egress port, in egress: only packets that leave;
  *             drops by (ingress port << 3 | reason), counted by the action that drops;
  *             ecn_marked, trimmed and queue_full by egress port.
@@ -105,6 +109,20 @@ register<bit<32>>(MAX_PORTS) qocc;
 /* PFC: per lossless egress port, bit n set when ingress port n fed its low-priority queue since
  * the queue was last empty (ports below MAX_PORTS: 64 bits). */
 register<bit<64>>(MAX_PORTS) pfc_feeds;
+/* Departures against the shaper's schedule (the drain watch): per egress port, the time between
+ * two departures of its low-priority queue at its rate (us, 1e6 / the rate in packets a second; the
+ * controller writes it beside the queue's rate; 0: not watched), the schedule's last departure (us,
+ * BMv2's clock), the packets that left more than a frame time (one q_gap) after their schedule
+ * (since start) and the most any left after it (us, since the controller last reset it). BMv2's
+ * queue gives each packet its departure as it joins, max(now, the last one's + 1 / rate)
+ * (bm_sim/queueing.h, QueueingLogicPriRL::get_next_tp); the egress pipeline keeps the same schedule
+ * from the packet's enqueue stamp, so a packet leaving later than it was due shows where the
+ * switch's threads could not keep the port's rate (a late packet is a late drain: its frame time
+ * was lost to the port). */
+register<bit<32>>(MAX_PORTS) q_gap;
+register<bit<32>>(MAX_PORTS) q_sched;
+register<bit<32>>(MAX_PORTS) q_late;
+register<bit<32>>(MAX_PORTS) q_late_max;
 
 /* Headers keep as few fields as the program needs: each field is a BMv2 parser and deparser step
  * (measured with `mrclab bench fabric`: 10 fields fewer, 9,200 -> 10,000 pps through the path). */
@@ -167,6 +185,9 @@ struct metadata_t {
     bit<32> port;            /* from forward: the egress port, as the index of counters and registers */
     bit<32> drop_idx;        /* drop_with: the drops counter's cell */
     bit<64> feeds;           /* note_feeder: the port's pfc_feeds word */
+    bit<32> gap;             /* dequeue_low: the port's q_gap */
+    bit<32> sched;           /* dequeue_low: this packet's departure in the schedule (us) */
+    bit<32> late;            /* dequeue_low: how long after it the packet left (us) */
 }
 
 parser MrcParser(packet_in pkt, out headers_t hdr, inout metadata_t meta,
@@ -394,12 +415,36 @@ control MrcEgress(inout headers_t hdr, inout metadata_t meta, inout standard_met
     counter(MAX_PORTS, CounterType.packets_and_bytes) port_tx;
     counter(MAX_PORTS, CounterType.packets) ecn_marked;
 
-    /* Left the low-priority queue: one packet less in its port's count; counted as sent. */
+    /* Left the low-priority queue: one packet less in its port's count; counted as sent; its
+     * departure held against the schedule (q_gap above; the ifs are expressions, not tables). */
     action dequeue_low() {
         qocc.read(meta.occ, meta.port);
         meta.occ = meta.occ - 1;
         qocc.write(meta.port, meta.occ);
         port_tx.count(meta.port);
+        q_gap.read(meta.gap, meta.port);
+        q_sched.read(meta.sched, meta.port);
+        meta.sched = meta.sched + meta.gap;
+        if (meta.sched < std.enq_timestamp) {
+            meta.sched = std.enq_timestamp;
+        }
+        q_sched.write(meta.port, meta.sched);
+        meta.late = std.enq_timestamp + std.deq_timedelta;
+        if (meta.gap != 0 && meta.late > meta.sched) {
+            meta.late = meta.late - meta.sched;
+        } else {
+            meta.late = 0;
+        }
+        q_late_max.read(meta.sched, meta.port);
+        if (meta.late > meta.sched) {
+            meta.sched = meta.late;
+        }
+        q_late_max.write(meta.port, meta.sched);
+        q_late.read(meta.sched, meta.port);
+        if (meta.late > meta.gap) {
+            meta.sched = meta.sched + 1;
+        }
+        q_late.write(meta.port, meta.sched);
     }
 
     /* PFC: the lossless queue is empty; whoever feeds it next starts the record afresh. */

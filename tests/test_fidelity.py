@@ -702,3 +702,29 @@ def test_a_path_that_reordered_is_a_fault_over_its_sample_and_its_retirements_ar
     v = _judged(found, "evs_retired", {"max": 2}, d)
     assert (v["value"], v["passed"], v["whole"]) == (1, True, 3), v  # the one 2.4 s after it stays
     assert _judged([], "evs_retired", {"max": 2}, d)["passed"] is False  # without the watch: 3, FAIL
+
+
+def test_the_drain_watch_counts_each_ports_late_packets_per_interval_and_is_recorded_not_judged():
+    """RunData.late_departures turns the bmv2 port samples' running ``late`` counts into each
+    interval's new late packets (a count that fell, a restarted switch, counts from 0), skips rows
+    without the watch (linux), and late_summary sums them; faults() takes none of it, so nothing is
+    voided by it (docs/fidelity.md: recorded until a measurement says where a verdict moves)."""
+    row = {"switch": "t0-0-0", "peer": "t1-0-0", "queue": 0, "marked": 0, "trimmed": 0, "queue_full": 0,
+           "gap_us": 4716}
+    data = RunData(duration_s=5.0, ports=[
+        {**row, "t": 1.0, "port": 3, "late": 0, "late_max_us": 900},
+        {**row, "t": 2.0, "port": 3, "late": 2, "late_max_us": 12_000},
+        {**row, "t": 3.0, "port": 3, "late": 2, "late_max_us": 1_000},
+        {**row, "t": 4.0, "port": 3, "late": 1, "late_max_us": 30_000},  # restarted: 1 new
+        {**row, "t": 2.0, "port": 4, "late": 5, "late_max_us": 8_000},
+        {"t": 2.0, "switch": "t1-0-0", "port": 1, "peer": "t0-0-0", "queue": 0, "marked": 0, "trimmed": 0,
+         "queue_full": 0, "gray": 0},  # linux: no watch
+    ])
+    late = data.late_departures()
+    assert [(t, where, n) for t, where, n, *_ in late] == [(2.0, "t0-0-0 port 3", 2), (2.0, "t0-0-0 port 4", 5),
+                                                             (4.0, "t0-0-0 port 3", 1)]
+    assert late[0][3:] == (0.012, 0.004716, 1.0) and late[1][5] == 2.0
+    s = fidelity.late_summary(late)
+    assert s == {"packets": 8, "ports": 2, "intervals": 3, "worst_s": 0.03, "worst_where": "t0-0-0 port 3",
+                 "frame_s": 0.004716}
+    assert fidelity.late_summary([]) == {} and RunData(duration_s=1.0).late_departures() == []

@@ -6,6 +6,8 @@ of the full queue it skipped; gray loss drops its share; an EV's loss hits only 
 data frames (traffic/wire.py) are blasted through a fabric whose T0-T1 links are slower than its
 host links."""
 
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -225,3 +227,47 @@ def test_ev_loss_hits_only_that_evs_path(dp, tmp_path):
     by_qp = {q: {p.psn for _, p, _, _ in got if p.qp == q} for q in (1, 2)}
     assert len(by_qp[1]) >= 0.98 * 1000 and len(by_qp[2]) > 0, "the healthy EV lost packets"
     assert 0.4 <= 1 - len(by_qp[2]) / 1000 <= 0.6, len(by_qp[2])
+
+
+@pytest.mark.bmv2
+def test_a_stopped_switch_leaves_its_backlog_behind_its_shapers_schedule_and_the_drain_watch_says_so(tmp_path):
+    """The drain watch (p4src/mrclab.p4 ``q_late``): a port backlogged at three times its rate for
+    3 s, and its switch stopped (SIGSTOP) for 0.3 s in the middle, 64 of its frame times. The packets
+    queued then leave at least that much after their schedule, and the port's ``late`` counts them;
+    the same blast with no stop leaves none more than a fraction of the stop late. (linux has no
+    watch yet: its ports' rows have no ``late``.)"""
+    needs_queues("bmv2")
+    rate = mbps_to_pps(UPLINK_MBPS)
+    frame_s = 1 / rate
+    stall_s = 64 * frame_s
+    with Fabric(spec(), "bmv2", watchdog=False, queues=QueueSettings(ecn_k=0, trim_t=0)) as fab:
+
+        def uplink() -> dict:
+            return next(r for r in fab.port_samples() if r["switch"] == "t0-0-0" and r["peer"] == "t1-0-0")
+
+        pids = [int(p) for p in subprocess.run(["ip", "netns", "pids", fab.netns("t0-0-0")], capture_output=True,
+                                               text=True, check=True).stdout.split()]
+        assert pids
+        seen = {}
+        for stop in (False, True):
+            uplink()  # the most late starts again here
+            before = uplink()
+            b = blast(fab, "h0", data_frames(fab, "h0", "h2", 3000), 3 * rate, 3.0, tmp_path)
+            time.sleep(1.5)
+            if stop:
+                for pid in pids:
+                    os.kill(pid, signal.SIGSTOP)
+                try:
+                    time.sleep(stall_s)
+                finally:
+                    for pid in pids:
+                        os.kill(pid, signal.SIGCONT)
+            b.communicate(timeout=60)
+            time.sleep(QUEUE * frame_s + 0.5)  # the backlog drains
+            after = uplink()
+            assert after["gap_us"] == int(1e6 // rate)
+            seen[stop] = (after["late"] - before["late"], after["late_max_us"] / 1e6)
+        late, most = seen[True]
+        assert late >= QUEUE // 2 and most >= 0.8 * stall_s, (seen, stall_s)
+        late, most = seen[False]
+        assert most < 0.25 * stall_s, (seen, stall_s)

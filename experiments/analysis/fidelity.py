@@ -3,7 +3,7 @@
 An emulated result counts only while the machine that runs it keeps up (Mininet-HiFi: Handigol et
 al., "Reproducible Network Experiments Using Container-Based Emulation", CoNEXT 2012, which
 monitors the emulation's own invariants during each run and discards a run that broke them).
-mrclab watches five and records a sixth, each sampled into the results folder (``fidelity.csv``):
+mrclab watches five and records two more, each sampled into the results folder (``fidelity.csv``):
 
 * **CPU starvation** (experiments/run/monitor.py): every endpoint's, every BMv2 switch's and
   this machine's softirq threads' (``ksoftirqd/N``: the kernel's forwarding, a linux switch's and
@@ -76,7 +76,14 @@ invariant merge. A verdict whose window overlaps a fault reads ``void (<invarian
 <how long>)``: neither pass nor FAIL (experiments/run/runner.py), and a run with a void verdict and no
 failed one exits 3, "this machine could not".
 
-Not watched yet (named so nobody reads the silence as a pass): each backlogged port's drain rate
+* **Ports behind their schedule** (bmv2's switch ports; recorded, not yet judged): the packets
+  that left a port more than a frame time after its shaper's schedule, counted by the P4 program
+  (p4src/mrclab.p4 ``q_late``: BMv2's queue schedules each departure as the packet joins; the
+  program keeps that schedule from the enqueue stamp) and read with the port samples
+  (RunData.late_departures, :func:`late_summary`). Like steal, it voids nothing until a
+  measurement says at what lateness a verdict moves (docs/fidelity.md has what it read untouched).
+
+Not watched yet (named so nobody reads the silence as a pass): a linux port's drain rate
 against its configured rate, a hold shorter than the retransmission timer, and the other packets
 lost outside the model (a switch port's real qdisc overflowing past the eBPF program's count,
 BMv2's input queues, a server's kernel backlog).
@@ -324,6 +331,19 @@ def faults(cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[f
     return sorted(merged, key=lambda f: f.t0)
 
 
+def late_summary(late: Sequence[tuple[float, str, int, float, float, float]]) -> dict:
+    """The drain watch over a run, as metrics.json records it (recorded, not judged): from
+    RunData.late_departures' ``(t, place, packets, most late s, frame time s, interval s)``, the
+    packets that left a switch port more than a frame time after their shaper's schedule, the
+    ports they left, the sample intervals with any, and the most one left late (s) with its
+    port's frame time (s); {} where nothing was late (or the data plane has no watch: linux)."""
+    if not late:
+        return {}
+    worst = max(late, key=lambda x: x[3])
+    return {"packets": sum(x[2] for x in late), "ports": len({x[1] for x in late}), "intervals": len(late),
+            "worst_s": round(worst[3], 6), "worst_where": worst[1], "frame_s": round(worst[4], 6)}
+
+
 def overlapping(windows: list[tuple[float, float]], found: list[FidelityFault]) -> list[FidelityFault]:
     """The faults that overlap any of ``windows`` ([lo, hi] in s)."""
     return [f for f in found if any(f.t0 < hi and f.t1 > lo for lo, hi in windows)]
@@ -333,7 +353,8 @@ def write_csv(path: Path, cpu: list[tuple[float, str, float, float, float]], gap
               loop_gap_max_s: float = LOOP_GAP_MIN_S, held: Sequence[tuple[float, str, float, float]] = (),
               sched_delay_max_s: float = SCHED_DELAY_MAX_S, lost: Sequence[tuple[float, int, float]] = (),
               reordered: Sequence[tuple[float, str, int]] = (),
-              stolen: Sequence[tuple[float, str, float, float]] = ()) -> None:
+              stolen: Sequence[tuple[float, str, float, float]] = (),
+              late: Sequence[tuple[float, str, int, float, float, float]] = ()) -> None:
     """``fidelity.csv``: one row per sample: t_s, invariant, where, value, limit, interval_s (the
     interval before t_s a CPU sample, a backlog drop or a CPU's steal covers; empty for a loop gap, which covers
     its telemetry interval, and for a spurious timeout's age at arrival, which covers its round
@@ -354,6 +375,11 @@ def write_csv(path: Path, cpu: list[tuple[float, str, float, float, float]], gap
         for t, host, n in reordered:
             w.writerow([f"{t:.3f}", "packets that arrived behind a later one on their path", f"paths to {host}", n, 0,
                         ""])
+        for t, place, n, most, frame_s, span in late:
+            w.writerow([f"{t:.3f}", "packets that left a switch port over a frame time after their shaper's schedule",
+                        place, n, 0, f"{span:.3f}"])
+            w.writerow([f"{t:.3f}", "the most a packet left a switch port after its shaper's schedule (s)", place,
+                        f"{most:.6f}", f"{frame_s:.6f}", f"{span:.3f}"])
         for t, core, share, span in stolen:
             w.writerow([f"{t:.3f}", "share of the interval the hypervisor took the CPU (recorded only)", core,
                         f"{share:.3f}", "", f"{span:.3f}"])

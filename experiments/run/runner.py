@@ -364,10 +364,11 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
     gap_limit = fidelity.loop_gap_limit(scn.settings.min_rto_s)
     delay_limit = sched_delay_limit_for(scn, dp)
     held = fidelity.held_packets(data.events, data.held_limits)
+    late = data.late_departures()
     found = fidelity.faults(data.run_delays, data.loop_gaps, loop_gap_max_s=gap_limit, held=held,
                             sched_delay_max_s=delay_limit, lost=data.kernel_drops, reordered=data.reordered)
     fidelity.write_csv(out / "fidelity.csv", data.run_delays, data.loop_gaps, gap_limit, held, delay_limit,
-                       data.kernel_drops, data.reordered, data.stolen)
+                       data.kernel_drops, data.reordered, data.stolen, late)
     faults = [{"t": f["t"], "label": f["label"]} for f in fault_log] + \
         [{"t": f.t0, "t_end": f.t1, "kind": "fidelity", "label": f.describe()} for f in found]
     title = f"{scn.name}: {scn.transport} on {dp}"
@@ -378,9 +379,13 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
         queue_plot(data, faults, out / "queues.png", title + ", switch ports")
         with open(out / "switches.csv", "w", newline="") as fh:
             # gray: packets dropped by a gray loss (linux's program counts them per port; bmv2: empty);
-            # pauses, pause_s: PFC pauses this port received and its time paused (lossless ports only)
+            # pauses, pause_s: PFC pauses this port received and its time paused (lossless ports only);
+            # late, late_max_us, gap_us: the drain watch (bmv2; empty on linux): packets that left more
+            # than a frame time (gap_us) after their shaper's schedule since start, the most any left
+            # after it since the port's sample before (us)
             w = csv.DictWriter(fh, fieldnames=["t", "switch", "port", "peer", "queue", "marked", "trimmed",
-                                               "queue_full", "gray", "pauses", "pause_s"], restval="")
+                                               "queue_full", "gray", "pauses", "pause_s", "late", "late_max_us",
+                                               "gap_us"], restval="")
             w.writeheader()
             w.writerows(data.ports)
     series = data.goodput_mbps()
@@ -428,6 +433,8 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
         "void": [v["expectation"] for v in verdicts if v.get("void")],
         "regime": regime(scn.spec_for(dp), scn.settings, queues or {}, data.rtt_us),
         "fidelity_faults": [f.as_dict() for f in found],
+        # the drain watch (bmv2), recorded and not judged: docs/fidelity.md says why
+        "late_departures": fidelity.late_summary(late),
     }
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
     _summary(metrics, out)
@@ -468,6 +475,9 @@ def _summary(m: dict, out: Path) -> None:
            if sw else "")
         + (f"; endpoint sockets dropped {m['socket_drops']} frames (full receive buffers, port errors at send)"
            if m.get("socket_drops") else "")
+        + (f"; {late['packets']} packets left a switch port over a frame time after their shaper's schedule "
+           f"(worst {late['worst_s'] * 1e3:.1f} ms at {late['worst_where']}, frame {late['frame_s'] * 1e3:.1f} ms; "
+           "recorded, not judged)" if (late := m.get("late_departures")) else "")
         + f"; results in {out}/ (plot: {out / 'goodput.png'})")
     if m.get("regime"):
         Console(highlight=False).print(describe_regime(m["regime"]))
