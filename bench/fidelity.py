@@ -12,7 +12,10 @@ control, Documentation/scheduler/sched-bwc.rst), so the monitor sees what it wou
 machine.
 
 Printed per scenario: for each level, the injected wait, the worst scheduling delay per run the
-monitor measured on the starved processes (ms), the monitor's call (``silent``, or how many
+monitor measured on the starved processes (ms), on bmv2 the drain watch's reading from the first
+starved second (packets that left a switch port more than a frame time after their shaper's
+schedule, the latest in ms, and the largest share they were of one port's departures in a sample
+interval: experiments/analysis/fidelity.py ``LATE_SHARE_MAX`` is set from it), the monitor's call (``silent``, or how many
 verdicts it voided and for what), and each bounded verdict's value as the transport made it (read
 as if no fault had met it: every window whole, nothing left out; a void verdict's own figure reads
 only what the faults left, 0 where they took all), marked ``*`` where it lies
@@ -168,6 +171,7 @@ def one(name: str, dp: str, level: Level, target: str, out: Path, seed: int = 1)
     # throughput, and whether they are intact never depends on the machine)
     bounded = [v for v in m["expectations"] if v["bound"] != "reported" and v["metric"] not in NEVER_VOID]
     seen = max((d for _t, label, d, _w, _s in data.run_delays if label.startswith(target)), default=0.0)
+    late = [x for x in data.late_departures() if x[0] > FROM_S]  # the drain watch (bmv2), while starved
     faults: dict[str, int] = {}
     for f in m["fidelity_faults"]:
         faults[f["invariant"]] = faults.get(f["invariant"], 0) + 1
@@ -178,7 +182,10 @@ def one(name: str, dp: str, level: Level, target: str, out: Path, seed: int = 1)
     return {"level": level, "values": {v["expectation"]: _finite(values[v["expectation"]]) for v in bounded},
             "verdicts": {v["expectation"]: verdict_word(v["passed"], void="void" if v.get("void") else None)
                          for v in bounded},
-            "void": len(m["void"]), "of": len(bounded), "seen_ms": seen * 1e3, "faults": faults}
+            "void": len(m["void"]), "of": len(bounded), "seen_ms": seen * 1e3, "faults": faults,
+            "late": (sum(x[2] for x in late), max((x[3] for x in late), default=0.0) * 1e3,
+                     max((x[2] / max(1, x[6]) for x in late), default=0.0))
+            if data.ports and "late" in data.ports[0] else None}
 
 
 def _finite(v: float) -> float | None:
@@ -208,7 +215,8 @@ def table(name: str, dp: str, target: str, rows: list[dict], markdown: bool) -> 
     and the first the monitor voided are stated below it."""
     exps = list(rows[0]["values"])
     bands = {e: spread([r["values"][e] for r in rows if not r["level"].period_ms]) for e in exps}
-    head = ["injected wait", "seen (ms)", "monitor", *exps]
+    watched = any(r.get("late") is not None for r in rows)
+    head = ["injected wait", "seen (ms)", *(["late departures (worst ms; largest share of a port's in a second)"] if watched else []), "monitor", *exps]
     body = []
     first_moved = first_called = None
     for r in rows:
@@ -226,7 +234,9 @@ def table(name: str, dp: str, target: str, rows: list[dict], markdown: bool) -> 
             first_moved = lvl.wait_ms
         if lvl.period_ms and r["void"] and first_called is None:
             first_called = lvl.wait_ms
-        body.append([lvl.label(), f"{r['seen_ms']:.2f}", call, *cells])
+        late = r.get("late")
+        drain = ([f"{late[0]} ({late[1]:.1f}; {late[2]:.0%})" if late else "-"] if watched else [])
+        body.append([lvl.label(), f"{r['seen_ms']:.2f}", *drain, call, *cells])
     verdict = (f"first level that moved a verdict: {first_moved:g} ms" if first_moved is not None else
                "no level moved a verdict") + "; " + (f"first the monitor voided: {first_called:g} ms"
                                                      if first_called is not None else "the monitor never voided")

@@ -276,7 +276,8 @@ class Fabric:
         trimmed and dropped at a full queue, one dict per port (bmv2 with Thrift, which adds the
         drain watch's ``late``: packets that left more than a frame time after their shaper's
         schedule, since start, ``late_max_us``: the most any left after it since the last
-        sample, and ``gap_us``: its frame time at the port's rate; linux with the tc eBPF
+        sample, ``gap_us``: its frame time at the port's rate, and ``sent``: its low-priority
+        packets that left, since start; linux with the tc eBPF
         program, which adds ``gray``: gray-loss drops); empty where switches do not queue.
         Of ``switches`` only (None: every switch :meth:`sampled_switches` names); bmv2 switches
         that are down are left out."""
@@ -298,7 +299,7 @@ class Fabric:
                 if (switches is not None and sw not in switches) or not self.faults.applied.alive[sw]:
                     continue
                 qocc = th.register("qocc")
-                late, late_max = th.late()
+                late, late_max, sent = th.late()
                 ports = self.port_queues(sw)
                 cnt = self.p4[sw].port_counters(sorted(ports))
                 for port, q in ports.items():
@@ -307,7 +308,7 @@ class Fabric:
                            "queue_full": cnt["queue_full"].get(port, 0),
                            "late": late[port] if port < len(late) else 0,
                            "late_max_us": late_max[port] if port < len(late_max) else 0,
-                           "gap_us": gap_us(q.rate_pps)}
+                           "gap_us": gap_us(q.rate_pps), "sent": sent[port] if port < len(sent) else 0}
                     if q.lossless:
                         row["pauses"], row["pause_s"] = paused.get((sw, port), (0, 0.0))
                     out.append(row)

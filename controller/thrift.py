@@ -28,9 +28,9 @@ THRIFT_PORT = 9090
 #: Name of the register array of low-priority packets per port (p4src/mrclab.p4).
 QOCC_REGISTER = "qocc"
 #: The drain watch's register arrays (p4src/mrclab.p4): the schedule's gap per port (us, written
-#: here), packets that left more than a gap late (since start) and the most any left late (us,
-#: since the last reset).
-GAP_REGISTER, LATE_REGISTER, LATE_MAX_REGISTER = "q_gap", "q_late", "q_late_max"
+#: here), packets that left more than a gap late (since start), the most any left late (us, since
+#: the last reset) and the low-priority packets that left (since start).
+GAP_REGISTER, LATE_REGISTER, LATE_MAX_REGISTER, SENT_REGISTER = "q_gap", "q_late", "q_late_max", "q_sent"
 
 
 def gap_us(rate_pps: int) -> int:
@@ -131,16 +131,18 @@ class SwitchThrift:
         except Exception as e:
             raise ThriftError(f"{self.name}: register {GAP_REGISTER}[{port}] refused: {e}") from None
 
-    def late(self) -> tuple[list[int], list[int]]:
+    def late(self) -> tuple[list[int], list[int], list[int]]:
         """The drain watch now: per port, packets that left more than a frame time after their
-        schedule (since start), and the most any left after it since the last call (us); that
-        maximum starts again from 0. Raises ThriftError."""
+        schedule (since start), the most any left after it since the last call (us; that maximum
+        starts again from 0), and the low-priority packets that left (since start). Raises
+        ThriftError."""
         late, most = self.register(LATE_REGISTER), self.register(LATE_MAX_REGISTER)
+        sent = self.register(SENT_REGISTER)
         try:
             self.standard.bm_register_reset(0, LATE_MAX_REGISTER)
         except Exception as e:
             raise ThriftError(f"{self.name}: register {LATE_MAX_REGISTER} not reset: {e}") from None
-        return late, most
+        return late, most, sent
 
     def register(self, name: str) -> list[int]:
         """Every cell of register array ``name``."""

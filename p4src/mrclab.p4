@@ -46,8 +46,8 @@
  *             queue at ecn_k packets or more gets CE. The controller leaves ecn_k 0 on ports down
  *             to hosts: a mark means "this path is hotter", not "the receiver is busy".
  *   drain     in egress, each low-priority packet's departure against its port's schedule at the
- *             queue's rate (q_gap, q_sched): late packets and the most late per port (q_late,
- *             q_late_max), read with the port samples (the fidelity watch "ports behind their
+ *             queue's rate (q_gap, q_sched): late packets, the most late and the packets sent per
+ *             port (q_late, q_late_max, q_sent), read with the port samples (the fidelity watch "ports behind their
  *             schedule", experiments/analysis/fidelity.py).
  *   counters  port_tx (packets, bytes) by egress port, in egress: only packets that leave;
  *             drops by (ingress port << 3 | reason), counted by the action that drops;
@@ -123,6 +123,8 @@ register<bit<32>>(MAX_PORTS) q_gap;
 register<bit<32>>(MAX_PORTS) q_sched;
 register<bit<32>>(MAX_PORTS) q_late;
 register<bit<32>>(MAX_PORTS) q_late_max;
+/* ... and the low-priority packets that left, late or not (since start): what q_late is a share of. */
+register<bit<32>>(MAX_PORTS) q_sent;
 
 /* Headers keep as few fields as the program needs: each field is a BMv2 parser and deparser step
  * (measured with `mrclab bench fabric`: 10 fields fewer, 9,200 -> 10,000 pps through the path). */
@@ -445,6 +447,8 @@ control MrcEgress(inout headers_t hdr, inout metadata_t meta, inout standard_met
             meta.sched = meta.sched + 1;
         }
         q_late.write(meta.port, meta.sched);
+        q_sent.read(meta.sched, meta.port);
+        q_sent.write(meta.port, meta.sched + 1);
     }
 
     /* PFC: the lossless queue is empty; whoever feeds it next starts the record afresh. */

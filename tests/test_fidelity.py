@@ -704,27 +704,35 @@ def test_a_path_that_reordered_is_a_fault_over_its_sample_and_its_retirements_ar
     assert _judged([], "evs_retired", {"max": 2}, d)["passed"] is False  # without the watch: 3, FAIL
 
 
-def test_the_drain_watch_counts_each_ports_late_packets_per_interval_and_is_recorded_not_judged():
-    """RunData.late_departures turns the bmv2 port samples' running ``late`` counts into each
-    interval's new late packets (a count that fell, a restarted switch, counts from 0), skips rows
-    without the watch (linux), and late_summary sums them; faults() takes none of it, so nothing is
-    voided by it (docs/fidelity.md: recorded until a measurement says where a verdict moves)."""
+def test_the_drain_watch_counts_each_ports_late_packets_per_interval_and_judges_their_share():
+    """RunData.late_departures turns the bmv2 port samples' running ``late`` and ``sent`` counts
+    into each interval's new ones (a count that fell, a restarted switch, counts from 0), skips rows
+    without the watch (linux), and late_summary sums them. A port behind its schedule is a fault
+    over its interval only where its late packets were at least LATE_MIN and more than
+    LATE_SHARE_MAX of what it sent then."""
     row = {"switch": "t0-0-0", "peer": "t1-0-0", "queue": 0, "marked": 0, "trimmed": 0, "queue_full": 0,
            "gap_us": 4716}
     data = RunData(duration_s=5.0, ports=[
-        {**row, "t": 1.0, "port": 3, "late": 0, "late_max_us": 900},
-        {**row, "t": 2.0, "port": 3, "late": 2, "late_max_us": 12_000},
-        {**row, "t": 3.0, "port": 3, "late": 2, "late_max_us": 1_000},
-        {**row, "t": 4.0, "port": 3, "late": 1, "late_max_us": 30_000},  # restarted: 1 new
-        {**row, "t": 2.0, "port": 4, "late": 5, "late_max_us": 8_000},
+        {**row, "t": 1.0, "port": 3, "late": 0, "late_max_us": 900, "sent": 100},
+        {**row, "t": 2.0, "port": 3, "late": 2, "late_max_us": 12_000, "sent": 300},
+        {**row, "t": 3.0, "port": 3, "late": 2, "late_max_us": 1_000, "sent": 500},
+        {**row, "t": 4.0, "port": 3, "late": 1, "late_max_us": 30_000, "sent": 40},  # restarted: 1 new
+        {**row, "t": 2.0, "port": 4, "late": 5, "late_max_us": 8_000, "sent": 50},
         {"t": 2.0, "switch": "t1-0-0", "port": 1, "peer": "t0-0-0", "queue": 0, "marked": 0, "trimmed": 0,
          "queue_full": 0, "gray": 0},  # linux: no watch
     ])
     late = data.late_departures()
     assert [(t, where, n) for t, where, n, *_ in late] == [(2.0, "t0-0-0 port 3", 2), (2.0, "t0-0-0 port 4", 5),
                                                              (4.0, "t0-0-0 port 3", 1)]
-    assert late[0][3:] == (0.012, 0.004716, 1.0) and late[1][5] == 2.0
+    assert late[0][3:] == (0.012, 0.004716, 1.0, 200) and late[1][5:] == (2.0, 50) and late[2][6] == 40
     s = fidelity.late_summary(late)
     assert s == {"packets": 8, "ports": 2, "intervals": 3, "worst_s": 0.03, "worst_where": "t0-0-0 port 3",
                  "frame_s": 0.004716}
     assert fidelity.late_summary([]) == {} and RunData(duration_s=1.0).late_departures() == []
+    # judged: 2 of 200 (1%), 5 of 50 (10%) and 1 of 40 are not behind; 3 of 12 (25%) is, and 30 of 100
+    assert fidelity.faults([], [], late=late) == []
+    behind = [(5.0, "t1-0-0 port 2", 3, 0.03, 0.0047, 1.0, 12), (6.5, "t1-0-0 port 2", 30, 0.04, 0.0047, 1.5, 100)]
+    found = fidelity.faults([], [], late=[*late, *behind])
+    assert [(f.invariant, f.where, f.t0, f.t1, f.worst) for f in found] == [
+        (fidelity.LATE, "t1-0-0 port 2", 4.0, 6.5, 0.3)]  # two intervals, merged
+    assert not fidelity.faults([], [], late=behind[:1], late_min=4)

@@ -3,7 +3,7 @@
 An emulated result counts only while the machine that runs it keeps up (Mininet-HiFi: Handigol et
 al., "Reproducible Network Experiments Using Container-Based Emulation", CoNEXT 2012, which
 monitors the emulation's own invariants during each run and discards a run that broke them).
-mrclab watches five and records two more, each sampled into the results folder (``fidelity.csv``):
+mrclab watches six and records a seventh, each sampled into the results folder (``fidelity.csv``):
 
 * **CPU starvation** (experiments/run/monitor.py): every endpoint's, every BMv2 switch's and
   this machine's softirq threads' (``ksoftirqd/N``: the kernel's forwarding, a linux switch's and
@@ -76,12 +76,15 @@ invariant merge. A verdict whose window overlaps a fault reads ``void (<invarian
 <how long>)``: neither pass nor FAIL (experiments/run/runner.py), and a run with a void verdict and no
 failed one exits 3, "this machine could not".
 
-* **Ports behind their schedule** (bmv2's switch ports; recorded, not yet judged): the packets
-  that left a port more than a frame time after its shaper's schedule, counted by the P4 program
-  (p4src/mrclab.p4 ``q_late``: BMv2's queue schedules each departure as the packet joins; the
-  program keeps that schedule from the enqueue stamp) and read with the port samples
-  (RunData.late_departures, :func:`late_summary`). Like steal, it voids nothing until a
-  measurement says at what lateness a verdict moves (docs/fidelity.md has what it read untouched).
+* **Ports behind their schedule** (bmv2's switch ports): the packets that left a port more than a
+  frame time after its shaper's schedule, counted by the P4 program (p4src/mrclab.p4 ``q_late``
+  beside ``q_sent``: BMv2's queue schedules each departure as the packet joins; the program keeps
+  that schedule from the enqueue stamp) and read with the port samples, about a second apart
+  (RunData.late_departures, :func:`late_summary`). A port whose late packets were at least
+  :data:`LATE_MIN` and more than :data:`LATE_SHARE_MAX` of what it sent in a sample interval fell
+  behind: its switch's threads did not keep its rate, whatever the CPU samples' averages say (a
+  cgroup quota on the quickstart's switches moved its verdicts while their scheduling delay per
+  run stayed under the run's limit).
 
 Not watched yet (named so nobody reads the silence as a pass): a linux port's drain rate
 against its configured rate, a hold shorter than the retransmission timer, and the other packets
@@ -279,6 +282,18 @@ LOST = "packets lost outside the model"
 KERNEL_BACKLOG = "the kernel's receive backlog (softnet)"
 #: The invariant of a path that did not keep its packets in order.
 REORDERED = "paths reordered"
+#: The invariant of a switch port that fell behind its shaper's schedule (the drain watch, bmv2).
+LATE = "ports behind their schedule"
+#: A switch port fell behind its schedule in a sample interval when more than this share of the
+#: low-priority packets it sent left more than a frame time after their schedule ...
+#: ``mrclab bench fidelity --dataplane bmv2 --target switch`` (docs/benchmarks.md, 2026-11-29):
+#: untouched, no port's share passed 0.11 in any interval (quickstart; incast: 0.01); the first
+#: starvation level, the one where verdicts first moved out of their spread, read 0.17 (incast,
+#: whose CPU samples voided it there) and 0.62 (quickstart, whose CPU samples stayed silent up to
+#: a 2 ms wait while its capacity, recovery and retirements moved).
+LATE_SHARE_MAX = 0.2
+#: ... and they were at least this many (one late packet of six sent is noise, not a drain).
+LATE_MIN = 3
 #: Invariants whose worst is a count of packets, which add up where faults merge.
 COUNTED = (LOST, REORDERED)
 
@@ -288,7 +303,9 @@ def faults(cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[f
            min_wait: float = MIN_WAIT, loop_gap_max_s: float = LOOP_GAP_MIN_S,
            held: Sequence[tuple[float, str, float, float]] = (),
            lost: Sequence[tuple[float, int, float]] = (),
-           reordered: Sequence[tuple[float, str, int]] = ()) -> list[FidelityFault]:
+           reordered: Sequence[tuple[float, str, int]] = (),
+           late: Sequence[tuple[float, str, int, float, float, float, int]] = (),
+           late_share_max: float = LATE_SHARE_MAX, late_min: int = LATE_MIN) -> list[FidelityFault]:
     """The fidelity faults of a run: from the monitor's CPU samples ``(t, label, scheduling delay
     per run (s), waited share of the interval, interval s)``, each covering the interval before
     ``t`` (a starved sample's fault is the whole of it: the monitor cannot say when in it the
@@ -297,7 +314,11 @@ def faults(cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[f
     ``(t, path, age s, limit s)``), those older than their limit each covering its round trip, and
     the kernel's backlog drops ``(t, packets, interval s)`` (the monitor's ``kernel_drops``), each
     covering its interval, and the paths that reordered ``(t, receiving host, packets)`` (the
-    endpoints' samples: RunData.reordered), each covering the ``gap_period_s`` before ``t``.
+    endpoints' samples: RunData.reordered), each covering the ``gap_period_s`` before ``t``, and the
+    drain watch's switch ports (RunData.late_departures: ``(t, place, late packets, most late s,
+    frame time s, interval s, packets sent)``): a port whose packets that left more than a frame
+    time after their shaper's schedule were at least ``late_min`` and more than ``late_share_max``
+    of what it sent in a sample interval covers that interval (``worst``: that share).
     Intervals of one invariant that overlap, or
     are less than half a sample period apart (the samples' own jitter), merge (their ``where``
     lists every place)."""
@@ -318,6 +339,9 @@ def faults(cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[f
     for t, host, n in reordered:
         if n > 0:
             raw.append(FidelityFault(REORDERED, f"paths to {host}", t - gap_period_s, t, n, 0, " packets"))
+    for t, place, n, _most, _frame, span, sent in late:
+        if n >= late_min and n / max(1, sent) > late_share_max:
+            raw.append(FidelityFault(LATE, place, t - span, t, round(n / max(1, sent), 3), late_share_max, ""))
     merged: list[FidelityFault] = []
     for f in sorted(raw, key=lambda f: (f.invariant, f.t0)):
         last = merged[-1] if merged else None
@@ -331,9 +355,10 @@ def faults(cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[f
     return sorted(merged, key=lambda f: f.t0)
 
 
-def late_summary(late: Sequence[tuple[float, str, int, float, float, float]]) -> dict:
-    """The drain watch over a run, as metrics.json records it (recorded, not judged): from
-    RunData.late_departures' ``(t, place, packets, most late s, frame time s, interval s)``, the
+def late_summary(late: Sequence[tuple[float, str, int, float, float, float, int]]) -> dict:
+    """The drain watch over a run, as metrics.json records it (every late departure, whether or
+    not a port's share passed :data:`LATE_SHARE_MAX`): from
+    RunData.late_departures' ``(t, place, packets, most late s, frame time s, interval s, sent)``, the
     packets that left a switch port more than a frame time after their shaper's schedule, the
     ports they left, the sample intervals with any, and the most one left late (s) with its
     port's frame time (s); {} where nothing was late (or the data plane has no watch: linux)."""
@@ -354,7 +379,7 @@ def write_csv(path: Path, cpu: list[tuple[float, str, float, float, float]], gap
               sched_delay_max_s: float = SCHED_DELAY_MAX_S, lost: Sequence[tuple[float, int, float]] = (),
               reordered: Sequence[tuple[float, str, int]] = (),
               stolen: Sequence[tuple[float, str, float, float]] = (),
-              late: Sequence[tuple[float, str, int, float, float, float]] = ()) -> None:
+              late: Sequence[tuple[float, str, int, float, float, float, int]] = ()) -> None:
     """``fidelity.csv``: one row per sample: t_s, invariant, where, value, limit, interval_s (the
     interval before t_s a CPU sample, a backlog drop or a CPU's steal covers; empty for a loop gap, which covers
     its telemetry interval, and for a spurious timeout's age at arrival, which covers its round
@@ -375,9 +400,10 @@ def write_csv(path: Path, cpu: list[tuple[float, str, float, float, float]], gap
         for t, host, n in reordered:
             w.writerow([f"{t:.3f}", "packets that arrived behind a later one on their path", f"paths to {host}", n, 0,
                         ""])
-        for t, place, n, most, frame_s, span in late:
+        for t, place, n, most, frame_s, span, sent in late:
             w.writerow([f"{t:.3f}", "packets that left a switch port over a frame time after their shaper's schedule",
                         place, n, 0, f"{span:.3f}"])
+            w.writerow([f"{t:.3f}", "low-priority packets that left that switch port", place, sent, "", f"{span:.3f}"])
             w.writerow([f"{t:.3f}", "the most a packet left a switch port after its shaper's schedule (s)", place,
                         f"{most:.6f}", f"{frame_s:.6f}", f"{span:.3f}"])
         for t, core, share, span in stolen:

@@ -51,7 +51,7 @@ class RunData:
     #: the run's collective (experiments/analysis/collectives.py CollectiveRun), if it ran one
     collective: object | None = None
     #: switch port samples: {t, switch, port, peer, queue, marked, trimmed, queue_full[, gray (linux)]
-    #: [, late, late_max_us, gap_us (bmv2: the drain watch, controller/fabric.py port_samples)]}
+    #: [, late, late_max_us, gap_us, sent (bmv2: the drain watch, controller/fabric.py port_samples)]}
     ports: list[dict] = field(default_factory=list)
     port_mbps: float = 0.0  # one NIC port's rate (the fabric's host links), 0: unshaped
     flows: list[tuple[str, str]] = field(default_factory=list)  # (src, dst) of every flow
@@ -114,25 +114,27 @@ class RunData:
             out["pauses"] = sum(r.get("pauses", 0) for r in last.values())
         return out
 
-    def late_departures(self) -> list[tuple[float, str, int, float, float, float]]:
+    def late_departures(self) -> list[tuple[float, str, int, float, float, float, int]]:
         """The drain watch, per switch port and sample interval with late packets (bmv2's
-        ``late`` and ``late_max_us`` in the port samples; none on linux): ``(t_s, "<switch>
-        port <n>", packets that left more than a frame time after their shaper's schedule in the
-        interval before t, the most any left after it (s), the port's frame time (s), the
-        interval (s))``. The interval runs from the port's sample before (0 at the first); a count
-        that fell (a switch restarted) counts from 0 again."""
+        ``late``, ``late_max_us``, ``gap_us`` and ``sent`` in the port samples; none on linux):
+        ``(t_s, "<switch> port <n>", packets that left more than a frame time after their shaper's
+        schedule in the interval before t, the most any left after it (s), the port's frame time
+        (s), the interval (s), low-priority packets that left in it)``. The interval runs from the
+        port's sample before (0 at the first); a count that fell (a switch restarted) counts from
+        0 again."""
         out = []
-        last: dict[tuple[str, int], tuple[float, int]] = {}
+        last: dict[tuple[str, int], tuple[float, int, int]] = {}
         for r in sorted(self.ports, key=lambda r: float(r["t"])):
             if "late" not in r or r["late"] in ("", None):
                 continue
-            key, t, n = (r["switch"], int(r["port"])), float(r["t"]), int(r["late"])
-            prev_t, prev = last.get(key, (0.0, 0))
-            last[key] = (t, n)
+            key, t, n, sent = (r["switch"], int(r["port"])), float(r["t"]), int(r["late"]), int(r.get("sent") or 0)
+            prev_t, prev, prev_sent = last.get(key, (0.0, 0, 0))
+            last[key] = (t, n, sent)
             new = n - prev if n >= prev else n
             if new > 0:
                 out.append((t, f"{r['switch']} port {r['port']}", new, int(r.get("late_max_us") or 0) / 1e6,
-                            int(r.get("gap_us") or 0) / 1e6, t - prev_t))
+                            int(r.get("gap_us") or 0) / 1e6, t - prev_t,
+                            sent - prev_sent if sent >= prev_sent else sent))
         return out
 
     def port_left_out(self, counter: str, switch: str | None = None) -> int:
