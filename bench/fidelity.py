@@ -15,11 +15,11 @@ Printed per scenario: for each level, the injected wait, the worst scheduling de
 monitor measured on the starved processes (ms), on bmv2 the drain watch's reading from the first
 starved second (packets that left a switch port more than a frame time after their shaper's
 schedule, the latest in ms, and the largest share they were of one port's departures in a sample
-interval: experiments/analysis/fidelity.py ``LATE_SHARE_MAX`` is set from it), the monitor's call (``silent``, or how many
-verdicts it voided and for what), and each bounded verdict's value as the transport made it (read
-as if no fault had met it: every window whole, nothing left out; a void verdict's own figure reads
-only what the faults left, 0 where they took all), marked ``*`` where it lies
-outside the untouched runs' spread (their [min, max] widened by half its width each way, and by
+interval: experiments/analysis/fidelity.py ``LATE_SHARE_MAX`` is set from it), the monitor's call
+(``silent``, or how many verdicts it voided and for what), and each bounded verdict's value as the
+transport made it (read as if no fault had met it: every window whole, nothing left out; a void
+verdict's own figure reads only what the faults left, 0 where they took all), marked ``*`` where it
+lies outside the untouched runs' spread (their [min, max] widened by half its width each way, and by
 2% of the median at least: two runs of the same seed differ by that much). The first level with a
 moved verdict is where the monitor must speak; every level below it is where it must stay silent.
 ``--markdown`` prints the tables for docs/benchmarks.md, headed with date, machine and commit.
@@ -216,7 +216,8 @@ def table(name: str, dp: str, target: str, rows: list[dict], markdown: bool) -> 
     exps = list(rows[0]["values"])
     bands = {e: spread([r["values"][e] for r in rows if not r["level"].period_ms]) for e in exps}
     watched = any(r.get("late") is not None for r in rows)
-    head = ["injected wait", "seen (ms)", *(["late departures (worst ms; largest share of a port's in a second)"] if watched else []), "monitor", *exps]
+    drain_head = ["late departures (worst ms; largest share of a port's in a second)"] if watched else []
+    head = ["injected wait", "seen (ms)", *drain_head, "monitor", *exps]
     body = []
     first_moved = first_called = None
     for r in rows:
