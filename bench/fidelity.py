@@ -171,7 +171,7 @@ def one(name: str, dp: str, level: Level, target: str, out: Path, seed: int = 1)
     # throughput, and whether they are intact never depends on the machine)
     bounded = [v for v in m["expectations"] if v["bound"] != "reported" and v["metric"] not in NEVER_VOID]
     seen = max((d for _t, label, d, _w, _s in data.run_delays if label.startswith(target)), default=0.0)
-    late = [x for x in data.late_departures() if x[0] > FROM_S]  # the drain watch (bmv2), while starved
+    late = [x for x in data.late_departures() if x.t > FROM_S]  # the drain watch (bmv2), while starved
     faults: dict[str, int] = {}
     for f in m["fidelity_faults"]:
         faults[f["invariant"]] = faults.get(f["invariant"], 0) + 1
@@ -183,8 +183,8 @@ def one(name: str, dp: str, level: Level, target: str, out: Path, seed: int = 1)
             "verdicts": {v["expectation"]: verdict_word(v["passed"], void="void" if v.get("void") else None)
                          for v in bounded},
             "void": len(m["void"]), "of": len(bounded), "seen_ms": seen * 1e3, "faults": faults,
-            "late": (sum(x[2] for x in late), max((x[3] for x in late), default=0.0) * 1e3,
-                     max((x[2] / max(1, x[6]) for x in late), default=0.0))
+            "late": (sum(x.late for x in late), max((x.most_s for x in late), default=0.0) * 1e3,
+                     max((x.late / max(1, x.sent) for x in late), default=0.0))
             if data.ports and "late" in data.ports[0] else None}
 
 

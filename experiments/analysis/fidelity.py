@@ -101,6 +101,7 @@ from __future__ import annotations
 import csv
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import NamedTuple
 from pathlib import Path
 
 from mrclab.topologies.addressing import ev_plane, ev_t1
@@ -282,6 +283,19 @@ LOST = "packets lost outside the model"
 KERNEL_BACKLOG = "the kernel's receive backlog (softnet)"
 #: The invariant of a path that did not keep its packets in order.
 REORDERED = "paths reordered"
+class LateInterval(NamedTuple):
+    """One switch port's sample interval with late departures (the drain watch, bmv2;
+    RunData.late_departures)."""
+
+    t: float  #: the sample's time (s from t = 0); the interval ends here
+    place: str  #: "<switch> port <n>"
+    late: int  #: packets that left more than a frame time after their shaper's schedule
+    most_s: float  #: the most any left after it (s)
+    frame_s: float  #: the port's frame time at its rate (s)
+    span_s: float  #: the interval (s)
+    sent: int  #: low-priority packets that left in it
+
+
 #: The invariant of a switch port that fell behind its shaper's schedule (the drain watch, bmv2).
 LATE = "ports behind their schedule"
 #: A switch port fell behind its schedule in a sample interval when more than this share of the
@@ -304,7 +318,7 @@ def faults(cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[f
            held: Sequence[tuple[float, str, float, float]] = (),
            lost: Sequence[tuple[float, int, float]] = (),
            reordered: Sequence[tuple[float, str, int]] = (),
-           late: Sequence[tuple[float, str, int, float, float, float, int]] = (),
+           late: Sequence[LateInterval] = (),
            late_share_max: float = LATE_SHARE_MAX, late_min: int = LATE_MIN) -> list[FidelityFault]:
     """The fidelity faults of a run: from the monitor's CPU samples ``(t, label, scheduling delay
     per run (s), waited share of the interval, interval s)``, each covering the interval before
@@ -315,10 +329,10 @@ def faults(cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[f
     the kernel's backlog drops ``(t, packets, interval s)`` (the monitor's ``kernel_drops``), each
     covering its interval, and the paths that reordered ``(t, receiving host, packets)`` (the
     endpoints' samples: RunData.reordered), each covering the ``gap_period_s`` before ``t``, and the
-    drain watch's switch ports (RunData.late_departures: ``(t, place, late packets, most late s,
-    frame time s, interval s, packets sent)``): a port whose packets that left more than a frame
-    time after their shaper's schedule were at least ``late_min`` and more than ``late_share_max``
-    of what it sent in a sample interval covers that interval (``worst``: that share).
+    drain watch's switch ports (RunData.late_departures, :class:`LateInterval`): a port whose
+    packets that left more than a frame time after their shaper's schedule were at least
+    ``late_min`` and more than ``late_share_max`` of what it sent in a sample interval covers that
+    interval (``worst``: that share).
     Intervals of one invariant that overlap, or
     are less than half a sample period apart (the samples' own jitter), merge (their ``where``
     lists every place)."""
@@ -339,9 +353,10 @@ def faults(cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[f
     for t, host, n in reordered:
         if n > 0:
             raw.append(FidelityFault(REORDERED, f"paths to {host}", t - gap_period_s, t, n, 0, " packets"))
-    for t, place, n, _most, _frame, span, sent in late:
-        if n >= late_min and n / max(1, sent) > late_share_max:
-            raw.append(FidelityFault(LATE, place, t - span, t, round(n / max(1, sent), 3), late_share_max, ""))
+    for x in map(LateInterval._make, late):  # plain tuples too
+        share = x.late / max(1, x.sent)
+        if x.late >= late_min and share > late_share_max:
+            raw.append(FidelityFault(LATE, x.place, x.t - x.span_s, x.t, round(share, 3), late_share_max, ""))
     merged: list[FidelityFault] = []
     for f in sorted(raw, key=lambda f: (f.invariant, f.t0)):
         last = merged[-1] if merged else None
@@ -355,18 +370,19 @@ def faults(cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[f
     return sorted(merged, key=lambda f: f.t0)
 
 
-def late_summary(late: Sequence[tuple[float, str, int, float, float, float, int]]) -> dict:
+def late_summary(late: Sequence[LateInterval]) -> dict:
     """The drain watch over a run, as metrics.json records it (every late departure, whether or
     not a port's share passed :data:`LATE_SHARE_MAX`): from
-    RunData.late_departures' ``(t, place, packets, most late s, frame time s, interval s, sent)``, the
+    RunData.late_departures' :class:`LateInterval` rows, the
     packets that left a switch port more than a frame time after their shaper's schedule, the
     ports they left, the sample intervals with any, and the most one left late (s) with its
     port's frame time (s); {} where nothing was late (or the data plane has no watch: linux)."""
     if not late:
         return {}
-    worst = max(late, key=lambda x: x[3])
-    return {"packets": sum(x[2] for x in late), "ports": len({x[1] for x in late}), "intervals": len(late),
-            "worst_s": round(worst[3], 6), "worst_where": worst[1], "frame_s": round(worst[4], 6)}
+    late = [LateInterval._make(x) for x in late]
+    worst = max(late, key=lambda x: x.most_s)
+    return {"packets": sum(x.late for x in late), "ports": len({x.place for x in late}), "intervals": len(late),
+            "worst_s": round(worst.most_s, 6), "worst_where": worst.place, "frame_s": round(worst.frame_s, 6)}
 
 
 def overlapping(windows: list[tuple[float, float]], found: list[FidelityFault]) -> list[FidelityFault]:
@@ -379,7 +395,7 @@ def write_csv(path: Path, cpu: list[tuple[float, str, float, float, float]], gap
               sched_delay_max_s: float = SCHED_DELAY_MAX_S, lost: Sequence[tuple[float, int, float]] = (),
               reordered: Sequence[tuple[float, str, int]] = (),
               stolen: Sequence[tuple[float, str, float, float]] = (),
-              late: Sequence[tuple[float, str, int, float, float, float, int]] = ()) -> None:
+              late: Sequence[LateInterval] = ()) -> None:
     """``fidelity.csv``: one row per sample: t_s, invariant, where, value, limit, interval_s (the
     interval before t_s a CPU sample, a backlog drop or a CPU's steal covers; empty for a loop gap, which covers
     its telemetry interval, and for a spurious timeout's age at arrival, which covers its round

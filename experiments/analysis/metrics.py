@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass, field
 
 from mrclab.experiments.analysis.fabricstate import FabricTimeline
-from mrclab.experiments.analysis.fidelity import HeldLimits
+from mrclab.experiments.analysis.fidelity import HeldLimits, LateInterval
 from mrclab.topologies.addressing import ev_plane
 
 BIN_S = 0.1
@@ -114,12 +114,10 @@ class RunData:
             out["pauses"] = sum(r.get("pauses", 0) for r in last.values())
         return out
 
-    def late_departures(self) -> list[tuple[float, str, int, float, float, float, int]]:
+    def late_departures(self) -> list[LateInterval]:
         """The drain watch, per switch port and sample interval with late packets (bmv2's
-        ``late``, ``late_max_us``, ``gap_us`` and ``sent`` in the port samples; none on linux):
-        ``(t_s, "<switch> port <n>", packets that left more than a frame time after their shaper's
-        schedule in the interval before t, the most any left after it (s), the port's frame time
-        (s), the interval (s), low-priority packets that left in it)``. The interval runs from the
+        ``late``, ``late_max_us``, ``gap_us`` and ``sent`` in the port samples; none on linux), as
+        :class:`~experiments.analysis.fidelity.LateInterval` rows. The interval runs from the
         port's sample before (0 at the first); a count that fell (a switch restarted) counts from
         0 again."""
         out = []
@@ -132,9 +130,9 @@ class RunData:
             last[key] = (t, n, sent)
             new = n - prev if n >= prev else n
             if new > 0:
-                out.append((t, f"{r['switch']} port {r['port']}", new, int(r.get("late_max_us") or 0) / 1e6,
-                            int(r.get("gap_us") or 0) / 1e6, t - prev_t,
-                            sent - prev_sent if sent >= prev_sent else sent))
+                out.append(LateInterval(t, f"{r['switch']} port {r['port']}", new, int(r.get("late_max_us") or 0) / 1e6,
+                                        int(r.get("gap_us") or 0) / 1e6, t - prev_t,
+                                        sent - prev_sent if sent >= prev_sent else sent))
         return out
 
     def port_left_out(self, counter: str, switch: str | None = None) -> int:
