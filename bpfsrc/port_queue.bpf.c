@@ -38,6 +38,20 @@
  *   ECN         an ECN-capable packet joining a queue holding ecn_k or more gets CE (the
  *               controller leaves ecn_k 0 on ports down to hosts).
  *   counters    marked, trimmed, dropped at a full queue and by gray loss, per port.
+ *   schedule    the drain watch (experiments/analysis/fidelity.py, "ports behind their schedule"):
+ *               when the last low-priority byte queued so far leaves if the port keeps its rate
+ *               (sched_ns: the later of now and the last schedule, plus the packet's bytes at
+ *               ps_per_byte), as p4src/mrclab.p4's q_sched keeps BMv2's. The port sampler compares
+ *               it with the real queue's backlog (netlink): a real queue holding more than the
+ *               schedule leaves in it drained slower than its rate (the kernel's forwarding fell
+ *               behind). Not on lossless ports (their pauses stop the real drain on purpose).
+ *   fifo        a port whose shaper is one FIFO (a host's NIC port, its tbf): every packet joins
+ *               the schedule and nothing else is done to it (no priority, mark or trim), but for
+ *               the queue's limit: a packet that would find more than q_limit bytes scheduled
+ *               ahead of it is dropped here (counted queue_full; the sender's socket reads
+ *               ENOBUFS, as from a full tbf), whose own limit is set deeper, so that the
+ *               schedule counts exactly what the real queue took (a frame the tbf refused after
+ *               the program scheduled it would stay in the schedule).
  *
  * Maps, keyed by the port's ifindex in the switch's namespace: port_cfg (written by the
  * controller, controller/bpf.py) and port_state (this program's: queue, generator, counters;
@@ -73,12 +87,14 @@ struct port_cfg {
 	__u32 rate_pps;       /* virtual queue drain, full frames per second (0: never queues) */
 	__u32 ecn_k;          /* mark at or above, packets (0: never) */
 	__u32 trim_t;         /* trim data at or above, packets (0: never) */
-	__u32 q_limit;        /* drop at or above, packets (0: never) */
+	__u32 q_limit;        /* drop at or above, packets (0: never); a fifo port: bytes scheduled ahead */
 	__u32 loss_threshold; /* gray loss: drop when draw < threshold, of 65536 (0: off) */
 	__u32 salt;
 	__u32 lossless;       /* PFC: the low-priority class is never dropped for a full queue */
 	__u32 port_no;        /* this port's number on its switch (its bit in pfc.feeds) */
 	__u32 frame_bytes;    /* a full data frame, the virtual queue's unit (0: count packets) */
+	__u32 ps_per_byte;    /* the drain watch's schedule: a byte's time at the port's rate, ps (0: none) */
+	__u32 fifo;           /* one FIFO (a host NIC port): schedule every packet, do nothing else */
 };
 
 struct port_state {
@@ -92,6 +108,7 @@ struct port_state {
 	__u64 gray;
 	__u64 low;  /* packets sent low priority */
 	__u64 high; /* packets sent high priority */
+	__u64 sched_ns; /* the drain watch: when the low-priority bytes queued so far leave at the port's rate */
 };
 
 struct {
@@ -171,6 +188,21 @@ int mrclab_egress(struct __sk_buff *skb)
 	struct port_state *st = bpf_map_lookup_elem(&port_state, &key);
 	if (!cfg || !st)
 		return TC_ACT_OK; /* a port the controller has not configured */
+	if (cfg->fifo) { /* a host NIC port: its shaper's schedule and limit only */
+		__u64 t = bpf_ktime_get_ns(), cost = (__u64)skb->len * cfg->ps_per_byte / 1000;
+		__u64 limit = (__u64)cfg->q_limit * cfg->ps_per_byte / 1000; /* the limit's bytes, in ns */
+		bpf_spin_lock(&st->lock);
+		__u64 start = st->sched_ns > t ? st->sched_ns : t;
+		if (cfg->q_limit && start - t + cost > limit) {
+			st->queue_full++;
+			bpf_spin_unlock(&st->lock);
+			return TC_ACT_SHOT;
+		}
+		st->sched_ns = start + cost;
+		st->low++;
+		bpf_spin_unlock(&st->lock);
+		return TC_ACT_OK;
+	}
 
 	/* parse: Ethernet, outer IPv6, inner IPv6, UDP to 4791, BTH */
 	__u8 hdr[OFF_BTH + 5];
@@ -245,6 +277,8 @@ int mrclab_egress(struct __sk_buff *skb)
 	} else {
 		v = V_LOW;
 		st->low++;
+		if (cfg->ps_per_byte)
+			st->sched_ns = (st->sched_ns > now ? st->sched_ns : now) + (__u64)skb->len * cfg->ps_per_byte / 1000;
 		if (cfg->rate_pps)
 			st->occ += cfg->frame_bytes ? ((__u64)skb->len << FP_SHIFT) / cfg->frame_bytes : FP_ONE;
 		if (cfg->ecn_k && ect && occ >= cfg->ecn_k) {

@@ -27,15 +27,19 @@ Errors: :class:`BpfError` (a :class:`~topologies.errors.RunFailed`) with the ste
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import os
 import shutil
 import subprocess
 import sysconfig
 import tempfile
+import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from mrclab.controller import bpfmaps
 from mrclab.emulation import kernel
@@ -49,6 +53,7 @@ CLASS_HIGH, CLASS_LOW = "1:10", "1:20"
 #: map layouts, fixed point and flags (controller/bpfmaps.py: the loader that also runs on servers)
 CFG, PFC, STATE, FP_SHIFT = bpfmaps.CFG, bpfmaps.PFC, bpfmaps.STATE, bpfmaps.FP_SHIFT
 STATE_FIELDS = bpfmaps.STATE_FIELDS
+T = TypeVar("T")
 
 
 class BpfError(RunFailed):
@@ -69,12 +74,29 @@ class PortConfig:
     port_no: int = 0  # the port's number on its switch (its bit in another port's PFC feeds)
     #: a full data frame (bytes): the virtual queue counts bytes in these units (0: packets)
     frame_bytes: int = 0
+    #: the drain watch's schedule: the port's rate in Mb/s (0: none kept; lossless ports keep none)
+    watch_mbps: float = 0.0
+    #: one FIFO (a host's NIC port): the program keeps the schedule of every packet, nothing else
+    fifo: bool = False
 
     def pack(self) -> bytes:
-        """The ``struct port_cfg`` map value: nine little-endian u32, ``loss`` as a threshold out of
-        65536."""
+        """The ``struct port_cfg`` map value: eleven little-endian u32, ``loss`` as a threshold out
+        of 65536, ``watch_mbps`` as a byte's time in picoseconds (:func:`ps_per_byte`)."""
         return CFG.pack(self.rate_pps, self.ecn_k, self.trim_t, self.q_limit, round(self.loss * 65536),
-                        self.salt & 0xFFFFFFFF, int(self.lossless), self.port_no, self.frame_bytes)
+                        self.salt & 0xFFFFFFFF, int(self.lossless), self.port_no, self.frame_bytes,
+                        ps_per_byte(self.watch_mbps), int(self.fifo))
+
+
+def ps_per_byte(mbps: float) -> int:
+    """A byte's time at ``mbps`` Mb/s in picoseconds (0 for no rate), as the program's schedule
+    counts it: 8,000,000 at 1 Mb/s, 125,000 at 64 Mb/s. Raises ValueError below 0.002 Mb/s (the
+    map's u32)."""
+    if mbps <= 0:
+        return 0
+    ps = round(8e6 / mbps)
+    if ps >= 1 << 32:
+        raise ValueError(f"drain watch rate {mbps} Mb/s; allowed: at least 0.002 Mb/s")
+    return ps
 
 
 def bpf_missing() -> str | None:
@@ -292,6 +314,115 @@ class RemoteSwitchBpf:
 
     def close(self) -> None:
         """Nothing held here (the agent keeps the maps' descriptors)."""
+
+
+#: htb's data class (1:20): its leaf (handle 20:) is the real low-priority queue of a switch port,
+#: the queue the drain watch's schedule is held against (:func:`htb_lines`).
+LOW_LEAF_PARENT = 0x00010020
+#: Frames a watched host NIC port's tbf holds beyond the queue the program admits at
+#: (emulation/network.py ``nic_slack_bytes``): a token bucket that keeps its rate holds at most
+#: one frame more than the schedule (:func:`behind_schedule_s`), so with two the tbf never refuses
+#: a frame the program scheduled.
+NIC_SLACK_FRAMES = 2
+#: A drain-watch read is the real queue (netlink) and then the schedule (the map), each stamped;
+#: a frame that joins between the two lengthens the schedule read, so the reading errs towards
+#: ahead by what joined in between. A read whose two stamps lie further apart than this (s) is
+#: taken again (a thread of this process held up between them: 5-25 ms seen in a run's sampler,
+#: where packets joining meanwhile read 10-20 frames ahead), at most :data:`READ_TRIES` times.
+READ_SPAN_MAX_S = 0.0005
+READ_TRIES = 5
+
+
+def behind_schedule_s(real_bytes: int, sched_ns: int, now_ns: int, ps: int) -> float:
+    """How far a port's real queue stood behind its shaper's schedule at ``now_ns`` (s; 0 or less:
+    on it or ahead of it): the time ``real_bytes`` queued (netlink's backlog, read at ``now_ns``)
+    take at the port's rate (``ps`` picoseconds a byte) less the time the program's schedule says
+    the bytes queued so far still take (``sched_ns`` - ``now_ns``, nothing where it is past).
+
+    A shaper that keeps its rate holds at most one frame more than its schedule: tbf and htb send a
+    frame once their bucket holds its bytes and refill at the rate (a token bucket serves at least
+    rate x time + burst - one frame over any busy stretch), so they run ahead of the schedule by up
+    to their burst (two frames) and behind it by at most the frame whose tokens they are waiting
+    for (the schedule drains it byte by byte); what they hold beyond that is drain the kernel did
+    not do in time (its softirq, which dequeues at the qdisc watchdog's timer, waiting for a CPU).
+    A packet joining after ``now_ns`` (the map is read after netlink) only lengthens the schedule:
+    the reading errs towards ahead, never behind."""
+    return real_bytes * ps / 1e12 - max(0, sched_ns - now_ns) / 1e9
+
+
+def read_tight(nl: kernel.QdiscBacklog, schedule: Callable[[], T], tries: int = READ_TRIES,
+               span_max_s: float = READ_SPAN_MAX_S) -> tuple[int, dict, T] | None:
+    """One drain-watch read: (monotonic ns of the real queues' read, every qdisc's backlog from
+    ``nl``, ``schedule()``'s answer read right after), or None when no try of ``tries`` kept the two
+    reads within ``span_max_s`` (:data:`READ_SPAN_MAX_S`)."""
+    for _ in range(tries):
+        t0 = time.monotonic_ns()
+        queued = nl.backlogs()
+        got = schedule()
+        if time.monotonic_ns() - t0 <= span_max_s * 1e9:
+            return t0, queued, got
+    return None
+
+
+class NicWatch:
+    """The drain watch on the hosts' NIC ports (both data planes: every host NIC port is a tbf,
+    emulation/network.py ``_shape``): the program loaded once per host, on each NIC port's egress
+    as a FIFO (:attr:`PortConfig.fifo`: it keeps the schedule of every frame the host sends at the
+    port's rate and does nothing else to it), and a netlink socket inside each host's namespace to
+    read the tbf's backlog. ``hosts``: host -> (its namespace, its NIC ports' interface names);
+    ``mbps``: the host links' rate; ``frame_bytes``: the run's largest frame. Raises
+    :class:`BpfError` (what was loaded is released first)."""
+
+    def __init__(self, hosts: dict[str, tuple[str, list[str]]], obj_path: Path, mbps: float,
+                 frame_bytes: int, limit_bytes: int) -> None:
+        """Load and attach the program for every host of ``hosts``, each port admitting at
+        ``limit_bytes`` scheduled ahead (the NIC queue: emulation/network.py ``nic_queue_bytes``;
+        the tbf behind holds :data:`NIC_SLACK_FRAMES` more)."""
+        self.ps = ps_per_byte(mbps)
+        self.frame_s = frame_bytes * self.ps / 1e12
+        self.progs: dict[str, SwitchBpf] = {}
+        self.ports: dict[str, list[str]] = {}
+        self.netlink: dict[str, kernel.QdiscBacklog] = {}
+        try:
+            for host, (ns, intfs) in hosts.items():
+                prog = self.progs[host] = SwitchBpf(host, ns, obj_path, intfs)
+                self.ports[host] = intfs
+                cfg = PortConfig(q_limit=limit_bytes, frame_bytes=frame_bytes, watch_mbps=mbps, fifo=True)
+                for intf in intfs:
+                    prog.configure(intf, cfg)
+                self.netlink[host] = kernel.QdiscBacklog(ns)
+        except BaseException:
+            self.close()
+            raise
+
+    def samples(self) -> list[dict]:
+        """Each host NIC port now: ``host``, ``port`` (its interface), ``behind_us`` (how far its tbf's
+        queue stood behind the shaper's schedule, :func:`behind_schedule_s`, µs; 0 or less: on or
+        ahead of it; empty where no read was tight, :func:`read_tight`), ``backlog`` (bytes the tbf
+        held) and ``gap_us`` (a full frame's time at the port's rate). Raises BpfError or KernelError."""
+        out = []
+        for host, prog in self.progs.items():
+            nl, ports = self.netlink[host], self.ports[host]
+            got = read_tight(nl, functools.partial(prog.states, ports))
+            for intf in ports:
+                row = {"host": host, "port": intf, "backlog": "", "gap_us": round(self.frame_s * 1e6, 1),
+                       "behind_us": ""}
+                if got is not None:
+                    now, queued, states = got
+                    st = states[ports.index(intf)]
+                    real = queued.get((nl.ifindex(intf), kernel.TC_H_ROOT), (0, 0))[1]
+                    row["backlog"] = real
+                    row["behind_us"] = round(behind_schedule_s(real, st["sched_ns"], now, self.ps) * 1e6, 1)
+                out.append(row)
+        return out
+
+    def close(self) -> None:
+        """Release the programs (they stay attached until the namespaces go) and the sockets."""
+        for prog in self.progs.values():
+            prog.close()
+        for nl in self.netlink.values():
+            nl.close()
+        self.progs, self.netlink = {}, {}
 
 
 def _many(op: str, asks: list[tuple], local, remote_item) -> list[list]:

@@ -34,12 +34,13 @@ import sys
 import time
 
 #: struct port_cfg: rate_pps, ecn_k, trim_t, q_limit, loss_threshold (of 65536), salt, lossless, port_no,
-#: frame_bytes
-CFG = struct.Struct("<9I")
+#: frame_bytes, ps_per_byte (the drain watch's schedule), fifo (a host NIC port: the schedule only)
+CFG = struct.Struct("<11I")
 #: struct pfc_state: feeds (bit n: port n fed the low-priority queue), pause_start, pause_end (ns)
 PFC = struct.Struct("<3Q")
-#: struct port_state: lock, lcg, last_ns, occ, marked, trimmed, queue_full, gray, low, high
-STATE = struct.Struct("<II8Q")
+#: struct port_state: lock, lcg, last_ns, occ, marked, trimmed, queue_full, gray, low, high, sched_ns
+STATE = struct.Struct("<II9Q")
+#: the counters of a port's state, in its order (then ``sched_ns``: the drain watch's schedule, monotonic ns)
 STATE_FIELDS = ("marked", "trimmed", "queue_full", "gray", "low", "high")
 FP_SHIFT = 20  # the virtual queue's fixed point
 PROGRAM = b"mrclab_egress"
@@ -193,13 +194,15 @@ class Maps:
         self._update(self.cfg_fd, idx, cfg, BPF_ANY)
 
     def state(self, idx: int) -> dict[str, int]:
-        """Port ``idx``'s counters (:data:`STATE_FIELDS`, packets since attach) and ``queue``
-        (low-priority frames the virtual queue held at its last packet). Raises MapError."""
+        """Port ``idx``'s counters (:data:`STATE_FIELDS`, packets since attach), ``queue``
+        (low-priority frames the virtual queue held at its last packet) and ``sched_ns`` (when the
+        low-priority bytes queued so far leave at the port's rate, ``time.monotonic_ns``: the drain
+        watch's schedule; 0 where none is kept). Raises MapError."""
         raw = self._lookup(self.state_fd, idx, STATE.size, BPF_F_LOCK)
         if raw is None:
             raise MapError(f"cannot read port {idx}'s counters ({why(-1)})")
-        _lock, _lcg, _last, occ, *counts = STATE.unpack(raw)
-        return {"queue": occ >> FP_SHIFT, **dict(zip(STATE_FIELDS, counts))}
+        _lock, _lcg, _last, occ, *counts, sched = STATE.unpack(raw)
+        return {"queue": occ >> FP_SHIFT, **dict(zip(STATE_FIELDS, counts, strict=True)), "sched_ns": sched}
 
     def pfc_look(self, idx: int, rate_pps: int, xoff: float, held: bool) -> tuple[float, int]:
         """PFC: (port ``idx``'s low-priority queue now in frames, the ports that fed it as a bit mask).

@@ -19,6 +19,7 @@ entries and faults again. Every method that touches switches holds the fabric's 
 from __future__ import annotations
 
 import contextlib
+import functools
 import threading
 import time
 from collections.abc import Callable, Collection, Iterator
@@ -33,7 +34,7 @@ from mrclab.controller.queues import DEFAULT_FRAME_BYTES, PortQueue, QueueSettin
 from mrclab.controller.routeplan import RoutePlan, route_plan
 from mrclab.controller.thrift import THRIFT_PORT, gap_us
 from mrclab.emulation import kernel
-from mrclab.emulation.network import Emulation
+from mrclab.emulation.network import Emulation, nic_queue_bytes
 from mrclab.emulation.placement import Placement
 from mrclab.emulation.servers import Ssh
 from mrclab.topologies.addressing import AddressPlan
@@ -72,9 +73,12 @@ class Fabric:
             if self.congestion else {}
         #: a full data frame (bytes): the queue plan's packet, the linux queues' unit of bytes
         self.frame_bytes = frame_bytes
+        #: why the hosts' NIC ports are not watched against their shapers' schedule (None: they are)
+        self.nic_watch_missing = self._nic_watch_missing()
         self.emu = Emulation(spec, self.plane, debug=debug, progress=self.progress, bmv2_build=bmv2_build,
                              thrift_port=THRIFT_PORT if self.congestion else None, switch_queues=self.congestion,
-                             placement=placement, ssh=ssh, frame_bytes=frame_bytes)
+                             placement=placement, ssh=ssh, frame_bytes=frame_bytes,
+                             nic_slack_bytes=0 if self.nic_watch_missing else bpf.NIC_SLACK_FRAMES * frame_bytes)
         self.thrift: dict = {}  # switch -> SwitchThrift (bmv2 with queues)
         self.bpf: dict = {}  # switch -> SwitchBpf or RemoteSwitchBpf (linux with queues)
         self.queue_agents: dict = {}  # server -> its QueueAgent (linux with queues, planes on servers)
@@ -82,6 +86,10 @@ class Fabric:
         #: (switch, port) -> gray loss in force (linux; bmv2 keeps it in its table entries)
         self.port_loss_now: dict[tuple[str, int], float] = {}
         self.p4: dict = {}  # switch -> P4Switch (bmv2)
+        #: the drain watch on the hosts' NIC ports (controller/bpf.py NicWatch), where their links are
+        #: shaped and this machine loads the tc eBPF program; None otherwise
+        self.nic_watch: bpf.NicWatch | None = None
+        self._netlink: dict[str, kernel.QdiscBacklog] = {}  # linux switch here -> netlink inside it
         self.timings: dict[str, float] = {}
         self.loss_salt = loss_salt
         self._watchdog_on = watchdog
@@ -118,6 +126,7 @@ class Fabric:
             self.emu.start()
             self.timings["build_s"] = time.monotonic() - t
             self.plane.program(self, compiled)
+            self._watch_nics()
             t = time.monotonic()
             self.verify()
             self.timings["verify_s"] = time.monotonic() - t
@@ -145,11 +154,33 @@ class Fabric:
         self.pfc.start()
         self.progress(f"PFC: pause agent on {len(self.pfc.watched)} lossless ports")
 
+    def _nic_watch_missing(self) -> str | None:
+        """Why the drain watch cannot watch the hosts' NIC ports (None: it can): their links are
+        unshaped, a port is lossless (PFC pauses a host's tbf on purpose) or the tc eBPF program
+        does not load here (clang, libbpf)."""
+        if self.spec.link.bandwidth_mbps <= 0:
+            return "their links are unshaped"
+        if any(q.lossless for q in self.queues.values()):
+            return "PFC pauses them"
+        return bpf.bpf_missing()
+
+    def _watch_nics(self) -> None:
+        """The drain watch on every host NIC port (:class:`~controller.bpf.NicWatch`), or a line
+        saying why not (:attr:`nic_watch_missing`)."""
+        if self.nic_watch_missing:
+            self.progress(f"host NIC ports not watched against their shapers' schedule: {self.nic_watch_missing}")
+            return
+        hosts = {h: (self.emu.netns(h), [self.plan.host_intf(h, p) for p in range(self.spec.planes)])
+                 for h in self.spec.hosts()}
+        self.nic_watch = bpf.NicWatch(hosts, bpf.compile_bpf(), self.spec.link.bandwidth_mbps, self.frame_bytes,
+                                      nic_queue_bytes(self.spec.link, self.emu.frame_bytes))
+
     def port_config(self, switch: str, port: int) -> PortConfig:
         """The tc eBPF program's settings for one port (linux): its queue plan and gray loss."""
         q = self.queues[(switch, port)]
         return PortConfig(q.rate_pps, q.ecn_k, q.trim_t, q.q_limit, self.port_loss_now.get((switch, port), 0.0),
-                          self.loss_salt, q.lossless, port, self.frame_bytes)
+                          self.loss_salt, q.lossless, port, self.frame_bytes,
+                          0.0 if q.lossless else q.rate_mbps)  # a paused port drains nothing on purpose
 
     def port_queues(self, switch: str) -> dict[int, PortQueue]:
         """Port -> queue plan of ``switch`` (empty where switches do not queue)."""
@@ -168,6 +199,12 @@ class Fabric:
             self.pfc = None
         for s in self.p4.values():
             s.close()
+        if self.nic_watch is not None:
+            self.nic_watch.close()
+            self.nic_watch = None
+        for nl in self._netlink.values():
+            nl.close()
+        self._netlink = {}
         self.p4.clear()
         for th in self.thrift.values():
             th.close()
@@ -286,7 +323,18 @@ class Fabric:
             paused = self.pfc.samples() if self.pfc is not None else {}
             asks = [(sw, prog, self.port_queues(sw)) for sw, prog in self.bpf.items()
                     if switches is None or sw in switches]
-            read = bpf.states_many([(prog, [f"{sw}-eth{port}" for port in ports]) for sw, prog, ports in asks])
+            # a switch here: its real queues (netlink) and then its maps, read close together (the drain
+            # watch); those on servers: every server's maps in one request each
+            real: dict[str, tuple[int, dict] | None] = {}  # switch here -> (ns, its qdiscs) or no tight read
+            here: dict[str, list[dict[str, int]]] = {}
+            for sw, prog, ports in asks:
+                if isinstance(prog, bpf.SwitchBpf):
+                    intfs = [f"{sw}-eth{port}" for port in ports]
+                    got = bpf.read_tight(self._netlink_of(sw), functools.partial(prog.states, intfs))
+                    real[sw], here[sw] = (got[:2], got[2]) if got is not None else (None, prog.states(intfs))
+            rest = bpf.states_many([(prog, [f"{sw}-eth{port}" for port in ports]) for sw, prog, ports in asks
+                                    if sw not in here])
+            read = [here[sw] if sw in here else rest.pop(0) for sw, _prog, _ports in asks]
             for (sw, _prog, ports), states in zip(asks, read, strict=True):
                 for (port, q), st in zip(ports.items(), states, strict=True):
                     row = {"switch": sw, "port": port, "peer": q.peer, "queue": st["queue"],
@@ -294,6 +342,14 @@ class Fabric:
                            "gray": st["gray"]}
                     if q.lossless:
                         row["pauses"], row["pause_s"] = paused.get((sw, port), (0, 0.0))
+                    elif sw in here and q.rate_mbps > 0:  # the drain watch (a paused port keeps no schedule)
+                        ps = bpf.ps_per_byte(q.rate_mbps)
+                        row["gap_us"] = round(self.frame_bytes * ps / 1e6, 1)
+                        if (tight := real[sw]) is not None:  # else no read was tight: no reading
+                            now, queued = tight
+                            nl = self._netlink_of(sw)
+                            got = queued.get((nl.ifindex(f"{sw}-eth{port}"), bpf.LOW_LEAF_PARENT), (0, 0))[1]
+                            row["behind_us"] = round(bpf.behind_schedule_s(got, st["sched_ns"], now, ps) * 1e6, 1)
                     out.append(row)
             for sw, th in self.thrift.items():
                 if (switches is not None and sw not in switches) or not self.faults.applied.alive[sw]:
@@ -313,6 +369,19 @@ class Fabric:
                         row["pauses"], row["pause_s"] = paused.get((sw, port), (0, 0.0))
                     out.append(row)
         return out
+
+    def _netlink_of(self, switch: str) -> kernel.QdiscBacklog:
+        """The netlink reader inside a linux switch's namespace on this machine (made at first use):
+        the real queues its drain watch holds against the program's schedule."""
+        nl = self._netlink.get(switch)
+        if nl is None:
+            nl = self._netlink[switch] = kernel.QdiscBacklog(self.emu.netns(switch))
+        return nl
+
+    def nic_samples(self) -> list[dict]:
+        """The drain watch on every host NIC port now (:meth:`~controller.bpf.NicWatch.samples`);
+        empty where the hosts' links are unshaped or this machine cannot load the program."""
+        return self.nic_watch.samples() if self.nic_watch is not None else []
 
     def netns(self, node: str) -> str:
         """The namespace of node ``node`` (``mrclab-<node>``)."""

@@ -100,6 +100,7 @@ class Emulation:
         placement: Placement | None = None,
         ssh: Ssh | None = None,
         frame_bytes: int = FRAME_BYTES,
+        nic_slack_bytes: int = 0,
     ) -> None:
         """Check what the fabric needs; builds nothing until :meth:`start`.
 
@@ -110,7 +111,10 @@ class Emulation:
         "logging" (None: the forwarding build, the logging one with ``debug``); ``placement``: the
         planes on other servers (emulation/cluster.py; None: all on this machine), reached over
         ``ssh``; ``frame_bytes``: the largest frame the run sends (bytes), which the shapers' burst
-        and queues are sized for (:func:`~emulation.kernel.shaper_burst_bytes`). Raises
+        and queues are sized for (:func:`~emulation.kernel.shaper_burst_bytes`); ``nic_slack_bytes``:
+        bytes each host NIC port's ``tbf`` holds beyond its queue (:func:`nic_queue_bytes`), where
+        the NIC drain watch's program admits frames at that queue itself (controller/bpf.py
+        ``NicWatch``: the tbf must never refuse a frame the program scheduled). Raises
         EmulationError for an unknown data plane, NotAvailable without root or, for
         bmv2, without p4c and simple_switch_grpc, or for ``debug`` with a placement (not built yet).
         """
@@ -137,6 +141,7 @@ class Emulation:
         self.bmv2_build = bmv2_build
         #: the largest frame the run sends (bytes): shapers' bursts and queues hold it
         self.frame_bytes = max(FRAME_BYTES, frame_bytes)
+        self.nic_slack_bytes = nic_slack_bytes
         self.thrift_port = dataplane.thrift_port(thrift_port)
         #: the switches queue themselves (bmv2 with Thrift; linux: the controller's htb and eBPF):
         #: only host NIC ports get a tbf
@@ -411,8 +416,9 @@ class Emulation:
             for ns, intf in self.link_intfs(a, b):
                 if switch_queues and not is_host(intf):
                     continue
+                deeper = self.nic_slack_bytes if is_host(intf) else 0
                 per_ns.setdefault(ns, []).append(f"qdisc replace dev {intf} root "
-                                                 f"{kernel.tbf(mbps, limit, self.frame_bytes)}")
+                                                 f"{kernel.tbf(mbps, limit + deeper, self.frame_bytes)}")
         where = f"host NIC ports (tbf); switch ports are {self.plane.queue_words}" if switch_queues else "tbf"
         self.progress(f"shaping links: hosts {link.bandwidth_mbps or 'unshaped'} Mb/s, T0-T1 "
                       f"{link.t0_t1_bandwidth_mbps or link.bandwidth_mbps or 'unshaped'} Mb/s ({where}, "

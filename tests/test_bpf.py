@@ -43,9 +43,11 @@ def test_a_missing_clang_is_said_before_anything_is_built(monkeypatch):
 
 def test_port_settings_pack_as_the_program_reads_them():
     cfg = PortConfig(rate_pps=212, ecn_k=8, trim_t=16, q_limit=32, loss=0.2, salt=-1, lossless=True, port_no=5,
-                     frame_bytes=1178)
-    rate, k, t, limit, threshold, salt, lossless, port_no, frame = CFG.unpack(cfg.pack())
-    assert (rate, k, t, limit, lossless, port_no, frame) == (212, 8, 16, 32, 1, 5, 1178)
+                     frame_bytes=1178, watch_mbps=2.0, fifo=True)
+    rate, k, t, limit, threshold, salt, lossless, port_no, frame, ps, fifo = CFG.unpack(cfg.pack())
+    assert (rate, k, t, limit, lossless, port_no, frame, fifo) == (212, 8, 16, 32, 1, 5, 1178, 1)
+    assert ps == 4_000_000  # a byte at 2 Mb/s: 4 us; the schedule adds a packet's bytes at it
+    assert CFG.unpack(PortConfig().pack())[9:] == (0, 0)  # no schedule kept, not a FIFO
     assert threshold == round(0.2 * 65536) and salt == 0xFFFFFFFF  # a draw below it of 65536 drops
     assert CFG.unpack(PortConfig(loss=1.0).pack())[4] == 65536  # every packet
 
@@ -154,7 +156,7 @@ def test_a_pfc_look_reads_the_feeders_only_where_the_agent_acts_on_them(monkeypa
     later = time.monotonic_ns() + 10**12  # the program's last packet "after" now: nothing drained
 
     def queue(frames: int, low: int, feeds: int | None = None) -> None:
-        store[(2, 7)] = bpfmaps.STATE.pack(0, 0, later, frames << bpfmaps.FP_SHIFT, 0, 0, 0, 0, low, 0)
+        store[(2, 7)] = bpfmaps.STATE.pack(0, 0, later, frames << bpfmaps.FP_SHIFT, 0, 0, 0, 0, low, 0, 0)
         if feeds is not None:
             store[(3, 7)] = bpfmaps.PFC.pack(feeds, 0, 0)
 

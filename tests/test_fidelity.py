@@ -736,3 +736,117 @@ def test_the_drain_watch_counts_each_ports_late_packets_per_interval_and_judges_
     assert [(f.invariant, f.where, f.t0, f.t1, f.worst) for f in found] == [
         (fidelity.LATE, "t1-0-0 port 2", 4.0, 6.5, 0.3)]  # two intervals, merged
     assert not fidelity.faults([], [], late=behind[:1], late_min=4)
+
+
+def test_the_drain_watch_reads_a_queue_against_its_shapers_schedule():
+    """behind_schedule_s (controller/bpf.py): the real queue's bytes at the port's rate less what the
+    schedule still owes. At 8 Mb/s a byte is 1 us (1,000,000 ps): 3,000 bytes queued with 1 ms
+    scheduled ahead stand 2 ms behind; the same bytes with 4 ms ahead stand 1 ms ahead (a token
+    bucket's burst); a schedule already past owes nothing."""
+    from mrclab.controller.bpf import behind_schedule_s, ps_per_byte
+
+    ps = ps_per_byte(8.0)
+    assert ps == 1_000_000 and ps_per_byte(64.0) == 125_000 and ps_per_byte(0) == 0
+    now = 10**12
+    assert behind_schedule_s(3000, now + 1_000_000, now, ps) == pytest.approx(0.002)
+    assert behind_schedule_s(3000, now + 4_000_000, now, ps) == pytest.approx(-0.001)
+    assert behind_schedule_s(3000, now - 5_000_000, now, ps) == pytest.approx(0.003)
+    assert behind_schedule_s(0, now - 1, now, ps) == 0
+    with pytest.raises(ValueError, match="allowed: at least 0.002 Mb/s"):
+        ps_per_byte(0.001)
+
+
+def test_a_drain_watch_read_is_taken_again_until_its_two_reads_lie_close():
+    """read_tight (controller/bpf.py): frames that join between the queue's read and the map's
+    lengthen the schedule read; a read whose stamps lie too far apart is taken again, and after
+    the tries none is kept."""
+    from mrclab.controller.bpf import read_tight
+
+    class Slow:
+        def __init__(self, slow: int) -> None:
+            self.slow, self.calls = slow, 0
+
+        def backlogs(self) -> dict:
+            self.calls += 1
+            if self.calls <= self.slow:
+                time.sleep(0.003)  # a thread of this process held up between the two reads
+            return {(2, 0xFFFFFFFF): (1, 1178)}
+
+    nl = Slow(2)
+    got = read_tight(nl, lambda: "maps", tries=5, span_max_s=0.001)
+    assert got is not None and got[1:] == ({(2, 0xFFFFFFFF): (1, 1178)}, "maps") and nl.calls == 3
+    nl = Slow(9)
+    assert read_tight(nl, lambda: "maps", tries=3, span_max_s=0.001) is None and nl.calls == 3
+
+
+def test_the_qdisc_dump_is_read_in_place_from_rtnetlinks_messages():
+    """kernel.qdisc_dump on the bytes the kernel sends (linux/rtnetlink.h): a tcmsg header, then
+    TCA_KIND and TCA_STATS2 nesting TCA_STATS_BASIC and TCA_STATS_QUEUE; one message per qdisc, a
+    dump ending in NLMSG_DONE; messages of another request are passed over; an error says so."""
+    import struct
+
+    from mrclab.emulation import kernel
+
+    def nla(kind: int, body: bytes) -> bytes:
+        raw = struct.pack("=HH", 4 + len(body), kind) + body
+        return raw + bytes(-len(raw) % 4)
+
+    def qdisc(seq: int, ifindex: int, parent: int, qlen: int, backlog: int) -> bytes:
+        stats = nla(1, struct.pack("=QI", 99, 7)) + nla(3, struct.pack("=5I", qlen, backlog, 0, 0, 0))
+        body = struct.pack("=BxxxiIII", 0, ifindex, 0x200000, parent, 1) + nla(1, b"bfifo\0") + nla(0x8007, stats)
+        return struct.pack("=IHHII", 16 + len(body), 36, 2, seq, 0) + body
+
+    class Sock:
+        def __init__(self, replies: list[bytes]) -> None:
+            self.replies, self.sent = replies, []
+
+        def send(self, data: bytes) -> None:
+            self.sent.append(data)
+
+        def recv(self, n: int) -> bytes:
+            return self.replies.pop(0)
+
+    done = struct.pack("=IHHII", 20, 3, 2, 1, 0) + bytes(4)
+    sock = Sock([qdisc(0, 9, 0x10020, 50, 50_000) + qdisc(1, 2, 0x10020, 3, 3534),
+                 qdisc(1, 2, 0xFFFFFFFF, 0, 0) + done])
+    assert kernel.qdisc_dump(sock) == {(2, 0x10020): (3, 3534), (2, 0xFFFFFFFF): (0, 0)}
+    length, kind, flags, seq, _ = struct.unpack_from("=IHHII", sock.sent[0])
+    assert (length, kind, flags & 0x301, seq) == (36, 38, 0x301, 1)  # RTM_GETQDISC, a dump request
+    err = struct.pack("=IHHII", 36, 2, 0, 1, 0) + struct.pack("=i", -1) + bytes(16)
+    with pytest.raises(OSError, match="refused the qdisc dump"):
+        kernel.qdisc_dump(Sock([err]))
+
+
+def test_a_port_behind_its_schedule_by_more_than_two_frames_voids_the_span_since_its_reading_before():
+    """The drain watch on linux's switch ports and every host NIC port (RunData.behind_schedule,
+    fidelity.faults' ``behind``): a reading a frame behind (a token bucket waiting for its frame's
+    tokens) is recorded and judged nothing; past two frames and the run's starvation limit it
+    covers the span since the port's reading before; ahead (negative) and unread (empty) readings
+    are no samples at all."""
+    d = RunData(duration_s=10.0)
+    d.ports = [{"t": 1.0, "switch": "t0-0-0", "port": 3, "behind_us": -500.0, "gap_us": 1000.0},
+               {"t": 2.0, "switch": "t0-0-0", "port": 3, "behind_us": 1000.0, "gap_us": 1000.0},
+               {"t": 3.0, "switch": "t0-0-0", "port": 3, "behind_us": "", "gap_us": 1000.0},
+               {"t": 4.0, "switch": "t0-0-0", "port": 3, "behind_us": 3000.0, "gap_us": 1000.0},
+               {"t": 2.0, "switch": "t1-0-0", "port": 1}]  # bmv2's rows and lossless ports have no reading
+    d.nic_ports = [{"t": 1.5, "host": "h0", "port": "h0-eth1", "behind_us": 0.0, "gap_us": 1000.0},
+                   {"t": 2.5, "host": "h0", "port": "h0-eth1", "behind_us": 2500.0, "gap_us": 1000.0}]
+    behind, readings = d.behind_schedule()
+    assert readings == 5
+    assert [(x.t, x.place, x.behind_s, x.span_s) for x in behind] == [
+        (2.0, "t0-0-0 port 3", 0.001, 1.0), (2.5, "h0 NIC port h0-eth1", 0.0025, 1.0),
+        (4.0, "t0-0-0 port 3", 0.003, 2.0)]
+    # the run's starvation limit is the floor: past 3 ms none of them; at the default 0.5 ms, two frames
+    assert fidelity.faults([], [], behind=behind, sched_delay_max_s=0.0035) == []
+    assert fidelity.faults([], [], behind=behind, behind_min_s=0.0035) == []
+    assert fidelity.faults([], [], behind=behind) == fidelity.faults([], [], behind=behind, behind_min_s=0.0) != []
+    found = fidelity.faults([], [], behind=behind[:2], behind_min_s=0.0)  # the NIC port's alone: [1.5, 2.5]
+    assert [(f.invariant, f.where, f.t0, f.t1, f.worst, f.limit) for f in found] == [
+        (fidelity.BEHIND, "h0 NIC port h0-eth1", 1.5, 2.5, 0.0025, 0.002)]
+    found = fidelity.faults([], [], behind=behind, behind_min_s=0.0)  # the switch port's [2, 4] overlaps it
+    assert [(f.where, f.t0, f.t1, f.worst) for f in found] == [("h0 NIC port h0-eth1, t0-0-0 port 3", 1.5, 4.0, 0.003)]
+    assert fidelity.faults([], [], behind=behind, behind_frames_max=3.0, behind_min_s=0.0) == []
+    s = fidelity.behind_summary(behind, readings)
+    assert s == {"readings": 5, "behind": 3, "ports": 2, "worst_s": 0.003, "worst_where": "t0-0-0 port 3",
+                 "frame_s": 0.001}
+    assert fidelity.behind_summary([], 0) == {} and fidelity.behind_summary([], 7) == {"readings": 7, "behind": 0}

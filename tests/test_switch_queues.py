@@ -6,6 +6,7 @@ of the full queue it skipped; gray loss drops its share; an EV's loss hits only 
 data frames (traffic/wire.py) are blasted through a fabric whose T0-T1 links are slower than its
 host links."""
 
+import json
 import os
 import signal
 import subprocess
@@ -271,3 +272,58 @@ def test_a_stopped_switch_leaves_its_backlog_behind_its_shapers_schedule_and_the
         assert late >= QUEUE // 2 and most >= 0.8 * stall_s, (seen, stall_s)
         late, most = seen[False]
         assert most < 0.25 * stall_s, (seen, stall_s)
+
+
+def test_a_linux_port_or_nic_draining_slower_than_its_rate_reads_behind_its_schedule_and_at_its_rate_never(
+        tmp_path):
+    """The drain watch on linux's switch ports and the host NIC ports (controller/bpf.py
+    ``behind_schedule_s``): the T0's uplink (2 Mb/s) and h0's NIC port (16 Mb/s) each backlogged by
+    a blast at 1.5 times their rate for 3 s. Draining at their rate, no reading stands past the
+    watch's limit (two frames, the 0.5 ms starvation limit at least; 1.36 frames seen), and the NIC's
+    tbf refuses nothing: the program admits at the
+    queue's limit itself, so what the schedule counts is what the queue took. Then each real shaper
+    drains at half the rate its schedule keeps, as a port whose kernel fell behind does: every
+    reading while backlogged stands behind, by more than two frames at the end."""
+    needs_queues("linux")
+    from mrclab.emulation import kernel
+    from mrclab.experiments.analysis.fidelity import BEHIND_FRAMES_MAX
+
+    nic_mbps = 16.0
+    with Fabric(spec(host_mbps=nic_mbps), "linux", watchdog=False, queues=QueueSettings(ecn_k=0, trim_t=0)) as fab:
+        assert fab.nic_watch is not None, fab.nic_watch_missing
+        up = fab.plan.port_to("t0-0-0", "t1-0-0")
+
+        def readings() -> tuple[float, float]:
+            """(the uplink's, h0-eth0's) reading, in their frames behind (negative: ahead)."""
+            sw = next(r for r in fab.port_samples(["t0-0-0"]) if r["port"] == up)
+            nic = next(r for r in fab.nic_samples() if r["port"] == "h0-eth0")
+            return sw["behind_us"] / sw["gap_us"], nic["behind_us"] / nic["gap_us"]
+
+        def blast_reading(rate_pps: float) -> list[tuple[float, float]]:
+            b = blast(fab, "h0", data_frames(fab, "h0", "h2", 3000), rate_pps, 3.0, tmp_path)
+            seen = []
+            for _ in range(20):
+                time.sleep(0.12)
+                seen.append(readings())
+            b.communicate(timeout=60)
+            return seen
+
+        kept = blast_reading(1.5 * mbps_to_pps(UPLINK_MBPS))
+        assert max(x for x, _ in kept) <= BEHIND_FRAMES_MAX, kept
+        kept_nic = blast_reading(1.5 * mbps_to_pps(nic_mbps))
+        assert max(y for _, y in kept_nic) <= BEHIND_FRAMES_MAX, kept_nic
+        assert max(y for _, y in kept_nic) > -4.0  # it was backlogged: within a burst of its schedule
+        shown = subprocess.run(["ip", "netns", "exec", fab.netns("h0"), "tc", "-s", "-j", "qdisc", "show", "dev",
+                                "h0-eth0"], capture_output=True, text=True, check=True).stdout
+        tbf = next(q for q in json.loads(shown) if q["kind"] == "tbf")
+        assert tbf["drops"] == 0 and tbf["packets"] > 1000, tbf
+        assert fab.nic_watch.progs["h0"].state("h0-eth0")["queue_full"] > 0  # the program refused instead
+        # each real shaper at half its schedule's rate
+        kernel.tc_batch(fab.netns("t0-0-0"), [f"class change dev t0-0-0-eth{up} parent 1: classid 1:20 htb "
+                                             f"rate {UPLINK_MBPS / 2}mbit ceil {UPLINK_MBPS / 2}mbit burst 3000 "
+                                             "cburst 3000 prio 1"])
+        slow = blast_reading(1.5 * mbps_to_pps(UPLINK_MBPS))
+        assert slow[-1][0] > BEHIND_FRAMES_MAX and all(x > 0 for x, _ in slow[5:]), slow
+        kernel.tc_batch(fab.netns("h0"), [f"qdisc change dev h0-eth0 root {kernel.tbf(nic_mbps / 2, 64000, 1600)}"])
+        slow_nic = blast_reading(1.5 * mbps_to_pps(nic_mbps))
+        assert slow_nic[-1][1] > BEHIND_FRAMES_MAX and all(y > 0 for _, y in slow_nic[5:]), slow_nic

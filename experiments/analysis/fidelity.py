@@ -3,7 +3,7 @@
 An emulated result counts only while the machine that runs it keeps up (Mininet-HiFi: Handigol et
 al., "Reproducible Network Experiments Using Container-Based Emulation", CoNEXT 2012, which
 monitors the emulation's own invariants during each run and discards a run that broke them).
-mrclab watches six and records a seventh, each sampled into the results folder (``fidelity.csv``):
+mrclab watches seven and records an eighth, each sampled into the results folder (``fidelity.csv``):
 
 * **CPU starvation** (experiments/run/monitor.py): every endpoint's, every BMv2 switch's and
   this machine's softirq threads' (``ksoftirqd/N``: the kernel's forwarding, a linux switch's and
@@ -86,8 +86,15 @@ failed one exits 3, "this machine could not".
   cgroup quota on the quickstart's switches moved its verdicts while their scheduling delay per
   run stayed under the run's limit).
 
-Not watched yet (named so nobody reads the silence as a pass): a linux port's drain rate
-against its configured rate, a hold shorter than the retransmission timer, and the other packets
+* **Queues behind their shaper's schedule** (linux's switch ports and every host NIC port):
+  the tc eBPF program keeps each port's schedule beside its real shaper, the runner reads the
+  real queue (netlink) and the schedule together about once a second (RunData.behind_schedule,
+  :func:`behind_summary`); a reading more than :data:`BEHIND_FRAMES_MAX` frames behind, and more
+  than the run's starvation limit, means the kernel did not drain the port at its rate
+  (controller/bpf.py ``behind_schedule_s``).
+
+Not watched yet (named so nobody reads the silence as a pass): a hold shorter than the
+retransmission timer, and the other packets
 lost outside the model (a switch port's real qdisc overflowing past the eBPF program's count,
 BMv2's input queues, a server's kernel backlog).
 
@@ -312,6 +319,34 @@ LATE_MIN = 3
 COUNTED = (LOST, REORDERED)
 
 
+class BehindSample(NamedTuple):
+    """One port's drain-watch reading that stood behind its shaper's schedule (a linux switch
+    port's data queue, or a host NIC port's on either data plane; RunData.behind_schedule)."""
+
+    t: float  #: the sample's time (s from t = 0)
+    place: str  #: "<switch> port <n>" or "<host> NIC port <interface>"
+    behind_s: float  #: how far its real queue stood behind the schedule (s)
+    frame_s: float  #: a full frame's time at the port's rate (s)
+    span_s: float  #: the time since the port's sample before (s)
+
+
+#: The invariant of a port whose real queue stood behind its shaper's schedule (the drain watch on
+#: linux's switch ports and every host NIC port: controller/bpf.py behind_schedule_s).
+BEHIND = "queues behind their shaper's schedule"
+#: A port's queue fell behind when a reading stood more than this many of its frames behind the
+#: schedule, and more than the run's starvation limit (:func:`sched_delay_limit`: the wait per
+#: wake-up the monitor allows a process, allowed the kernel's forwarding too). A token bucket
+#: that keeps its rate is about one frame behind it at most (the frame whose tokens it waits for;
+#: controller/bpf.py behind_schedule_s), plus its timer's latency, and a read errs towards ahead
+#: (frames that join between the queue's read and the map's lengthen the schedule read). Measured
+#: (docs/benchmarks.md): the linux quickstart untouched, and beside two busy loops at normal
+#: priority that voided it for its endpoints' CPU, read 0 frames behind at most (1,152 switch and
+#: 368 NIC port readings a run; the NIC ports holding a backlog 0.4-4.3 frames ahead), a compressed
+#: run 1.02 frames once; a 16 Mb/s NIC port blasted at 1.5 times its rate up to 1.36 frames (0.80
+#: ms), the same port draining at half its rate 2 frames and more within a second.
+BEHIND_FRAMES_MAX = 2.0
+
+
 def faults(cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[float, str, float]], *,
            period_s: float = PERIOD_S, gap_period_s: float = 0.1, sched_delay_max_s: float = SCHED_DELAY_MAX_S,
            min_wait: float = MIN_WAIT, loop_gap_max_s: float = LOOP_GAP_MIN_S,
@@ -319,7 +354,9 @@ def faults(cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[f
            lost: Sequence[tuple[float, int, float]] = (),
            reordered: Sequence[tuple[float, str, int]] = (),
            late: Sequence[LateInterval] = (),
-           late_share_max: float = LATE_SHARE_MAX, late_min: int = LATE_MIN) -> list[FidelityFault]:
+           late_share_max: float = LATE_SHARE_MAX, late_min: int = LATE_MIN,
+           behind: Sequence[BehindSample] = (), behind_frames_max: float = BEHIND_FRAMES_MAX,
+           behind_min_s: float | None = None) -> list[FidelityFault]:
     """The fidelity faults of a run: from the monitor's CPU samples ``(t, label, scheduling delay
     per run (s), waited share of the interval, interval s)``, each covering the interval before
     ``t`` (a starved sample's fault is the whole of it: the monitor cannot say when in it the
@@ -332,7 +369,10 @@ def faults(cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[f
     drain watch's switch ports (RunData.late_departures, :class:`LateInterval`): a port whose
     packets that left more than a frame time after their shaper's schedule were at least
     ``late_min`` and more than ``late_share_max`` of what it sent in a sample interval covers that
-    interval (``worst``: that share).
+    interval (``worst``: that share), and the drain watch's readings that stood behind their
+    shaper's schedule (RunData.behind_schedule, :class:`BehindSample`): more than
+    ``behind_frames_max`` of the port's frames and more than ``behind_min_s`` (None: the
+    starvation limit ``sched_delay_max_s``) behind covers the span since its reading before.
     Intervals of one invariant that overlap, or
     are less than half a sample period apart (the samples' own jitter), merge (their ``where``
     lists every place)."""
@@ -357,6 +397,11 @@ def faults(cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[f
         share = x.late / max(1, x.sent)
         if x.late >= late_min and share > late_share_max:
             raw.append(FidelityFault(LATE, x.place, x.t - x.span_s, x.t, round(share, 3), late_share_max, ""))
+    floor = sched_delay_max_s if behind_min_s is None else behind_min_s
+    for b in map(BehindSample._make, behind):
+        limit = max(behind_frames_max * b.frame_s, floor)
+        if b.behind_s > limit:
+            raw.append(FidelityFault(BEHIND, b.place, b.t - b.span_s, b.t, round(b.behind_s, 6), round(limit, 6)))
     merged: list[FidelityFault] = []
     for f in sorted(raw, key=lambda f: (f.invariant, f.t0)):
         last = merged[-1] if merged else None
@@ -385,6 +430,27 @@ def late_summary(late: Sequence[LateInterval]) -> dict:
             "worst_s": round(worst.most_s, 6), "worst_where": worst.place, "frame_s": round(worst.frame_s, 6)}
 
 
+def behind_limit(frame_s: float, sched_delay_max_s: float = SCHED_DELAY_MAX_S) -> float:
+    """How far (s) a port's queue may stand behind its shaper's schedule before it fell behind:
+    :data:`BEHIND_FRAMES_MAX` of its frames, at least the run's starvation limit."""
+    return max(BEHIND_FRAMES_MAX * frame_s, sched_delay_max_s)
+
+
+def behind_summary(behind: Sequence[BehindSample], readings: int) -> dict:
+    """The drain watch on linux's switch ports and the host NIC ports over a run, as metrics.json
+    records it: ``readings`` (port readings taken), those that stood behind the schedule at all, the
+    ports they were on, and the worst (s) with its port's frame time (s); {} with no reading."""
+    if not readings:
+        return {}
+    out: dict = {"readings": readings, "behind": len(behind)}
+    if behind:
+        rows = [BehindSample._make(x) for x in behind]
+        worst = max(rows, key=lambda x: x.behind_s)
+        out |= {"ports": len({x.place for x in rows}), "worst_s": round(worst.behind_s, 6),
+                "worst_where": worst.place, "frame_s": round(worst.frame_s, 6)}
+    return out
+
+
 def overlapping(windows: list[tuple[float, float]], found: list[FidelityFault]) -> list[FidelityFault]:
     """The faults that overlap any of ``windows`` ([lo, hi] in s)."""
     return [f for f in found if any(f.t0 < hi and f.t1 > lo for lo, hi in windows)]
@@ -395,7 +461,7 @@ def write_csv(path: Path, cpu: list[tuple[float, str, float, float, float]], gap
               sched_delay_max_s: float = SCHED_DELAY_MAX_S, lost: Sequence[tuple[float, int, float]] = (),
               reordered: Sequence[tuple[float, str, int]] = (),
               stolen: Sequence[tuple[float, str, float, float]] = (),
-              late: Sequence[LateInterval] = ()) -> None:
+              late: Sequence[LateInterval] = (), behind: Sequence[BehindSample] = ()) -> None:
     """``fidelity.csv``: one row per sample: t_s, invariant, where, value, limit, interval_s (the
     interval before t_s a CPU sample, a backlog drop or a CPU's steal covers; empty for a loop gap, which covers
     its telemetry interval, and for a spurious timeout's age at arrival, which covers its round
@@ -422,6 +488,9 @@ def write_csv(path: Path, cpu: list[tuple[float, str, float, float, float]], gap
             w.writerow([f"{t:.3f}", "low-priority packets that left that switch port", place, sent, "", f"{span:.3f}"])
             w.writerow([f"{t:.3f}", "the most a packet left a switch port after its shaper's schedule (s)", place,
                         f"{most:.6f}", f"{frame_s:.6f}", f"{span:.3f}"])
+        for t, place, behind_s, frame_s, span in behind:
+            w.writerow([f"{t:.3f}", "how far a port's queue stood behind its shaper's schedule (s)", place,
+                        f"{behind_s:.6f}", f"{behind_limit(frame_s, sched_delay_max_s):.6f}", f"{span:.3f}"])
         for t, core, share, span in stolen:
             w.writerow([f"{t:.3f}", "share of the interval the hypervisor took the CPU (recorded only)", core,
                         f"{share:.3f}", "", f"{span:.3f}"])

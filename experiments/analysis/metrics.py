@@ -23,7 +23,7 @@ import math
 from dataclasses import dataclass, field
 
 from mrclab.experiments.analysis.fabricstate import FabricTimeline
-from mrclab.experiments.analysis.fidelity import HeldLimits, LateInterval
+from mrclab.experiments.analysis.fidelity import BehindSample, HeldLimits, LateInterval
 from mrclab.topologies.addressing import ev_plane
 
 BIN_S = 0.1
@@ -53,6 +53,9 @@ class RunData:
     #: switch port samples: {t, switch, port, peer, queue, marked, trimmed, queue_full[, gray (linux)]
     #: [, late, late_max_us, gap_us, sent (bmv2: the drain watch, controller/fabric.py port_samples)]}
     ports: list[dict] = field(default_factory=list)
+    #: host NIC port samples, the drain watch (controller/bpf.py NicWatch): {t, host, port (its
+    #: interface), backlog (bytes its tbf held), behind_us, gap_us}
+    nic_ports: list[dict] = field(default_factory=list)
     port_mbps: float = 0.0  # one NIC port's rate (the fabric's host links), 0: unshaped
     flows: list[tuple[str, str]] = field(default_factory=list)  # (src, dst) of every flow
     timeline: FabricTimeline | None = None  # the faults as played (experiments/analysis/fabricstate.py)
@@ -134,6 +137,24 @@ class RunData:
                                         int(r.get("gap_us") or 0) / 1e6, t - prev_t,
                                         sent - prev_sent if sent >= prev_sent else sent))
         return out
+
+    def behind_schedule(self) -> tuple[list[BehindSample], int]:
+        """The drain watch on linux's switch ports (``behind_us`` and ``gap_us`` in the port samples)
+        and on the host NIC ports (:attr:`nic_ports`): every reading that stood behind its shaper's
+        schedule, as :class:`~experiments.analysis.fidelity.BehindSample` rows (the span runs from
+        the port's reading before, 0 at the first), and how many readings there were."""
+        out, readings = [], 0
+        last: dict[str, float] = {}
+        rows = [(r, f"{r['switch']} port {r['port']}") for r in self.ports] + \
+               [(r, f"{r['host']} NIC port {r['port']}") for r in self.nic_ports]
+        for r, place in sorted(rows, key=lambda x: float(x[0]["t"])):
+            if r.get("behind_us") in ("", None):
+                continue
+            t, readings = float(r["t"]), readings + 1
+            span, last[place] = t - last.get(place, 0.0), t
+            if float(r["behind_us"]) > 0:
+                out.append(BehindSample(t, place, float(r["behind_us"]) / 1e6, float(r["gap_us"]) / 1e6, span))
+        return out, readings
 
     def port_left_out(self, counter: str, switch: str | None = None) -> int:
         """Packets of ``counter`` (``marked``, ``trimmed``, ``queue_full``, ``pauses``) the switch

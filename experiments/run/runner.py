@@ -163,7 +163,7 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
             t0_wall = endpoints.go(out / "endpoints")
             t0 = time.monotonic() + (t0_wall - time.time())
             console.print(f"[dim]·[/dim] endpoints ready in {waited:.1f} s; t = 0 in {endpoints.GO_LEAD_S:g} s")
-            if fab.queues:
+            if fab.queues or fab.nic_watch is not None:
                 sampler = PortSampler(fab, t0)
             watched, remote = _watched(fab, procs)
             monitor = FidelityMonitor(watched, t0, remote=remote)
@@ -183,7 +183,8 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
 
     data = _run_data(run, endpoints.collect(scn, out / "endpoints", t0_wall), fault_log,
                      sampler.samples if sampler is not None else [], monitor.samples if monitor is not None else [],
-                     monitor.kernel_drops if monitor is not None else [], monitor.stolen if monitor is not None else [])
+                     monitor.kernel_drops if monitor is not None else [], monitor.stolen if monitor is not None else [],
+                     sampler.nic_samples if sampler is not None else [])
     return _finish(scn, dp, data, fault_log, out, queues), data
 
 
@@ -230,10 +231,10 @@ def _watched(fab: Fabric, procs: dict) -> tuple[dict[str, int], dict[str, tuple]
 
 
 def _run_data(run: RunSettings, data: RunData, fault_log: list[dict], ports: list[dict], delays: list,
-              kernel_drops: list | None = None, stolen: list | None = None) -> RunData:
+              kernel_drops: list | None = None, stolen: list | None = None, nic_ports: list | None = None) -> RunData:
     """What the endpoints reported (``data``), completed with what the runner knows of the run: the
-    faults played, the port samples and the monitor's CPU samples and kernel backlog drops, the held-packet limits the
-    model allows, the flows, the collective and the fabric's timeline."""
+    faults played, the switch and NIC port samples and the monitor's CPU samples and kernel backlog
+    drops, the held-packet limits the model allows, the flows, the collective and the fabric's timeline."""
     scn, spec = run.scenario, run.spec
     senders = {f.src for f in scn.flows} | set(scn.collective.hosts if scn.collective is not None else ())
     frame, link = scn.settings.frame_bytes, spec.link
@@ -242,7 +243,7 @@ def _run_data(run: RunSettings, data: RunData, fault_log: list[dict], ports: lis
         data, events=sorted(fault_log + data.events, key=lambda e: e["t"]),
         first_fault_s=min((f["t"] for f in fault_log), default=None),
         traffic_start_s=min((f.start_s for f in scn.flows), default=0.0), ports=ports, run_delays=delays,
-        kernel_drops=list(kernel_drops or []), stolen=list(stolen or []),
+        kernel_drops=list(kernel_drops or []), stolen=list(stolen or []), nic_ports=list(nic_ports or []),
         held_limits=fidelity.HeldLimits(run.queue_bound_s, link.path_delay_ms / 1e3, nic_queue_s(link, frame),
                                         frame * 8 / (link.bandwidth_mbps * 1e6) if link.bandwidth_mbps > 0 else 0.0,
                                         frozenset(senders)),
@@ -285,6 +286,8 @@ class PortSampler:
         """Start sampling ``fab``'s switch ports every ``period_s`` from ``t0`` (monotonic s of t = 0)."""
         self.fab, self.t0, self.period_s = fab, t0, period_s
         self.samples: list[dict] = []
+        #: the drain watch on the host NIC ports (Fabric.nic_samples), read at each round's end
+        self.nic_samples: list[dict] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="mrclab-ports", daemon=True)
         self._thread.start()
@@ -306,9 +309,19 @@ class PortSampler:
                     rows = None  # a round is whole or not kept: plots sum a round's ports
             if not switches and self._stop.wait(self.period_s):
                 return
+            self._nics()
             if rows is not None:
                 t = round(time.monotonic() - self.t0, 3)
                 self.samples += [{"t": t, **r} for r in rows]
+
+    def _nics(self) -> None:
+        try:
+            rows = self.fab.nic_samples()
+        except Exception as e:  # a netlink or map read refused: the next round will do
+            console.print(f"[dim]· NIC port sample skipped ({type(e).__name__}: {e})[/dim]")
+            return
+        t = round(time.monotonic() - self.t0, 3)
+        self.nic_samples += [{"t": t, **r} for r in rows]
 
     def stop(self) -> None:
         """Stop sampling and read every switch once more, at once, so the run's totals count to its
@@ -359,17 +372,45 @@ def _play(fab: Fabric, scn: Scenario, procs, out: Path, t0: float, fault_log: li
             time.sleep(max(0.0, min(BIN_S, nxt - now)))
 
 
+def _write_port_csvs(data: RunData, out: Path) -> None:
+    """``switches.csv`` (every switch port sample) and ``nics.csv`` (every host NIC port reading of
+    the drain watch), where the run has them."""
+    if data.ports:
+        with open(out / "switches.csv", "w", newline="") as fh:
+            # gray: packets dropped by a gray loss (linux's program counts them per port; bmv2: empty);
+            # pauses, pause_s: PFC pauses this port received and its time paused (lossless ports only);
+            # late, late_max_us, sent: the drain watch on bmv2 (empty on linux): packets that left more
+            # than a frame time (gap_us) after their shaper's schedule since start, the most any left
+            # after it since the port's sample before (us), low-priority packets that left since start;
+            # behind_us: the drain watch on linux (lossless ports: empty): how far the port's real data
+            # queue stood behind its shaper's schedule at the sample (us; 0 or less: on or ahead of it)
+            w = csv.DictWriter(fh, fieldnames=["t", "switch", "port", "peer", "queue", "marked", "trimmed",
+                                               "queue_full", "gray", "pauses", "pause_s", "late", "late_max_us",
+                                               "gap_us", "sent", "behind_us"], restval="")
+            w.writeheader()
+            w.writerows(data.ports)
+    if data.nic_ports:
+        with open(out / "nics.csv", "w", newline="") as fh:
+            # the drain watch on the host NIC ports: the bytes each port's tbf held at the sample, how
+            # far that stood behind its shaper's schedule (us; 0 or less: on or ahead of it; empty: no
+            # tight read), a full frame's time at the port's rate (us)
+            w = csv.DictWriter(fh, fieldnames=["t", "host", "port", "backlog", "behind_us", "gap_us"])
+            w.writeheader()
+            w.writerows(data.nic_ports)
+
+
 def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: Path,
             queues: dict | None = None) -> dict:
     gap_limit = fidelity.loop_gap_limit(scn.settings.min_rto_s)
     delay_limit = sched_delay_limit_for(scn, dp)
     held = fidelity.held_packets(data.events, data.held_limits)
     late = data.late_departures()
+    behind, readings = data.behind_schedule()
     found = fidelity.faults(data.run_delays, data.loop_gaps, loop_gap_max_s=gap_limit, held=held,
                             sched_delay_max_s=delay_limit, lost=data.kernel_drops, reordered=data.reordered,
-                            late=late)
+                            late=late, behind=behind)
     fidelity.write_csv(out / "fidelity.csv", data.run_delays, data.loop_gaps, gap_limit, held, delay_limit,
-                       data.kernel_drops, data.reordered, data.stolen, late)
+                       data.kernel_drops, data.reordered, data.stolen, late, behind)
     faults = [{"t": f["t"], "label": f["label"]} for f in fault_log] + \
         [{"t": f.t0, "t_end": f.t1, "kind": "fidelity", "label": f.describe()} for f in found]
     title = f"{scn.name}: {scn.transport} on {dp}"
@@ -378,17 +419,7 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
     window_plot(data, faults, out / "window.png", title + ", congestion window / rate per QP")
     if data.ports:
         queue_plot(data, faults, out / "queues.png", title + ", switch ports")
-        with open(out / "switches.csv", "w", newline="") as fh:
-            # gray: packets dropped by a gray loss (linux's program counts them per port; bmv2: empty);
-            # pauses, pause_s: PFC pauses this port received and its time paused (lossless ports only);
-            # late, late_max_us, gap_us: the drain watch (bmv2; empty on linux): packets that left more
-            # than a frame time (gap_us) after their shaper's schedule since start, the most any left
-            # after it since the port's sample before (us), low-priority packets that left since start
-            w = csv.DictWriter(fh, fieldnames=["t", "switch", "port", "peer", "queue", "marked", "trimmed",
-                                               "queue_full", "gray", "pauses", "pause_s", "late", "late_max_us",
-                                               "gap_us", "sent"], restval="")
-            w.writeheader()
-            w.writerows(data.ports)
+    _write_port_csvs(data, out)
     series = data.goodput_mbps()
     per_qp = data.qp_goodput_mbps()
     with open(out / "timeseries.csv", "w", newline="") as fh:
@@ -434,8 +465,10 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
         "void": [v["expectation"] for v in verdicts if v.get("void")],
         "regime": regime(scn.spec_for(dp), scn.settings, queues or {}, data.rtt_us),
         "fidelity_faults": [f.as_dict() for f in found],
-        # the drain watch (bmv2): every late departure, judged or not (its faults are above)
+        # the drain watch, judged or not (its faults are above): bmv2's switch ports' late departures;
+        # linux's switch ports' and every host NIC port's readings against their shaper's schedule
         "late_departures": fidelity.late_summary(late),
+        "behind_schedule": fidelity.behind_summary(behind, readings),
     }
     (out / "metrics.json").write_text(json.dumps(metrics, indent=1, default=str))
     _summary(metrics, out)
@@ -479,6 +512,9 @@ def _summary(m: dict, out: Path) -> None:
         + (f"; {late['packets']} packets left a switch port over a frame time after their shaper's schedule "
            f"(worst {late['worst_s'] * 1e3:.1f} ms at {late['worst_where']}, frame {late['frame_s'] * 1e3:.1f} ms)"
            if (late := m.get("late_departures")) else "")
+        + (f"; {b['behind']} of {b['readings']} port readings stood behind their shaper's schedule (worst "
+           f"{b['worst_s'] * 1e3:.1f} ms at {b['worst_where']}, frame {b['frame_s'] * 1e3:.1f} ms)"
+           if (b := m.get("behind_schedule")) and b.get("behind") else "")
         + f"; results in {out}/ (plot: {out / 'goodput.png'})")
     if m.get("regime"):
         Console(highlight=False).print(describe_regime(m["regime"]))
