@@ -15,7 +15,9 @@ Printed per scenario: for each level, the injected wait, the worst scheduling de
 monitor measured on the starved processes (ms), on bmv2 the drain watch's reading from the first
 starved second (packets that left a switch port more than a frame time after their shaper's
 schedule, the latest in ms, and the largest share they were of one port's departures in a sample
-interval: experiments/analysis/fidelity.py ``LATE_SHARE_MAX`` is set from it), the monitor's call
+interval: experiments/analysis/fidelity.py ``LATE_SHARE_MAX`` is set from it), the drain watch's
+readings of linux's switch ports and the NIC ports from then (how many stood behind their shaper's
+schedule, of how many, and the worst in the port's frames: ``BEHIND_FRAMES_MAX``), the monitor's call
 (``silent``, or how many verdicts it voided and for what), and each bounded verdict's value as the
 transport made it (read as if no fault had met it: every window whole, nothing left out; a void
 verdict's own figure reads only what the faults left, 0 where they took all), marked ``*`` where it
@@ -172,6 +174,8 @@ def one(name: str, dp: str, level: Level, target: str, out: Path, seed: int = 1)
     bounded = [v for v in m["expectations"] if v["bound"] != "reported" and v["metric"] not in NEVER_VOID]
     seen = max((d for _t, label, d, _w, _s in data.run_delays if label.startswith(target)), default=0.0)
     late = [x for x in data.late_departures() if x.t > FROM_S]  # the drain watch (bmv2), while starved
+    behind, readings = data.behind_schedule()  # ... on linux's switch ports and the NIC ports
+    behind = [x for x in behind if x.t > FROM_S]
     faults: dict[str, int] = {}
     for f in m["fidelity_faults"]:
         faults[f["invariant"]] = faults.get(f["invariant"], 0) + 1
@@ -185,7 +189,9 @@ def one(name: str, dp: str, level: Level, target: str, out: Path, seed: int = 1)
             "void": len(m["void"]), "of": len(bounded), "seen_ms": seen * 1e3, "faults": faults,
             "late": (sum(x.late for x in late), max((x.most_s for x in late), default=0.0) * 1e3,
                      max((x.late / max(1, x.sent) for x in late), default=0.0))
-            if data.ports and "late" in data.ports[0] else None}
+            if data.ports and "late" in data.ports[0] else None,
+            "behind": (len(behind), readings, max((x.behind_s / x.frame_s for x in behind), default=0.0))
+            if readings else None}
 
 
 def _finite(v: float) -> float | None:
@@ -217,6 +223,8 @@ def table(name: str, dp: str, target: str, rows: list[dict], markdown: bool) -> 
     bands = {e: spread([r["values"][e] for r in rows if not r["level"].period_ms]) for e in exps}
     watched = any(r.get("late") is not None for r in rows)
     drain_head = ["late departures (worst ms; largest share of a port's in a second)"] if watched else []
+    read_behind = any(r.get("behind") is not None for r in rows)
+    drain_head += ["readings behind schedule (of all; worst in frames)"] if read_behind else []
     head = ["injected wait", "seen (ms)", *drain_head, "monitor", *exps]
     body = []
     first_moved = first_called = None
@@ -237,6 +245,8 @@ def table(name: str, dp: str, target: str, rows: list[dict], markdown: bool) -> 
             first_called = lvl.wait_ms
         late = r.get("late")
         drain = ([f"{late[0]} ({late[1]:.1f}; {late[2]:.0%})" if late else "-"] if watched else [])
+        b = r.get("behind")
+        drain += ([f"{b[0]} of {b[1]} ({b[2]:.2f})" if b else "-"] if read_behind else [])
         body.append([lvl.label(), f"{r['seen_ms']:.2f}", *drain, call, *cells])
     verdict = (f"first level that moved a verdict: {first_moved:g} ms" if first_moved is not None else
                "no level moved a verdict") + "; " + (f"first the monitor voided: {first_called:g} ms"

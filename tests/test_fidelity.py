@@ -597,6 +597,11 @@ def test_bench_fidelity_table_names_the_first_level_that_moved_and_the_first_the
     md = table("quickstart", "linux", "endpoint", rows, markdown=True)
     assert "first level that moved a verdict: 4 ms; first the monitor voided: 8 ms" in md
     assert "| 4 ms (1 of 5 ms) | 0.20 | silent | 0.8* |" in md and "| 1 ms (1 of 2 ms) | 0.20 | silent | 0.955 |" in md
+    # with the drain watch's readings (linux's switch ports, the NIC ports): a column of its own
+    rows = [dict(r, behind=(n, 400, worst)) for r, (n, worst) in zip(rows, [(0, 0.0)] * 3 + [(3, 2.5), (40, 9.0)])]
+    md = table("quickstart", "linux", "endpoint", rows, markdown=True)
+    assert "readings behind schedule (of all; worst in frames)" in md
+    assert "| 4 ms (1 of 5 ms) | 0.20 | 3 of 400 (2.50) | silent | 0.8* |" in md
 
 
 @pytest.mark.root
