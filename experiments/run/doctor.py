@@ -94,7 +94,7 @@ def checks() -> list[Check]:
                      "a kernel with CONFIG_IPV6_SEG6_LWTUNNEL"))
     out += _qdiscs()
     why = bpf.bpf_missing()
-    out.append(Check("clang + libbpf (linux queues)", why is None,
+    out.append(Check("clang + libbpf (linux queues, NIC drain watch)", why is None,
                      _version(["clang", "--version"]) if why is None else why,
                      APT + " clang libbpf-dev"))
     out.append(_binary("p4c", TOOLCHAIN))
