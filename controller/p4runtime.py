@@ -11,6 +11,7 @@ Table and action names are those of ``p4src/mrclab.p4``; IDs come from the P4Inf
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,6 +169,14 @@ def desired_entries(entries: SwitchEntries, queues: Mapping[int, PortQueue] | No
     return out
 
 
+#: Handshakes a session tries before it gives up, and the pause between two (s). A switch whose
+#: process was just restarted (a ``switch_up`` fault) has its socket open before its gRPC server
+#: answers every stream: the quickstart's T1 coming back on bmv2 refused the first handshake in
+#: one run of four on an idle machine (2026-12-01), and the run ended in an error (exit 2).
+CONNECT_TRIES = 3
+CONNECT_RETRY_S = 0.5
+
+
 class P4Switch:
     """A P4Runtime session with one BMv2 switch.
 
@@ -192,14 +201,19 @@ class P4Switch:
         return "blackhole" if self.blackholed else "check" if self.port_faulted else "healthy"
 
     # ---- session -----------------------------------------------------------------------------
-    def connect(self) -> None:
-        """Open a session (closing any open one) as primary with :data:`ELECTION_ID`. Raises
-        P4RuntimeError when the handshake fails."""
+    def connect(self, tries: int = CONNECT_TRIES) -> None:
+        """Open a session (closing any open one) as primary with :data:`ELECTION_ID`, trying the
+        handshake up to ``tries`` times :data:`CONNECT_RETRY_S` apart. Raises P4RuntimeError when
+        every try failed."""
         self.close()
-        try:
-            self.client = P4RuntimeClient(self.device_id, self.grpc_addr, ELECTION_ID)
-        except SystemExit:  # p4runtime-shell exits when the handshake fails
-            raise P4RuntimeError(f"{self.name}: no P4Runtime session at {self.grpc_addr}") from None
+        for n in range(tries):
+            try:
+                self.client = P4RuntimeClient(self.device_id, self.grpc_addr, ELECTION_ID)
+                return
+            except SystemExit:  # p4runtime-shell exits when the handshake fails
+                if n + 1 < tries:
+                    time.sleep(CONNECT_RETRY_S)
+        raise P4RuntimeError(f"{self.name}: no P4Runtime session at {self.grpc_addr} ({tries} tries)")
 
     def close(self) -> None:
         """Tear the session down; a switch already gone is no error."""

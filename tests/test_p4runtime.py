@@ -42,3 +42,31 @@ def test_a_refused_update_after_accepted_ones_is_reported_not_looped_on():
     assert not t.is_alive(), "building the write exception never ended"
     assert [(i, e.canonical_code) for i, e in got["e"].errors] == [(2, code_pb2.INVALID_ARGUMENT)]
     assert "At index 2: INVALID_ARGUMENT" in str(got["e"])
+
+
+def test_a_restarted_switch_that_refuses_its_first_handshakes_gets_a_session_at_a_later_try(tmp_path, monkeypatch):
+    """A switch whose process was just restarted opens its socket before its gRPC server answers
+    every stream (the quickstart's T1 coming back on bmv2 refused one handshake, and the run
+    ended in an error): connect tries again, CONNECT_RETRY_S apart, and only after every try
+    failed is it a P4RuntimeError."""
+    import pytest
+
+    tries = []
+
+    class Client:
+        def __init__(self, *args) -> None:
+            tries.append(args)
+            if len(tries) < 3:
+                raise SystemExit(1)  # what p4runtime-shell does when a handshake fails
+
+    monkeypatch.setattr(p4runtime, "P4RuntimeClient", Client)
+    monkeypatch.setattr(p4runtime, "CONNECT_RETRY_S", 0.0)
+    (tmp_path / "x.p4info.txt").write_text("")
+    sw = p4runtime.P4Switch("t1-0-1", 3, "unix:/nowhere.grpc", p4runtime.P4Info(tmp_path / "x.p4info.txt"),
+                            tmp_path / "x.json")
+    sw.connect()
+    assert len(tries) == 3 and isinstance(sw.client, Client)
+    tries.clear()
+    with pytest.raises(p4runtime.P4RuntimeError, match=r"t1-0-1: no P4Runtime session at .* \(2 tries\)"):
+        sw.connect(tries=2)
+    assert len(tries) == 2 and sw.client is None
