@@ -33,6 +33,7 @@ sockets and eBPF map descriptors are this machine's).
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
 import os
 import shlex
@@ -165,17 +166,43 @@ def netns_attach(name: str, pid: int) -> None:
 
 @contextlib.contextmanager
 def inside(netns: str):
-    """Run the ``with`` block's calling thread inside namespace ``netns`` (pyroute2's ``pushns``;
-    other threads stay where they are), back where it was after, however the block ends. A socket
-    opened in the block stays in ``netns`` for good. Raises :class:`KernelError` for a namespace on
-    another server."""
+    """Run the ``with`` block's calling thread inside namespace ``netns`` (setns(2) on that thread;
+    other threads stay where they are), back in the namespace it was in after, however the block
+    ends. A socket opened in the block stays in ``netns`` for good. Raises :class:`KernelError` for
+    a namespace on another server or one that cannot be entered.
+
+    Not pyroute2's ``pushns``/``popns``: they keep one stack for the whole process and save
+    ``/proc/self/ns/net``, the main thread's namespace, so a thread entering a namespace while the
+    main thread was inside another came back to the main thread's (the port sampler, the PFC
+    agent and a Thrift session each enter namespaces from threads of their own)."""
     if netns in _REMOTE:
         raise KernelError(f"namespace {netns} is on {_REMOTE[netns].name}: this process cannot enter it")
-    pr_netns.pushns(netns)
+    home = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
     try:
-        yield
+        try:
+            there = os.open(f"/run/netns/{netns}", os.O_RDONLY)
+        except OSError as e:
+            raise KernelError(f"no namespace {netns} to enter ({e.strerror})") from None
+        try:
+            _setns(there, f"cannot enter namespace {netns}")
+        finally:
+            os.close(there)
+        try:
+            yield
+        finally:
+            _setns(home, "cannot return to this thread's namespace")
     finally:
-        pr_netns.popns()
+        os.close(home)
+
+
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_CLONE_NEWNET = 0x40000000  # linux/sched.h
+
+
+def _setns(fd: int, what: str) -> None:
+    """setns(2) the calling thread into the network namespace at descriptor ``fd``. Raises KernelError."""
+    if _LIBC.setns(fd, _CLONE_NEWNET):
+        raise KernelError(f"{what} ({os.strerror(ctypes.get_errno())})")
 
 
 def netns_delete(name: str) -> None:

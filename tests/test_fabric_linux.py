@@ -111,3 +111,55 @@ def test_each_interface_s_received_frames_go_to_one_cpu_the_interfaces_dealt_rou
     assert len(masks) == 2 * fabric.spec.n_links, len(masks)
     assert all(m and m & (m - 1) == 0 for m in masks.values()), masks  # exactly one CPU each
     assert {m.bit_length() - 1 for m in masks.values()} == set(os.sched_getaffinity(0))
+
+
+def test_a_thread_entering_a_namespace_comes_back_to_its_own_whatever_other_threads_do(tmp_path):
+    """kernel.inside moves only the calling thread, and back to that thread's namespace: two
+    threads entering two namespaces at once each come back home, and neither ends in the other's
+    (pyroute2's pushns saved the main thread's namespace on one stack for the process: a thread
+    entering while the main thread was inside another came back to the main thread's). The
+    netlink reader works from any thread, each on a socket of its own inside the namespace."""
+    import os
+    import threading
+    import time
+
+    from mrclab.emulation import kernel
+
+    names = [f"mrclabtst{os.getpid()}{i}" for i in range(2)]
+    for n in names:
+        subprocess.run(["ip", "netns", "add", n], check=True)
+    try:
+        subprocess.run(["ip", "-n", names[0], "link", "add", "only0", "type", "veth", "peer", "name", "only0b"],
+                       check=True)
+        home = os.readlink("/proc/thread-self/ns/net")
+        seen: dict[str, tuple[str, str]] = {}
+        go = threading.Barrier(3)
+
+        def enter(n: str) -> None:
+            go.wait()
+            for _ in range(50):
+                with kernel.inside(n):
+                    inner = os.readlink("/proc/thread-self/ns/net")
+                    time.sleep(0.001)
+            seen[n] = (inner, os.readlink("/proc/thread-self/ns/net"))
+
+        threads = [threading.Thread(target=enter, args=(n,)) for n in names]  # started at home
+        for t in threads:
+            t.start()
+        with kernel.inside(names[1]):  # the main thread elsewhere while the threads come and go
+            go.wait()
+            for t in threads:
+                t.join()
+        assert os.readlink("/proc/thread-self/ns/net") == home
+        assert seen[names[0]][0] != seen[names[1]][0] and home not in (seen[names[0]][0], seen[names[1]][0])
+        assert seen[names[0]][1] == seen[names[1]][1] == home  # each back in its own, not the main thread's
+        nl = kernel.QdiscBacklog(names[0])
+        got: list = []
+        t = threading.Thread(target=lambda: got.append(nl.ifindex("only0")))
+        t.start()
+        t.join()
+        assert got and got[0] == nl.ifindex("only0")
+        nl.close()
+    finally:
+        for n in names:
+            subprocess.run(["ip", "netns", "del", n], check=False)
