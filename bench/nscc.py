@@ -174,15 +174,15 @@ def replay(text: str, flow: str) -> tuple[Trace, list[tuple[float, float, float]
     mrclab cwnd / BDP)`` after each acknowledgement: the two control laws on the same signals,
     open loop. Raises ValueError as :func:`parse_reference` does."""
     tr = parse_reference(text)
-    events, _flight = reference_events(text, flow)
+    events, flight = reference_events(text, flow)
     first = next((e[5] for e in events if e[0] == "ack"), 1.5 * tr.bdp_bytes)
     cc = Nscc(tr.mss - REF_HEADER_BYTES, tr.bdp_bytes * 8 / tr.base_rtt_s, first, base_rtt_s=tr.base_rtt_s)
     out = []
-    for kind, t, acked, delay, ecn, cwnd in events:
+    for (kind, t, acked, delay, ecn, cwnd), in_flight in zip(events, flight, strict=True):
         if kind == "nack":
-            cc.on_nack(tr.mss, t)
+            cc.on_nack(tr.mss, t, in_flight)
         else:
-            cc.on_ack(acked, None if delay is None else tr.base_rtt_s + delay, ecn, t)
+            cc.on_ack(acked, None if delay is None else tr.base_rtt_s + delay, ecn, t, in_flight)
             out.append((t, cwnd / tr.bdp_bytes, cc.cwnd_bytes / tr.bdp_bytes))
     return tr, out
 

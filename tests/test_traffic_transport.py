@@ -686,10 +686,10 @@ def _rtt_samples_behind_a_nic_queue(stamps: bool) -> list[float]:
         def __init__(self, cc):
             self.cc = cc
 
-        def on_ack(self, acked, rtt, ecn, now):
+        def on_ack(self, acked, rtt, ecn, now, in_flight=0.0):
             if rtt is not None:
                 got.append(rtt)
-            self.cc.on_ack(acked, rtt, ecn, now)
+            self.cc.on_ack(acked, rtt, ecn, now, in_flight)
 
         def __getattr__(self, name):
             return getattr(self.cc, name)

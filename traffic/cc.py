@@ -18,9 +18,14 @@ yes                  delay < target           no change: the path is hot, not th
 ===================  =======================  =================================================
 
 Increases are applied once per adjustment period (one base RTT): ``cwnd += inc / cwnd + eta``. A
-NACK for a trimmed packet *quick-adapts*: when the bytes acknowledged in the last period are far
-below ``maxwnd`` (under an eighth: ours), the window drops to them (at most once per base RTT);
-else by the bytes NACKed.
+NACK for a trimmed packet *quick-adapts*, as uet-htsim's ``UecSrc::quick_adapt`` does for a loss:
+the bytes acknowledged are counted over windows of a base RTT plus the target delay; a NACK arms
+the quick adapt, and the first acknowledgement or NACK after the window in which it came ends that
+window: if fewer than an eighth of ``maxwnd`` got through in it (the reference's ``_qa_gate`` of 3),
+the window drops to what did, and the NACKs and marked acknowledgements of the bytes then in flight
+are ignored (``_bytes_to_ignore``: they tell of the congestion already answered). A NACK that
+arrives while nothing is decided takes its bytes off the window. (The reference also quick-adapts on
+a delay over four targets: not here, see :meth:`Nscc.on_nack`.)
 ``avg`` is an EWMA of the queueing delay (weight 0.0125).
 
 Parameters scale with the fabric as in uet-htsim: reference network 100 Gb/s x 12 us (a BDP of
@@ -49,7 +54,8 @@ from dataclasses import dataclass
 REF_BDP_BYTES = 100e9 / 8 * 12e-6
 DELAY_EWMA = 0.0125
 GAMMA = 0.8
-QUICK_ADAPT_FRACTION = 1 / 8  # "far below maxwnd" (ours)
+#: quick adapt when less than this share of maxwnd got through in a window (uet-htsim ``_qa_gate`` 3: maxwnd >> 3)
+QUICK_ADAPT_FRACTION = 1 / 8
 
 
 class FixedWindow:
@@ -61,10 +67,10 @@ class FixedWindow:
         """A window of ``packets`` x ``mss`` bytes."""
         self.cwnd_bytes = float(packets * mss)
 
-    def on_ack(self, acked_bytes: int, rtt_s: float | None, ecn: bool, now: float) -> None:
+    def on_ack(self, acked_bytes: int, rtt_s: float | None, ecn: bool, now: float, in_flight: float = 0.0) -> None:
         """Nothing: the window never moves."""
 
-    def on_nack(self, nacked_bytes: int, now: float) -> None:
+    def on_nack(self, nacked_bytes: int, now: float, in_flight: float = 0.0) -> None:
         """Nothing: the window never moves."""
 
 
@@ -129,9 +135,14 @@ class Nscc:
         self.avg_delay = 0.0
         self.inc = 0.0
         self.period_end: float | None = None
-        self.achieved = 0  # bytes acknowledged in the current period
-        self.last_achieved = 0  # ... and in the last one
         self.last_decrease = -1.0
+        # quick adapt (uet-htsim's names): bytes acknowledged in the window ending at qa_end, whether a
+        # NACK armed it, and the NACKed and marked bytes to ignore after one (those in flight then)
+        self.qa_achieved = 0
+        self.qa_end: float | None = None
+        self.qa_armed = False
+        self.qa_to_ignore = 0.0
+        self.qa_ignored = 0.0
         self.p: NsccParams | None = None if base_rtt_s <= 0 else self._params(base_rtt_s)
 
     def set_line_rate(self, line_rate_bps: float) -> None:
@@ -152,18 +163,23 @@ class Nscc:
         bdp = self.line_rate_bps / 8 * base_rtt_s if self.line_rate_bps > 0 else self.initial
         return NsccParams(self.mss, max(bdp, self.min_bdp), 0.75 * base_rtt_s, base_rtt_s)
 
-    def on_ack(self, acked_bytes: int, rtt_s: float | None, ecn: bool, now: float) -> None:
+    def on_ack(self, acked_bytes: int, rtt_s: float | None, ecn: bool, now: float, in_flight: float = 0.0) -> None:
         """One acknowledgement at ``now`` (s): ``acked_bytes`` newly acknowledged, its RTT sample
         (``rtt_s``; None: none, e.g. a retransmission's) and whether it echoed ECN CE; the table
-        of the module docstring. A sample below the base RTT (a known one too) becomes the base
-        RTT and rescales the parameters; before any base RTT nothing moves."""
+        of the module docstring, after the quick adapt a NACK armed (``in_flight``: the bytes in
+        flight now, which a quick adapt then ignores the NACKs of). A sample below the base RTT (a
+        known one too) becomes the base RTT and rescales the parameters; before any base RTT
+        nothing moves."""
         if rtt_s is not None and rtt_s > 0 and (self.base_rtt_s is None or rtt_s < self.base_rtt_s):
             self.base_rtt_s = rtt_s  # the path with the shortest queue so far
             self.p = self._params(rtt_s)
         p = self.p
         if p is None:
             return
-        self.achieved += acked_bytes
+        self.qa_achieved += acked_bytes
+        self.qa_ignored += acked_bytes
+        if self._quick_adapt(now, in_flight, skip=ecn):
+            return
         if rtt_s is not None:
             delay = max(0.0, rtt_s - p.base_rtt_s)
             self.avg_delay += DELAY_EWMA * (delay - self.avg_delay)
@@ -184,18 +200,47 @@ class Nscc:
             self.cwnd_bytes = min(p.maxwnd, self.cwnd_bytes + self.inc / self.cwnd_bytes + p.eta)
             self.cwnd_bytes = max(p.mss, self.cwnd_bytes)
             self.inc = 0.0
-            self.last_achieved, self.achieved = self.achieved, 0
             self.period_end = now + p.base_rtt_s
 
-    def on_nack(self, nacked_bytes: int, now: float) -> None:
-        """Quick adapt on a NACK for a trimmed packet (see the module docstring)."""
+    def on_nack(self, nacked_bytes: int, now: float, in_flight: float = 0.0) -> None:
+        """A NACK for a trimmed packet of ``nacked_bytes`` at ``now`` (s), ``in_flight`` bytes in
+        flight: it arms the quick adapt, which runs if its window is over (see the module
+        docstring); a NACK the last quick adapt ignores changes nothing; any other takes its bytes
+        off the window (uet-htsim ``updateCwndOnNack_NSCC``).
+
+        Not the reference's delay trigger (a quick adapt on any acknowledgement whose delay passes
+        four targets): adopted with the rest of its law (2026-11-29) it held ecn-load-balancing's
+        h0 at one packet, where a flow's window is about one BDP of one packet and one of its 16
+        EVs read four targets behind a pinned flow's queue (docs/benchmarks.md)."""
         p = self.p
         if p is None:
             return
-        if 0 < self.last_achieved < QUICK_ADAPT_FRACTION * p.maxwnd:
-            if now - self.last_decrease >= p.base_rtt_s:  # once per base RTT: one period's measure
-                self.cwnd_bytes = max(p.mss, min(self.cwnd_bytes, float(self.last_achieved)))
-                self.last_decrease = now
-        else:
-            self.cwnd_bytes = max(p.mss, self.cwnd_bytes - nacked_bytes)
-        self.inc = 0.0
+        self.qa_ignored += nacked_bytes
+        self.qa_armed = True
+        if self._quick_adapt(now, in_flight, skip=True):
+            return
+        self.cwnd_bytes = max(p.mss, self.cwnd_bytes - nacked_bytes)
+
+    def _quick_adapt(self, now: float, in_flight: float, skip: bool) -> bool:
+        """uet-htsim's ``quick_adapt`` for a loss: True when it ran now, or when this NACK or marked
+        acknowledgement (``skip``) is of the bytes in flight at the last one (ignored); the caller
+        then leaves the window alone. Otherwise, past the end of its window, a new window starts."""
+        p = self.p
+        assert p is not None
+        if skip and self.qa_ignored < self.qa_to_ignore:
+            self.inc = 0.0
+            return True
+        if self.qa_end is None:  # the first window starts with the first signal
+            self.qa_end = now + p.base_rtt_s + p.target_s
+            return False
+        if now <= self.qa_end:
+            return False
+        ran = self.qa_armed and self.qa_achieved < QUICK_ADAPT_FRACTION * p.maxwnd
+        if ran:
+            self.cwnd_bytes = max(float(self.qa_achieved), float(p.mss))
+            self.last_decrease = now
+            self.qa_to_ignore, self.qa_ignored, self.qa_armed = in_flight, 0.0, False
+            self.inc = 0.0
+        self.qa_achieved = 0
+        self.qa_end = now + p.base_rtt_s + p.target_s
+        return ran

@@ -567,10 +567,10 @@ class MrcSender:
                 bm >>= 1
                 i += 1
         acked = self._ack(got, base, now) if got else 0
-        self.cc.on_ack(acked, rtt, ecn, now)
+        self.cc.on_ack(acked, rtt, ecn, now, len(self.recs) * self.mss)
         self._infer(ev, echo, base)
 
-    def _ack(self, got: list[int], base: int, now: float) -> int:
+    def _ack(self, got: list[int], base: int, now: float, trimmed: int = 0) -> int:
         """The PSNs in ``got`` (ascending, each with a record) have arrived: one pass per SACK over
         all of them (names bound once: the sender's hot spot). Returns the bytes acknowledged.
 
@@ -578,7 +578,8 @@ class MrcSender:
         not acknowledged, is lost. The EV of an arrival is certain for first transmissions (and for
         the echoed arrival, which the caller infers from). Ascending order is enough: a PSN sent on
         an EV before a first transmission is a smaller PSN, so it was acknowledged first if it
-        arrived at all."""
+        arrived at all. ``trimmed``: the SACK's trim bitmap (from ``base``), whose PSNs are never
+        inferred lost (:meth:`_infer`)."""
         recs, after, per_ev, acked = self.recs, self.delivered_after, self.per_ev, self.out.acked
         nbytes = 0
         latest = self.delivered_latest  # of first transmissions only: a resent PSN's copy is unknown (Karn)
@@ -604,7 +605,7 @@ class MrcSender:
                     if q[0] == psn:  # the usual case: nothing sent on the EV before it is missing
                         q.popleft()
                     else:
-                        self._infer(ev, psn, base)
+                        self._infer(ev, psn, base, trimmed)
         if n:
             acked(msn, n, now)
         self.stats.bytes_acked += nbytes
@@ -614,10 +615,16 @@ class MrcSender:
                 self._judge_suspects()
         return nbytes
 
-    def _infer(self, ev: int, arrived: int, known_from: int) -> None:
+    def _infer(self, ev: int, arrived: int, known_from: int, trimmed: int = 0) -> None:
         """PSNs sent on ``ev`` before ``arrived``: unacknowledged ones the SACK reports on, from
         ``known_from`` (its bitmap's base) for the bitmap's 64 PSNs, are lost. Outside that window
-        the SACK says nothing, so those are left to later SACKs or the timer."""
+        the SACK says nothing, so those are left to later SACKs or the timer. Nor is a PSN its trim
+        bitmap (``trimmed``, bit i: PSN ``known_from + i``) reports trimmed: congestion, whose NACK
+        is on its way or lost (a first transmission's was answered by :meth:`_trimmed_in` already;
+        a resent one's is left to its NACK or the timer). A resent PSN trimmed again had its NACK
+        overtaken by the SACK of a packet sent after it on the same EV, the two leaving the
+        receiver by NIC ports of two planes (incast on linux, seed 3: the incast receiver's port
+        queue of SACKs held the NACK; the EV was retired for an untrimmed loss that was a trim)."""
         known_to = known_from + SACK_BITMAP_BITS
         q = self.per_ev.get(ev)
         if not q:
@@ -636,7 +643,7 @@ class MrcSender:
             # lost only if its last copy left on ev before something that arrived: a trimmed PSN
             # resent on the same EV (a pinned flow) left after the packets now overtaking it
             if rec is not None and not rec.acked and rec.ev == ev and 0 <= rec.t_sent <= last \
-                    and known_from <= psn < known_to:
+                    and known_from <= psn < known_to and not (trimmed >> (psn - known_from)) & 1:
                 self.events(GapFound(qp=self.qp, psn=psn, ev=ev, behind=arrived))
                 if self.s.ev_health:
                     self.evs.retire(ev, f"untrimmed loss of PSN {psn} behind PSN {arrived}",
@@ -663,7 +670,7 @@ class MrcSender:
         self.evs.skip(ev, "trimmed packet", now)
         rec.t_sent = -1.0
         self.retx_q.appendleft(psn)
-        self.cc.on_nack(rec.length + H.DATA_OVERHEAD, now)
+        self.cc.on_nack(rec.length + H.DATA_OVERHEAD, now, len(self.recs) * self.mss)
 
     def _trimmed_in(self, base: int, bitmap: int, now: float) -> None:
         """The PSNs a SACK's trim bitmap reports (a NACK that was lost or overtaken). Only first
