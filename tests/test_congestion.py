@@ -446,3 +446,46 @@ def test_a_sender_s_nscc_line_rate_is_the_ports_up_at_both_ends():
                       iter(()))
     off.set_local_ports(0b1000)  # without port state the sender does not know: it keeps the rate
     assert off.cc.line_rate_bps == pytest.approx(4 * 8e6)
+
+
+@pytest.mark.parametrize("lost", [False, True])
+def test_a_resent_psn_trimmed_again_whose_nack_is_overtaken_is_no_untrimmed_loss(lost):
+    """A resent PSN trimmed again, its NACK overtaken by the SACK of a packet sent after it on the
+    same EV (the receiver's NIC ports of two planes: incast on linux retired an EV so). The SACK's
+    trim bitmap names the PSN: congestion, no gap, the EV stays. The bitmap cannot tell which copy
+    was trimmed (a PSN stays in it until it arrives whole), so had the resent copy vanished
+    (``lost``) the SACK reads the same: the timer resends it, and the EV, which delivered a packet
+    sent after it, is judged by its other packets (the cost of never reading a trim as a loss)."""
+    import dataclasses as dc
+
+    from transport_sim import reverse_evs
+
+    s = TransportSettings(payload_bytes=512, window_packets=48, region_bytes=1 << 17, nscc=False, probes=False)
+    tx = make_sender(1, PLAN, "h0", "h2", s, random.Random(1), iter([(0, bytes(64 * 512))]))
+    rx = MrcReceiver(1, s, reverse_evs())
+
+    def trimmed(p):
+        return dc.replace(p, flags=p.flags | H.F_TRIM, payload=b"")
+
+    sent = tx.poll(0.0, budget=8)
+    for n in rx.on_packet(trimmed(sent[0]), 0.001):  # PSN 0 trimmed: its NACK brings it back at once
+        tx.on_packet(n, 0.002)
+    again = tx.poll(0.003)
+    resent = next(p for p in again if p.psn == 0)
+    ev = resent.ev
+    later = next(p for p in again if p.ev == ev and p.psn > 0)  # sent after it on the same EV
+    out = [n for p in sent[1:] if p.ev != ev for n in rx.on_packet(p, 0.004)]
+    if not lost:
+        assert [n.op for n in rx.on_packet(trimmed(resent), 0.005)] == [H.OP_NACK]  # trimmed again; that NACK is lost
+    out += rx.on_packet(later, 0.006) + rx.poll(0.05)
+    sacks = [p for p in out if p.op == H.OP_SACK]
+    assert sacks and (lost or any(p.trim_bitmap for p in sacks))
+    for p in sacks:
+        tx.on_packet(p, 0.051)
+    assert tx.evs.evs[ev].state != "ASSUMED_BAD"  # no gap: the trim bitmap names PSN 0
+    if lost:
+        now, resends = 0.051, []
+        while not resends and now < 0.051 + 3 * tx.rtt.rto:
+            now += 0.005
+            resends = [p for p in tx.poll(now) if getattr(p, "psn", None) == 0]
+        assert resends, "the timer did not resend the vanished copy"

@@ -566,9 +566,9 @@ class MrcSender:
                     got.append(i)
                 bm >>= 1
                 i += 1
-        acked = self._ack(got, base, now) if got else 0
+        acked = self._ack(got, base, now, p.trim_bitmap) if got else 0
         self.cc.on_ack(acked, rtt, ecn, now, len(self.recs) * self.mss)
-        self._infer(ev, echo, base)
+        self._infer(ev, echo, base, p.trim_bitmap)
 
     def _ack(self, got: list[int], base: int, now: float, trimmed: int = 0) -> int:
         """The PSNs in ``got`` (ascending, each with a record) have arrived: one pass per SACK over
