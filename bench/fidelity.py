@@ -17,7 +17,8 @@ starved second (packets that left a switch port more than a frame time after the
 schedule, the latest in ms, and the largest share they were of one port's departures in a sample
 interval: experiments/analysis/fidelity.py ``LATE_SHARE_MAX`` is set from it), the drain watch's
 readings of linux's switch ports and the NIC ports from then (how many stood behind their shaper's
-schedule, of how many, and the worst in the port's frames: ``BEHIND_FRAMES_MAX``), the monitor's call
+schedule, of how many, and the most one fell further behind between two readings, in the port's
+frames: ``BEHIND_FRAMES_MAX``), the monitor's call
 (``silent``, or how many verdicts it voided and for what), and each bounded verdict's value as the
 transport made it (read as if no fault had met it: every window whole, nothing left out; a void
 verdict's own figure reads only what the faults left, 0 where they took all), marked ``*`` where it
@@ -190,7 +191,7 @@ def one(name: str, dp: str, level: Level, target: str, out: Path, seed: int = 1)
             "late": (sum(x.late for x in late), max((x.most_s for x in late), default=0.0) * 1e3,
                      max((x.late / max(1, x.sent) for x in late), default=0.0))
             if data.ports and "late" in data.ports[0] else None,
-            "behind": (len(behind), readings, max((x.behind_s / x.frame_s for x in behind), default=0.0))
+            "behind": (len(behind), readings, max((x.grew_s / x.frame_s for x in behind), default=0.0))
             if readings else None}
 
 
@@ -224,7 +225,7 @@ def table(name: str, dp: str, target: str, rows: list[dict], markdown: bool) -> 
     watched = any(r.get("late") is not None for r in rows)
     drain_head = ["late departures (worst ms; largest share of a port's in a second)"] if watched else []
     read_behind = any(r.get("behind") is not None for r in rows)
-    drain_head += ["readings behind schedule (of all; worst in frames)"] if read_behind else []
+    drain_head += ["readings behind schedule (of all; most fallen behind in frames)"] if read_behind else []
     head = ["injected wait", "seen (ms)", *drain_head, "monitor", *exps]
     body = []
     first_moved = first_called = None

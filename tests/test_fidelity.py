@@ -600,7 +600,7 @@ def test_bench_fidelity_table_names_the_first_level_that_moved_and_the_first_the
     # with the drain watch's readings (linux's switch ports, the NIC ports): a column of its own
     rows = [dict(r, behind=(n, 400, worst)) for r, (n, worst) in zip(rows, [(0, 0.0)] * 3 + [(3, 2.5), (40, 9.0)])]
     md = table("quickstart", "linux", "endpoint", rows, markdown=True)
-    assert "readings behind schedule (of all; worst in frames)" in md
+    assert "readings behind schedule (of all; most fallen behind in frames)" in md
     assert "| 4 ms (1 of 5 ms) | 0.20 | 3 of 400 (2.50) | silent | 0.8* |" in md
 
 
@@ -825,22 +825,24 @@ def test_the_qdisc_dump_is_read_in_place_from_rtnetlinks_messages():
 def test_a_port_behind_its_schedule_by_more_than_two_frames_voids_the_span_since_its_reading_before():
     """The drain watch on linux's switch ports and every host NIC port (RunData.behind_schedule,
     fidelity.faults' ``behind``): a reading a frame behind (a token bucket waiting for its frame's
-    tokens) is recorded and judged nothing; past two frames and the run's starvation limit it
-    covers the span since the port's reading before; ahead (negative) and unread (empty) readings
-    are no samples at all."""
+    tokens) is recorded and judged nothing; one that fell further behind than the port's reading
+    before by more than two frames and the run's starvation limit covers the span since; ahead
+    (negative) and unread (empty) readings are no samples, and a lag that only stands where it
+    stood (drain lost once, the rate kept since) is judged once, where it grew."""
     d = RunData(duration_s=10.0)
     d.ports = [{"t": 1.0, "switch": "t0-0-0", "port": 3, "behind_us": -500.0, "gap_us": 1000.0},
                {"t": 2.0, "switch": "t0-0-0", "port": 3, "behind_us": 1000.0, "gap_us": 1000.0},
                {"t": 3.0, "switch": "t0-0-0", "port": 3, "behind_us": "", "gap_us": 1000.0},
-               {"t": 4.0, "switch": "t0-0-0", "port": 3, "behind_us": 3000.0, "gap_us": 1000.0},
+               {"t": 4.0, "switch": "t0-0-0", "port": 3, "behind_us": 4000.0, "gap_us": 1000.0},
+               {"t": 5.0, "switch": "t0-0-0", "port": 3, "behind_us": 4100.0, "gap_us": 1000.0},
                {"t": 2.0, "switch": "t1-0-0", "port": 1}]  # bmv2's rows and lossless ports have no reading
     d.nic_ports = [{"t": 1.5, "host": "h0", "port": "h0-eth1", "behind_us": 0.0, "gap_us": 1000.0},
                    {"t": 2.5, "host": "h0", "port": "h0-eth1", "behind_us": 2500.0, "gap_us": 1000.0}]
     behind, readings = d.behind_schedule()
-    assert readings == 5
-    assert [(x.t, x.place, x.behind_s, x.span_s) for x in behind] == [
-        (2.0, "t0-0-0 port 3", 0.001, 1.0), (2.5, "h0 NIC port h0-eth1", 0.0025, 1.0),
-        (4.0, "t0-0-0 port 3", 0.003, 2.0)]
+    assert readings == 6
+    assert [(x.t, x.place, x.behind_s, x.span_s, round(x.grew_s, 6)) for x in behind] == [
+        (2.0, "t0-0-0 port 3", 0.001, 1.0, 0.001), (2.5, "h0 NIC port h0-eth1", 0.0025, 1.0, 0.0025),
+        (4.0, "t0-0-0 port 3", 0.004, 2.0, 0.003), (5.0, "t0-0-0 port 3", 0.0041, 1.0, 0.0001)]
     # the run's starvation limit is the floor: past 3 ms none of them; at the default 0.5 ms, two frames
     assert fidelity.faults([], [], behind=behind, sched_delay_max_s=0.0035) == []
     assert fidelity.faults([], [], behind=behind, behind_min_s=0.0035) == []
@@ -850,8 +852,10 @@ def test_a_port_behind_its_schedule_by_more_than_two_frames_voids_the_span_since
         (fidelity.BEHIND, "h0 NIC port h0-eth1", 1.5, 2.5, 0.0025, 0.002)]
     found = fidelity.faults([], [], behind=behind, behind_min_s=0.0)  # the switch port's [2, 4] overlaps it
     assert [(f.where, f.t0, f.t1, f.worst) for f in found] == [("h0 NIC port h0-eth1, t0-0-0 port 3", 1.5, 4.0, 0.003)]
+    # the switch port standing 4.1 ms behind at 5 s grew 0.1 ms since 4 s: nothing new after 4 s
+    assert max(f.t1 for f in found) == 4.0
     assert fidelity.faults([], [], behind=behind, behind_frames_max=3.0, behind_min_s=0.0) == []
     s = fidelity.behind_summary(behind, readings)
-    assert s == {"readings": 5, "behind": 3, "ports": 2, "worst_s": 0.003, "worst_where": "t0-0-0 port 3",
+    assert s == {"readings": 6, "behind": 4, "ports": 2, "worst_s": 0.0041, "worst_where": "t0-0-0 port 3",
                  "frame_s": 0.001}
     assert fidelity.behind_summary([], 0) == {} and fidelity.behind_summary([], 7) == {"readings": 7, "behind": 0}

@@ -142,18 +142,22 @@ class RunData:
         """The drain watch on linux's switch ports (``behind_us`` and ``gap_us`` in the port samples)
         and on the host NIC ports (:attr:`nic_ports`): every reading that stood behind its shaper's
         schedule, as :class:`~experiments.analysis.fidelity.BehindSample` rows (the span runs from
-        the port's reading before, 0 at the first), and how many readings there were."""
+        the port's reading before, 0 at the first, and what it grew by from that one's, 0 where it
+        was on or ahead), and how many readings there were."""
         out, readings = [], 0
-        last: dict[str, float] = {}
+        last: dict[str, tuple[float, float]] = {}  # place -> (its reading before: t, how far behind, s)
         rows = [(r, f"{r['switch']} port {r['port']}") for r in self.ports] + \
                [(r, f"{r['host']} NIC port {r['port']}") for r in self.nic_ports]
         for r, place in sorted(rows, key=lambda x: float(x[0]["t"])):
             if r.get("behind_us") in ("", None):
                 continue
             t, readings = float(r["t"]), readings + 1
-            span, last[place] = t - last.get(place, 0.0), t
-            if float(r["behind_us"]) > 0:
-                out.append(BehindSample(t, place, float(r["behind_us"]) / 1e6, float(r["gap_us"]) / 1e6, span))
+            behind = float(r["behind_us"]) / 1e6
+            t_before, before = last.get(place, (0.0, 0.0))
+            last[place] = (t, behind)
+            if behind > 0:
+                out.append(BehindSample(t, place, behind, float(r["gap_us"]) / 1e6, t - t_before,
+                                        behind - max(0.0, before)))
         return out, readings
 
     def port_left_out(self, counter: str, switch: str | None = None) -> int:
