@@ -45,7 +45,6 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol
 
 from mrclab.topologies.errors import RunFailed
-from pyroute2 import IPRoute
 from pyroute2 import netns as pr_netns
 
 
@@ -325,12 +324,16 @@ def steer_rx_script(intfs: list[str], rx_cpus: list[int]) -> str:
 
 
 class QdiscBacklog:
-    """Reads the queues of the qdiscs on interfaces of a local namespace over netlink (pyroute2's
-    ``IPRoute`` opened inside it): a few hundred µs a read, where ``tc -s`` forks. pyroute2 0.9's
-    ``IPRoute`` answers each thread over a socket of that thread's own, opened where that thread
-    is (a socket opened inside ``netns`` by one thread, then used by another, reads the other's
-    namespace), so one is opened inside ``netns`` per calling thread, at its first call. Raises
-    :class:`KernelError` for a namespace on another server."""
+    """Reads the queues of the qdiscs on interfaces of a local namespace over netlink, from a plain
+    NETLINK_ROUTE socket opened inside it: about 0.1 ms a read, where ``tc -s`` forks. One socket
+    per calling thread (two threads' dumps on one socket would interleave), opened inside ``netns``
+    at that thread's first call; :meth:`close` closes every thread's from any thread.
+
+    Not pyroute2's ``IPRoute``: pyroute2 0.9 keeps each thread's socket in that thread's own
+    state and its ``close`` closes only the calling thread's, so a socket the port sampler's thread
+    opened stayed open after the fabric closed its reader from the main thread, as long as that
+    thread lived. An open socket holds its namespace, and a host's namespace holds its VXLAN ports'
+    VNIs, which the next run over servers makes again. Raises :class:`KernelError` for a namespace on another server."""
 
     def __init__(self, netns: str) -> None:
         """A reader of ``netns`` (its sockets opened at each thread's first call)."""
@@ -338,24 +341,25 @@ class QdiscBacklog:
             raise KernelError(f"namespace {netns} is on {_REMOTE[netns].name}: this process cannot read it")
         self.netns = netns
         self._local = threading.local()
-        self._opened: list[IPRoute] = []
-        self._raw: list[socket.socket] = []  # each thread's plain netlink socket (:meth:`backlogs`)
+        self._lock = threading.Lock()
+        self._raw: list[socket.socket] = []  # every thread's socket, for close()
         self._index: dict[str, int] = {}
 
-    @property
-    def _ipr(self) -> IPRoute:
-        ipr = getattr(self._local, "ipr", None)
-        if ipr is None:
+    def _sock(self) -> socket.socket:
+        sock = getattr(self._local, "raw", None)
+        if sock is None:
             with inside(self.netns):
-                ipr = self._local.ipr = IPRoute()
-            self._opened.append(ipr)
-        return ipr
+                sock = self._local.raw = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
+            with self._lock:
+                self._raw.append(sock)
+        return sock
 
     def qlen(self, ifname: str, kind: str = "tbf") -> int:
         """Packets queued in ``ifname``'s qdisc of ``kind`` (0 when it has none)."""
-        for msg in self._ipr.get_qdiscs(index=self.ifindex(ifname)):
-            if msg.get_attr("TCA_KIND") == kind:
-                return int(msg.get_attr("TCA_STATS2").get_attr("TCA_STATS_QUEUE")["qlen"])
+        idx = self.ifindex(ifname)
+        for (i, _parent), (packets, _bytes) in qdisc_dump(self._sock(), qdisc_kind=kind).items():
+            if i == idx:
+                return packets
         return 0
 
     def backlogs(self) -> dict[tuple[int, int], tuple[int, int]]:
@@ -364,43 +368,46 @@ class QdiscBacklog:
         its class's handle (htb class 1:20: ``0x10020``). Bytes are each packet's length as the
         qdisc counts it (``qdisc_pkt_len``: the frame from its Ethernet header on). See
         :func:`qdisc_dump` for why this is not pyroute2's ``get_qdiscs``."""
-        sock = getattr(self._local, "raw", None)
-        if sock is None:
-            with inside(self.netns):
-                sock = self._local.raw = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, socket.NETLINK_ROUTE)
-            self._raw.append(sock)
-        return qdisc_dump(sock)
+        return qdisc_dump(self._sock())
 
     def ifindex(self, ifname: str) -> int:
-        """``ifname``'s index in the namespace (looked up once)."""
+        """``ifname``'s index in the namespace (looked up once). Raises :class:`KernelError` for
+        an interface the namespace has not."""
         idx = self._index.get(ifname)
         if idx is None:
-            idx = self._index[ifname] = self._ipr.link_lookup(ifname=ifname)[0]
+            with inside(self.netns):
+                try:
+                    idx = socket.if_nametoindex(ifname)
+                except OSError as e:
+                    raise KernelError(f"no interface {ifname} in namespace {self.netns} ({e.strerror or e})") from None
+            self._index[ifname] = idx
         return idx
 
     def close(self) -> None:
-        """Close every thread's netlink socket."""
-        for ipr in self._opened + self._raw:
-            with contextlib.suppress(Exception):
-                ipr.close()
-        self._opened, self._raw = [], []
+        """Close every thread's netlink socket (the namespace is no longer held by this reader)."""
+        with self._lock:
+            socks, self._raw = self._raw, []
+        for sock in socks:
+            with contextlib.suppress(OSError):
+                sock.close()
         self._local = threading.local()
 
 
 #: rtnetlink's numbers (linux/netlink.h, linux/rtnetlink.h, linux/gen_stats.h, linux/pkt_sched.h)
 _RTM_GETQDISC, _RTM_NEWQDISC, _NLMSG_DONE, _NLMSG_ERROR = 38, 36, 3, 2
 _NLM_F_REQUEST, _NLM_F_DUMP = 0x1, 0x300
-_TCA_STATS2, _TCA_STATS_QUEUE = 7, 3
+_TCA_KIND, _TCA_STATS2, _TCA_STATS_QUEUE = 1, 7, 3
 _NLMSG = struct.Struct("=IHHII")  # nlmsghdr: length, type, flags, sequence, port id
 _TCMSG = struct.Struct("=BxxxiIII")  # tcmsg: family, ifindex, handle, parent, info
 _NLA = struct.Struct("=HH")  # nlattr: length, type
 _QUEUE = struct.Struct("=II")  # gnet_stats_queue's first fields: qlen, backlog (bytes)
 
 
-def qdisc_dump(sock: socket.socket) -> dict[tuple[int, int], tuple[int, int]]:
+def qdisc_dump(sock: socket.socket, qdisc_kind: str | None = None) -> dict[tuple[int, int], tuple[int, int]]:
     """Every qdisc's queue in the namespace of netlink socket ``sock`` (NETLINK_ROUTE, opened
     there): (ifindex, parent) -> (packets, bytes), from one RTM_GETQDISC dump, read in place: the
     tcmsg header and, of its attributes, TCA_STATS2's TCA_STATS_QUEUE (struct gnet_stats_queue).
+    ``qdisc_kind`` (e.g. ``"tbf"``, TCA_KIND) keeps only the qdiscs of that kind.
 
     Not pyroute2's ``IPRoute.get_qdiscs``: the drain watch holds a queue read against a map read
     taken right after it, and pyroute2 0.9 took 1.7-5.2 ms a dump here (its asyncio core), its
@@ -425,10 +432,23 @@ def qdisc_dump(sock: socket.socket) -> dict[tuple[int, int], tuple[int, int]]:
                     raise OSError(err, f"netlink refused the qdisc dump ({os.strerror(err)})")
                 if kind == _RTM_NEWQDISC:
                     _fam, ifindex, _handle, parent, _info = _TCMSG.unpack_from(buf, off + _NLMSG.size)
-                    q = _stats_queue(buf, off + _NLMSG.size + _TCMSG.size, off + length)
-                    if q is not None:
+                    attrs = off + _NLMSG.size + _TCMSG.size
+                    q = _stats_queue(buf, attrs, off + length)
+                    if q is not None and (qdisc_kind is None or _kind(buf, attrs, off + length) == qdisc_kind):
                         out[(ifindex, parent)] = q
             off += (length + 3) & ~3
+
+
+def _kind(buf: bytes, off: int, end: int) -> str | None:
+    """The qdisc's kind (TCA_KIND, a NUL-ended string) among the attributes in ``buf[off:end]``."""
+    while off + _NLA.size <= end:
+        length, kind = _NLA.unpack_from(buf, off)
+        if length < _NLA.size:
+            return None
+        if kind & 0x3FFF == _TCA_KIND:
+            return bytes(buf[off + _NLA.size:off + length]).split(b"\0", 1)[0].decode("ascii", "replace")
+        off += (length + 3) & ~3
+    return None
 
 
 def _stats_queue(buf: bytes, off: int, end: int) -> tuple[int, int] | None:
@@ -472,6 +492,20 @@ def _batch(argv: list[str], lines: list[str]) -> None:
         raise KernelError(f"{' '.join(argv[:3])}{_on(argv[2])}: {said[0] if said else f'exit {r.returncode}'}")
 
 
+def delete_links(remote: Remote | None, links: list[tuple[str, str]]) -> None:
+    """Delete each (namespace, interface) of ``links`` on ``remote`` (None: this machine), in one
+    shell there (``ip -n NS link del DEV`` each; one fork of a shell, not one ssh session per port).
+    A namespace or an interface already gone is no error. Raises :class:`KernelError` when the
+    shell itself fails."""
+    if not links:
+        return
+    script = "".join(f"ip -n {shlex.quote(ns)} link del {shlex.quote(dev)} 2>/dev/null\n" for ns, dev in links)
+    r = _run_on(remote, ["sh", "-s"], script + "exit 0\n")
+    if r.returncode != 0:
+        where = f" on {remote.name}" if remote is not None else ""
+        raise KernelError(f"deleting {len(links)} links{where}: {r.stderr.strip() or f'exit {r.returncode}'}")
+
+
 def underlay_batch(remote: Remote | None, lines: list[str]) -> None:
     """``ip -batch -`` in the own namespace of ``remote`` (None: this process's): the underlay
     where tunnels between servers are made. Raises :class:`KernelError` with iproute2's first error."""
@@ -481,7 +515,10 @@ def underlay_batch(remote: Remote | None, lines: list[str]) -> None:
     if r.returncode != 0:
         said = r.stderr.strip().splitlines()
         where = f" on {remote.name}" if remote is not None else ""
-        raise KernelError(f"ip -batch{where}: {said[0] if said else f'exit {r.returncode}'}")
+        first = said[0] if said else f"exit {r.returncode}"
+        if "VNI already exists" in first:  # an earlier run's port, in a namespace not yet freed
+            first += " (an earlier run's VXLAN port is still there: `mrclab clean` removes it)"
+        raise KernelError(f"ip -batch{where}: {first}")
 
 
 def configure_many(items: list[tuple[str, list[str], list[str]]],

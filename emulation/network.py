@@ -151,6 +151,7 @@ class Emulation:
         self.ssh = ssh
         #: server -> how commands reach it; this machine's source address towards it
         self.remotes: dict[Server, OnServer] = {}
+        self._tunnel_ports: dict[Server | None, list[tuple[str, str]]] = {}  # where -> (netns, VXLAN port)
         self.local_ip: dict[Server, str] = {}
         self.server_ip: dict[Server, str] = {}
         #: (node, peer) -> whether node's end of that link was last set up (:meth:`set_iface`)
@@ -272,6 +273,7 @@ class Emulation:
                     far = self.server_ip[there] if there is not None else self.local_ip[here]  # type: ignore[index]
                     tunnels.setdefault(here, []).extend(vxlan_lines(name, mac, vni, far,
                                                                     net[a if name == na else b].pid))
+                    self._tunnel_ports.setdefault(here, []).append((netns_name(a if name == na else b), name))
             elif sa is not None:  # both ends on one server: a veth pair, in that server's batch too
                 tunnels.setdefault(sa, []).append(veth_line(na, maca, net[a].pid, nb, macb, net[b].pid))
             links.append((a, b, pa, pb, na, nb, maca, macb, sa is not None or sb is not None))
@@ -433,6 +435,7 @@ class Emulation:
             for sw in net.switches:  # those on servers go with their namespaces, below
                 if isinstance(sw, Bmv2Switch) and not isinstance(sw, RemoteBmv2Switch):
                     sw.kill()
+        self._remove_tunnel_ports()
         state, self.state = self.state, None
         if state is not None:
             failed = cleanup_run(state, self.ssh)
@@ -449,6 +452,24 @@ class Emulation:
                     node.shell = None  # the namespaces are gone: nothing left to talk to
                 except Exception:
                     pass
+
+    def _remove_tunnel_ports(self) -> None:
+        """Delete every VXLAN port this emulation made, before its namespaces go. A VXLAN port's
+        VNI is held in the underlay namespace (the one its batch ran in) until the port is gone, and
+        a namespace's ports go only when the kernel frees the namespace: in its own time, and never
+        while anything still holds it. The next run's ports, with the same VNIs, then met "A VXLAN
+        device with the specified VNI already exists" (CI, runs over servers one after another).
+        Deleted here, the VNIs are free when :meth:`stop` returns. A port already gone is no error;
+        a server that does not answer is left to :func:`cleanup_run`."""
+        ports, self._tunnel_ports = self._tunnel_ports, {}
+        for server, items in ports.items():
+            remote = self.remotes.get(server) if server is not None else None
+            if server is not None and remote is None:
+                continue
+            try:
+                kernel.delete_links(remote, items)
+            except Exception as e:  # cleanup goes on: the namespaces below take the ports with them
+                self.progress(f"could not delete the VXLAN ports{f' on {server.name}' if server else ''}: {e}")
 
     # ---- access ----------------------------------------------------------------------------------
     @property

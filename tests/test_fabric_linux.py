@@ -163,3 +163,78 @@ def test_a_thread_entering_a_namespace_comes_back_to_its_own_whatever_other_thre
     finally:
         for n in names:
             subprocess.run(["ip", "netns", "del", n], check=False)
+
+
+def test_a_netlink_reader_closed_from_another_thread_lets_its_namespace_go(tmp_path):
+    """A reader opened by one thread (the port sampler's) and closed by another (the fabric's
+    stop) holds no socket in the namespace after: the namespace goes with its name, and its
+    VXLAN port's VNI is free for the next run at once. pyroute2 0.9's IPRoute closed only the
+    calling thread's socket: the opener's stayed open as long as that thread lived, and held the
+    namespace with its VXLAN port and VNI."""
+    import os
+    import threading
+    import time
+
+    from mrclab.emulation import kernel
+
+    ns, vni = f"mrclabtst{os.getpid()}v", 4000 + os.getpid() % 1000
+    vxlan = ["type", "vxlan", "id", str(vni), "remote", "198.18.255.1", "dstport", "4789"]
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    done, t = threading.Event(), threading.Thread()
+    try:
+        subprocess.run(["ip", "link", "add", "mrclabvx0", "netns", ns, *vxlan], check=True)
+        subprocess.run(["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", "mrclabvx0", "root", "tbf",
+                        "rate", "1mbit", "burst", "5k", "latency", "10ms"], check=True)
+        nl = kernel.QdiscBacklog(ns)
+        got: list = []
+
+        def sample() -> None:  # the port sampler: reads, then lives on past the reader's close
+            got.append((nl.ifindex("mrclabvx0"), nl.backlogs(), nl.qlen("mrclabvx0", "tbf"),
+                        nl.qlen("mrclabvx0", "htb")))
+            done.wait(10)
+
+        t = threading.Thread(target=sample)
+        t.start()
+        try:
+            while not got and t.is_alive():
+                time.sleep(0.01)
+            idx, queued, tbf, htb = got[0]
+            assert queued[(idx, kernel.TC_H_ROOT)] == (0, 0) and tbf == htb == 0
+            nl.close()  # from this thread, the opener still alive
+        finally:
+            subprocess.run(["ip", "netns", "del", ns], check=False)
+        deadline, err = time.monotonic() + 5.0, ""
+        while time.monotonic() < deadline:  # a namespace's devices go in the kernel's cleanup, soon after
+            r = subprocess.run(["ip", "link", "add", "mrclabvx1", *vxlan], capture_output=True, text=True)
+            if r.returncode == 0:
+                subprocess.run(["ip", "link", "del", "mrclabvx1"], check=False)
+                break
+            err = r.stderr.strip()
+            time.sleep(0.1)
+        else:
+            pytest.fail(f"the VNI stayed taken 5 s after its namespace was deleted: {err}")
+    finally:
+        done.set()
+        if t.is_alive():
+            t.join()
+        subprocess.run(["ip", "netns", "del", ns], check=False, capture_output=True)
+
+
+def test_delete_links_removes_each_port_and_passes_over_what_is_gone():
+    """kernel.delete_links (a run's VXLAN ports at stop): each named port goes; a port or a
+    namespace already gone is no error."""
+    import os
+
+    from mrclab.emulation import kernel
+
+    ns = f"mrclabtst{os.getpid()}d"
+    subprocess.run(["ip", "netns", "add", ns], check=True)
+    try:
+        subprocess.run(["ip", "-n", ns, "link", "add", "dl0", "type", "veth", "peer", "name", "dl1"], check=True)
+        subprocess.run(["ip", "-n", ns, "link", "add", "dl2", "type", "veth", "peer", "name", "dl3"], check=True)
+        kernel.delete_links(None, [(ns, "dl0"), (ns, "nosuch"), (f"{ns}gone", "dl2")])
+        left = subprocess.run(["ip", "-n", ns, "-o", "link", "show"], capture_output=True, text=True).stdout
+        assert "dl0" not in left and "dl1" not in left  # the pair went with its end
+        assert "dl2" in left  # not named in its own namespace: untouched
+    finally:
+        subprocess.run(["ip", "netns", "del", ns], check=False)
