@@ -113,6 +113,7 @@ def _judged(found, metric, args, d=None):
 
     d = d or RunData(duration_s=24.0, first_fault_s=8.0, traffic_start_s=0.0)
     d.fidelity_windows = [(f.t0, f.t1) for f in found]
+    d.retire_windows = [(f.t0, f.t1) for f in found if f.retires]  # as the runner sets them
     return judge(d, metric, args, found)
 
 
@@ -130,7 +131,7 @@ def test_run_long_counts_leave_out_what_happened_in_a_fault_and_say_how_many():
     """evs_retired over the run: a retirement inside a fault's reach is left out (and counted), the
     rest decide: a broken transport that retires EVs all run long still FAILs beside one starved
     sample; a reported figure is never void either."""
-    starved = [fidelity.FidelityFault("CPU starvation", "endpoint h0", 3.0, 3.25, 0.009, 0.002)]
+    starved = [fidelity.FidelityFault("CPU starvation", "switch t1-0-0", 3.0, 3.25, 0.009, 0.002)]
     d = RunData(duration_s=24.0, first_fault_s=8.0, traffic_start_s=0.0)
     d.events = [{"kind": "ev_state", "t": t, "host": "h0", "qp": 1, "ev": ev, "new": "ASSUMED_BAD"}
                 for t, ev in ((3.5, 1), (12.0, 2), (13.0, 3), (14.0, 4))]
@@ -151,7 +152,7 @@ def test_a_retirement_is_left_out_only_when_a_fault_met_the_span_since_its_packe
     inside the fault is left out; one without ``age_s`` answers the last RETIRE_CAUSE_S."""
     from mrclab.experiments.analysis.metrics import RETIRE_CAUSE_S
 
-    starved = [fidelity.FidelityFault("CPU starvation", "endpoint h0", 7.0, 7.25, 0.0006, 0.0005)]
+    starved = [fidelity.FidelityFault("CPU starvation", "switch t1-0-0", 7.0, 7.25, 0.0006, 0.0005)]
     d = RunData(duration_s=24.0, first_fault_s=8.0, traffic_start_s=0.0)
     d.events = [{"kind": "ev_state", "t": 8.05, "host": "h0", "qp": 1, "ev": ev, "new": "ASSUMED_BAD", "age_s": 0.04}
                 for ev in (1, 2)]
@@ -273,11 +274,49 @@ def test_the_kernels_softirq_threads_are_watched_as_the_fabrics_forwarding():
     assert not found or len(found) == os.cpu_count(), found
 
 
+def test_a_retirement_is_left_out_only_for_a_fault_that_could_have_lost_its_packet_or_held_it_past_its_timer():
+    """t0-down with port_state off (linux, 2026-12-03): its 6 EVs through the dead T0 timed out at
+    the switch's death, the claim that FAILs without port_state (evs_retired max 0), and were left
+    out for h0's NIC ports standing 4.8 ms behind their schedule beside them (1.2 ms frames): the
+    run passed with the mechanism off. A delay shorter than the timer's floor (28 ms there) times
+    nothing out and reorders nothing on a FIFO path: such a fault voids the windows it meets, and
+    leaves retirements counted. A port held past the floor, a starved switch (a forwarder held back
+    overflows queues no watch counts) and the watches of loss, reordering, held packets and late
+    timers leave them out; an endpoint's starvation never does (its timers are the late-timers
+    watch's)."""
+    timer = 0.028
+    behind = [fidelity.BehindSample(5.626, "h0 NIC port h0-eth1", 0.0048, 0.00118, 1.04, 0.0048)]
+    found = fidelity.faults([], [], behind=behind, timer_s=timer)
+    assert [(f.invariant, f.retires) for f in found] == [(fidelity.BEHIND, False)]
+    d = RunData(duration_s=14.0, first_fault_s=4.7, traffic_start_s=0.0)
+    d.events = [{"kind": "ev_state", "t": 4.78 + i / 100, "host": "h0", "qp": 1, "ev": i, "new": "ASSUMED_BAD",
+                 "age_s": 0.06} for i in range(6)]
+    v = _judged(found, "evs_retired", {"max": 0}, d)
+    assert (v["value"], v["passed"], v["void"], v.get("left_out")) == (6, False, None, None), v
+    assert _judged(found, "goodput_ratio", {"window": [4.7, 5.7], "baseline": [1, 4], "min": 0.6}, d)["void"]
+    held = [fidelity.BehindSample(5.626, "h0 NIC port h0-eth1", 0.030, 0.00118, 1.04, 0.030)]
+    found = fidelity.faults([], [], behind=held, timer_s=timer)
+    assert found[0].retires
+    v = _judged(found, "evs_retired", {"max": 0}, d)
+    assert (v["value"], v["whole"], v["passed"]) == (0, 6, True), v
+    assert _judged([], "evs_retired", {"max": 0}, d)["passed"] is False
+    late = [fidelity.LateInterval(5.6, "t0-1-0 port 3", 40, 0.005, 0.00118, 1.0, 100),
+            fidelity.LateInterval(5.6, "t0-2-0 port 3", 40, 0.030, 0.00118, 1.0, 100)]
+    assert [f.retires for f in fidelity.faults([], [], late=late[:1], timer_s=timer)] == [False]
+    assert [f.retires for f in fidelity.faults([], [], late=late, timer_s=timer)] == [True]  # merged: either
+    cpu = [(5.0, "endpoint h0", 0.004, 0.6, 0.25), (9.0, "switch t1-0-0", 0.004, 0.6, 0.25),
+           (11.0, "kernel ksoftirqd/0", 0.004, 0.6, 0.25)]
+    assert [(f.where, f.retires) for f in fidelity.faults(cpu, [], timer_s=timer)] == \
+        [("endpoint h0", False), ("switch t1-0-0", True), ("kernel ksoftirqd/0", True)]
+    assert all(f.retires for f in fidelity.faults([], [(5.0, "h0", 0.05)], loop_gap_max_s=timer, timer_s=timer))
+    assert fidelity.faults(cpu, [])[0].retires  # no timer given: every fault could, as before
+
+
 def test_a_count_bounded_below_is_void_only_where_what_met_its_bound_fell_inside_a_fault():
-    """evs_retired(after=8, within_s=1, min=1): the dead path's EV retired inside a starved stretch
-    is left out, and what is left (0) is under the bound while the whole count (1) is not: void,
+    """evs_retired(after=8, within_s=1, min=1): the dead path's EV retired inside a switch's starved
+    stretch is left out, and what is left (0) is under the bound while the whole count (1) is not: void,
     not FAIL. With no retirement at all it FAILs whatever the machine did."""
-    f = [fidelity.FidelityFault("CPU starvation", "endpoint h0", 8.0, 8.25, 0.009, 0.002)]
+    f = [fidelity.FidelityFault("CPU starvation", "switch t1-0-0", 8.0, 8.25, 0.009, 0.002)]
     d = RunData(duration_s=24.0, first_fault_s=8.0, traffic_start_s=0.0)
     d.events = [{"kind": "ev_state", "t": 8.2, "host": "h0", "qp": 1, "ev": 5, "new": "ASSUMED_BAD"}]
     v = _judged(f, "evs_retired", {"after": 8, "within_s": 1.0, "min": 1}, d)

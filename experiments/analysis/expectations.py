@@ -23,7 +23,7 @@ from mrclab.experiments.analysis.metrics import (
     baseline_window,
     describe_retirements,
     ev_share,
-    in_fidelity_fault,
+    in_retire_fault,
     kept_mean,
     kept_share,
     recovery_time_s,
@@ -34,7 +34,7 @@ from mrclab.experiments.analysis.metrics import (
     stalls,
     worst_qp_ratio,
 )
-from mrclab.experiments.model.claims import LEAVES_OUT, MEANS, NEVER_VOID, RAISED_ONLY
+from mrclab.experiments.model.claims import LEAVES_OUT, MEANS, NEVER_VOID, RAISED_ONLY, RETIREMENTS
 
 
 @dataclass(frozen=True)
@@ -76,7 +76,7 @@ def _evs_retired(d: RunData, a: dict) -> Counted:
     after = a.get("after", d.first_fault_s or 0.0) if "after" in a or "within_s" in a else 0.0
     within = a.get("within_s", d.duration_s)
     seen = retired(d, after, within)
-    kept = [e for e in seen if not in_fidelity_fault(d, e["t"], retire_cause_s(e))]
+    kept = [e for e in seen if not in_retire_fault(d, e["t"], retire_cause_s(e))]
     evs = {(e.get("host"), e.get("qp"), e.get("ev")) for e in kept}
     every = {(e.get("host"), e.get("qp"), e.get("ev")) for e in seen}
     return Counted(float(len(evs)), float(len(every)), len(every - evs), "retired EVs", describe_retirements(kept, d=d))
@@ -238,7 +238,8 @@ def judge(d: RunData, metric: str, args: dict, found: list) -> dict:
     v, ok, bound, counted = _evaluate(d, metric, args)
     if counted is not None and ok is False and _within(counted.whole, args.get("min"), args.get("max")):
         # the faults that reach what it left out: up to RETIRE_CAUSE_S before its window
-        broke = fidelity.overlapping([(lo - RETIRE_CAUSE_S, hi) for lo, hi in windows(d, metric, args)], found)
+        broke = fidelity.overlapping([(lo - RETIRE_CAUSE_S, hi) for lo, hi in windows(d, metric, args)],
+                                     [f for f in found if f.retires or metric not in RETIREMENTS])
     elif metric in NEVER_VOID or metric in LEAVES_OUT or ok is None or (metric == "iterations" and ok):
         # (a lapse of the machine can only slow a collective: one that finished enough did)
         broke = []

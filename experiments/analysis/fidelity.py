@@ -271,6 +271,11 @@ class FidelityFault:
     limit: float
     #: ``worst`` and ``limit``'s unit as :meth:`describe` writes it after the number
     unit: str = "s"
+    #: whether the fault could have lost a packet, or held one past its retransmission timer, so
+    #: that an EV retired inside it may be the machine's doing (:func:`faults` ``timer_s``): a delay
+    #: shorter than the timer's floor times nothing out, and reorders nothing on a FIFO path, so a
+    #: retirement beside it is the transport's (or the scenario's failure's)
+    retires: bool = True
 
     def describe(self) -> str:
         """``<invariant>, <where>, <how long>`` as a void verdict says it (at most
@@ -282,7 +287,7 @@ class FidelityFault:
     def as_dict(self) -> dict:
         """The fault as metrics.json records it (times rounded to ms)."""
         return {"invariant": self.invariant, "where": self.where, "t0": round(self.t0, 3), "t1": round(self.t1, 3),
-                "worst": self.worst, "limit": self.limit}
+                "worst": self.worst, "limit": self.limit, "retires": self.retires}
 
 
 #: The invariant of packets lost outside the model, and where the kernel's backlog drops are.
@@ -362,7 +367,7 @@ def faults(cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[f
            late: Sequence[LateInterval] = (),
            late_share_max: float = LATE_SHARE_MAX, late_min: int = LATE_MIN,
            behind: Sequence[BehindSample] = (), behind_frames_max: float = BEHIND_FRAMES_MAX,
-           behind_min_s: float | None = None) -> list[FidelityFault]:
+           behind_min_s: float | None = None, timer_s: float = 0.0) -> list[FidelityFault]:
     """The fidelity faults of a run: from the monitor's CPU samples ``(t, label, scheduling delay
     per run (s), waited share of the interval, interval s)``, each covering the interval before
     ``t`` (a starved sample's fault is the whole of it: the monitor cannot say when in it the
@@ -381,11 +386,24 @@ def faults(cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[f
     ``behind_min_s`` (None: the starvation limit ``sched_delay_max_s``) covers the span since.
     Intervals of one invariant that overlap, or
     are less than half a sample period apart (the samples' own jitter), merge (their ``where``
-    lists every place)."""
+    lists every place).
+
+    Each fault says whether it ``retires``: could have lost a packet or held one past its
+    retransmission timer, whose floor is ``timer_s`` (the run's: :func:`loop_gap_limit`; 0: every
+    fault could). Packets lost outside the model, paths reordered, held packets and late timers
+    could, by what they are; so could a starved switch or softirq thread (a forwarder held back
+    can overflow queues no watch counts: BMv2's input buffers); a drain watch's port only where
+    the delay it measured (how far its queue stood behind, or the latest departure) reached
+    ``timer_s``; an endpoint's starvation never (its timers are the late-timers watch's, and what
+    it read late the held-packets watch times). A port 5 ms behind on a path whose timer waits 28
+    ms past its round trip times nothing out: t0-down with port_state off, whose EVs through the
+    dead T0 time out as that claim says they must, read 0 retirements where such a reading beside
+    the fault's moment had them left out."""
     raw: list[FidelityFault] = []
     for t, label, delay, waited, span in cpu:
         if delay > sched_delay_max_s and waited >= min_wait:
-            raw.append(FidelityFault("CPU starvation", label, t - max(span, period_s), t, delay, sched_delay_max_s))
+            raw.append(FidelityFault("CPU starvation", label, t - max(span, period_s), t, delay, sched_delay_max_s,
+                                     retires=timer_s <= 0 or not label.startswith("endpoint ")))
     for t, host, gap in gaps:
         if gap > loop_gap_max_s:
             raw.append(FidelityFault("late timers", f"endpoint {host}", t - max(gap, gap_period_s), t, gap,
@@ -402,12 +420,14 @@ def faults(cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[f
     for x in map(LateInterval._make, late):  # plain tuples too
         share = x.late / max(1, x.sent)
         if x.late >= late_min and share > late_share_max:
-            raw.append(FidelityFault(LATE, x.place, x.t - x.span_s, x.t, round(share, 3), late_share_max, ""))
+            raw.append(FidelityFault(LATE, x.place, x.t - x.span_s, x.t, round(share, 3), late_share_max, "",
+                                     retires=x.most_s >= timer_s))
     floor = sched_delay_max_s if behind_min_s is None else behind_min_s
     for b in map(BehindSample._make, behind):
         limit = max(behind_frames_max * b.frame_s, floor)
         if b.grew_s > limit:
-            raw.append(FidelityFault(BEHIND, b.place, b.t - b.span_s, b.t, round(b.grew_s, 6), round(limit, 6)))
+            raw.append(FidelityFault(BEHIND, b.place, b.t - b.span_s, b.t, round(b.grew_s, 6), round(limit, 6),
+                                     retires=b.behind_s >= timer_s))
     merged: list[FidelityFault] = []
     for f in sorted(raw, key=lambda f: (f.invariant, f.t0)):
         last = merged[-1] if merged else None
@@ -415,7 +435,8 @@ def faults(cpu: list[tuple[float, str, float, float, float]], gaps: list[tuple[f
             wheres = last.where.split(", ")
             where = ", ".join(wheres + ([f.where] if f.where not in wheres else []))
             worst = last.worst + f.worst if f.invariant in COUNTED else max(last.worst, f.worst)  # packets add up
-            merged[-1] = FidelityFault(f.invariant, where, last.t0, max(last.t1, f.t1), worst, f.limit, f.unit)
+            merged[-1] = FidelityFault(f.invariant, where, last.t0, max(last.t1, f.t1), worst, f.limit, f.unit,
+                                       last.retires or f.retires)
         else:
             merged.append(f)
     return sorted(merged, key=lambda f: f.t0)

@@ -84,6 +84,10 @@ class RunData:
     #: [t0, t1] (s) of every fidelity fault of the run (experiments/analysis/fidelity.py): the run-long counts
     #: leave out what happened inside them (experiments/analysis/expectations.py ``LEAVES_OUT``)
     fidelity_windows: list[tuple[float, float]] = field(default_factory=list)
+    #: [t0, t1] (s) of the fidelity faults that could have lost a packet or held one past its timer
+    #: (:attr:`~experiments.analysis.fidelity.FidelityFault.retires`): the only ones a retirement is
+    #: left out for; None: every fidelity fault's
+    retire_windows: list[tuple[float, float]] | None = None
 
     def mct_percentiles(self, host: str | None = None) -> dict[str, float]:
         """p50 / p99 / p99.9 message completion time (s), of ``host``'s QPs if given ({} if none)."""
@@ -416,3 +420,11 @@ def describe_retirements(events: list[dict], shown: int = 3, d: RunData | None =
 def in_fidelity_fault(d: RunData, t: float, before_s: float = 0.0) -> bool:
     """Whether [t - before_s, t] (s) meets one of the run's fidelity faults (``fidelity_windows``)."""
     return any(f0 <= t and f1 >= t - before_s for f0, f1 in d.fidelity_windows)
+
+
+def in_retire_fault(d: RunData, t: float, before_s: float = 0.0) -> bool:
+    """Whether [t - before_s, t] (s) meets one of the run's fidelity faults that could have lost a
+    packet or held one past its timer (``retire_windows``; every fault's where the run does not
+    say): a retirement there may be the machine's."""
+    spans = d.fidelity_windows if d.retire_windows is None else d.retire_windows
+    return any(f0 <= t and f1 >= t - before_s for f0, f1 in spans)

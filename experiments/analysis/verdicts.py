@@ -15,7 +15,7 @@ from mrclab.experiments.analysis.metrics import (
     RETIRE_CAUSE_S,
     RunData,
     baseline_window,
-    in_fidelity_fault,
+    in_retire_fault,
     kept_mean,
     retire_cause_s,
     kept_spans,
@@ -69,7 +69,7 @@ def false_retirement_events(d: RunData) -> tuple[list[dict], int]:
         t = e["t"]
         if _timeline(d).path_failed(_path(d, e["host"], e["peer"], e["ev"]), t - RETIRE_GRACE_S, t):
             continue
-        if in_fidelity_fault(d, t, retire_cause_s(e)):
+        if in_retire_fault(d, t, retire_cause_s(e)):
             left_out += 1
         else:
             counted.append(e)

@@ -408,7 +408,7 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
     behind, readings = data.behind_schedule()
     found = fidelity.faults(data.run_delays, data.loop_gaps, loop_gap_max_s=gap_limit, held=held,
                             sched_delay_max_s=delay_limit, lost=data.kernel_drops, reordered=data.reordered,
-                            late=late, behind=behind)
+                            late=late, behind=behind, timer_s=gap_limit)
     fidelity.write_csv(out / "fidelity.csv", data.run_delays, data.loop_gaps, gap_limit, held, delay_limit,
                        data.kernel_drops, data.reordered, data.stolen, late, behind)
     faults = [{"t": f["t"], "label": f["label"]} for f in fault_log] + \
@@ -446,6 +446,7 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
             w.writeheader()
             w.writerows(rows)
     data.fidelity_windows = [(f.t0, f.t1) for f in found]
+    data.retire_windows = [(f.t0, f.t1) for f in found if f.retires]
     if coll is not None and found:  # the pace of the iterations the machine left alone, and how much that was
         assert isinstance(data.collective, CollectiveRun)
         kept, _ = collectives.kept_iterations(data, data.collective)
