@@ -10,7 +10,7 @@ import pytest
 from channel import Channel
 from mrclab.bench import nscc as bench_nscc
 from mrclab.protocol import headers as H
-from mrclab.traffic.cc import DELAY_EWMA, GAMMA, REF_BDP_BYTES, FixedWindow, Nscc
+from mrclab.traffic.cc import DELAY_EWMA, GAMMA, REF_BDP_BYTES, REF_MSS_BYTES, FixedWindow, Nscc
 from mrclab.traffic.dcqcn import F_STAGES, PACER_HORIZON_S, RAI_FRACTION, Dcqcn, G, Pacer
 from mrclab.traffic.receiver import MrcReceiver
 from mrclab.traffic.sender import make_sender
@@ -47,8 +47,11 @@ def test_nscc_parameters_scale_with_the_fabric_as_uet_htsim_does():
     assert p.bdp_bytes == pytest.approx(bdp) and p.maxwnd == pytest.approx(1.5 * bdp)
     assert p.target_s == pytest.approx(0.75 * BASE)
     a, b = bdp / REF_BDP_BYTES, 0.75  # b: the target over the fabric's own base RTT
-    assert p.alpha == pytest.approx(4 * MSS * a * b / (0.75 * BASE))
-    assert p.fi == pytest.approx(5 * MSS * a) and p.eta == pytest.approx(0.15 * MSS * a)
+    # the gains' MSS is the reference's 4 KiB, not the lab's frame: a fair increase is the same share
+    # of a BDP per RTT as in the reference network (5 x 4096 / 150,000: 14%), at any frame size
+    assert p.alpha == pytest.approx(4 * REF_MSS_BYTES * a * b / (0.75 * BASE))
+    assert p.fi == pytest.approx(5 * REF_MSS_BYTES * a) and p.eta == pytest.approx(0.15 * REF_MSS_BYTES * a)
+    assert p.fi / p.bdp_bytes == pytest.approx(5 * 4096 / 150_000) and MSS < REF_MSS_BYTES
 
 
 def test_nscc_proportional_increase_below_the_target_delay():

@@ -31,7 +31,13 @@ a delay over four targets: not here, see :meth:`Nscc.on_nack`.)
 Parameters scale with the fabric as in uet-htsim: reference network 100 Gb/s x 12 us (a BDP of
 150,000 bytes); ``a = BDP / reference BDP``, ``b = target / reference RTT``; ``alpha = 4 MSS a b /
 target``, ``fi = 5 MSS a``, ``eta = 0.15 MSS a``, ``gamma = 0.8``; ``maxwnd = 1.5 BDP``, min window
-1 MSS. An emulated fabric runs about 1000x slower than the reference one (its RTT is milliseconds),
+1 MSS. The MSS in the gains is the reference's 4 KiB (uet-htsim ``UecSrc::_mss``, the paper's frames),
+whatever the lab's frames: a fair increase is then 5 x 4096 / 150,000 = 14% of a BDP per RTT, as in
+the reference network, where the lab's 1 KiB frames would make it 3.4% and every recovery from a
+cut four times as long in RTTs (t1-blackhole on linux: QPs cut to a tenth of their window by a trim
+burst regrew over 3 s, a slowest QP at 0.41 of the mean against its 0.5 bound). The lab's frames
+stand in for the paper's: its BDPs, thresholds and windows are read in packets.
+An emulated fabric runs about 1000x slower than the reference one (its RTT is milliseconds),
 so time is measured in its own base RTTs: ``b`` takes the base RTT as the reference RTT (ours; with
 12 us, ``b`` would be ~1000 and the proportional increase 1000x too steep per RTT). Sizes keep
 uet-htsim's scaling: a BDP of a few dozen packets gives ``a`` of a few tenths.
@@ -54,6 +60,8 @@ from dataclasses import dataclass
 REF_BDP_BYTES = 100e9 / 8 * 12e-6
 DELAY_EWMA = 0.0125
 GAMMA = 0.8
+#: The MSS NSCC's gains are scaled with (bytes): uet-htsim's ``UecSrc::_mss``, the paper's 4 KiB frames
+REF_MSS_BYTES = 4096
 #: quick adapt when less than this share of maxwnd got through in a window (uet-htsim ``_qa_gate`` 3: maxwnd >> 3)
 QUICK_ADAPT_FRACTION = 1 / 8
 
@@ -97,18 +105,18 @@ class NsccParams:
 
     @property
     def alpha(self) -> float:
-        """The proportional increase's gain, ``4 MSS a b / target``."""
-        return 4 * self.mss * self.a * self.b / self.target_s
+        """The proportional increase's gain, ``4 MSS a b / target`` (MSS: :data:`REF_MSS_BYTES`)."""
+        return 4 * REF_MSS_BYTES * self.a * self.b / self.target_s
 
     @property
     def fi(self) -> float:
-        """The fair increase's gain, ``5 MSS a``."""
-        return 5 * self.mss * self.a
+        """The fair increase's gain, ``5 MSS a`` (MSS: :data:`REF_MSS_BYTES`)."""
+        return 5 * REF_MSS_BYTES * self.a
 
     @property
     def eta(self) -> float:
-        """Bytes added to the window every adjustment period, ``0.15 MSS a``."""
-        return 0.15 * self.mss * self.a
+        """Bytes added to the window every adjustment period, ``0.15 MSS a`` (MSS: :data:`REF_MSS_BYTES`)."""
+        return 0.15 * REF_MSS_BYTES * self.a
 
     @property
     def maxwnd(self) -> float:
