@@ -280,13 +280,20 @@ def test_a_linux_port_or_nic_draining_slower_than_its_rate_reads_behind_its_sche
     ``behind_schedule_s``): the T0's uplink (2 Mb/s) and h0's NIC port (16 Mb/s) each backlogged by
     a blast at 1.5 times their rate for 3 s. Draining at their rate, no reading stands past the
     watch's limit (two frames, the 0.5 ms starvation limit at least; 1.36 frames seen), and the NIC's
-    tbf refuses nothing: the program admits at the
+    tbf refuses next to nothing: the program admits at the
     queue's limit itself, so what the schedule counts is what the queue took. Then each real shaper
     drains at half the rate its schedule keeps, as a port whose kernel fell behind does: every
-    reading while backlogged stands behind, by more than two frames at the end."""
+    reading while backlogged stands behind, by more than two frames at the end.
+
+    At their rate the ports read behind only where the machine took a CPU: a hypervisor that takes
+    a vCPU for 10-40 ms (steal, seen every second or so on this workplace's 2-core VMs) stops that
+    CPU's shapers with it, and the watch rightly reads the drain they lost (CI once read h0-eth0 6.8
+    frames behind, and its tbf dropped 12 frames in a run here). So a reading past the limit at the
+    port's rate must have steal in its span, and most readings must be on their schedule."""
     needs_queues("linux")
     from mrclab.emulation import kernel
     from mrclab.experiments.analysis.fidelity import BEHIND_FRAMES_MAX
+    from mrclab.experiments.run.monitor import steal_s
 
     nic_mbps = 16.0
     with Fabric(spec(host_mbps=nic_mbps), "linux", watchdog=False, queues=QueueSettings(ecn_k=0, trim_t=0)) as fab:
@@ -299,25 +306,40 @@ def test_a_linux_port_or_nic_draining_slower_than_its_rate_reads_behind_its_sche
             nic = next(r for r in fab.nic_samples() if r["port"] == "h0-eth0")
             return sw["behind_us"] / sw["gap_us"], nic["behind_us"] / nic["gap_us"]
 
+        stolen: list[float] = []  # the CPU time the hypervisor took in each reading's span (s)
+
         def blast_reading(rate_pps: float) -> list[tuple[float, float]]:
             b = blast(fab, "h0", data_frames(fab, "h0", "h2", 3000), rate_pps, 3.0, tmp_path)
             seen = []
+            stolen.clear()
+            before = sum(steal_s())
             for _ in range(20):
                 time.sleep(0.12)
                 seen.append(readings())
+                now = sum(steal_s())
+                stolen.append(now - before)
+                before = now
             b.communicate(timeout=60)
             return seen
 
+        def at_rate(seen: list[float]) -> None:
+            """On the schedule but where the machine took a CPU in the reading's span."""
+            past = [(round(x, 2), s) for x, s in zip(seen, stolen, strict=True) if x > BEHIND_FRAMES_MAX]
+            assert all(s > 0 for _, s in past), (past, seen)
+            assert sorted(seen)[len(seen) // 2] <= BEHIND_FRAMES_MAX and len(past) <= len(seen) // 4, (past, seen)
+
         kept = blast_reading(1.5 * mbps_to_pps(UPLINK_MBPS))
-        assert max(x for x, _ in kept) <= BEHIND_FRAMES_MAX, kept
+        at_rate([x for x, _ in kept])
         kept_nic = blast_reading(1.5 * mbps_to_pps(nic_mbps))
-        assert max(y for _, y in kept_nic) <= BEHIND_FRAMES_MAX, kept_nic
+        at_rate([y for _, y in kept_nic])
         assert max(y for _, y in kept_nic) > -4.0  # it was backlogged: within a burst of its schedule
         shown = subprocess.run(["ip", "netns", "exec", fab.netns("h0"), "tc", "-s", "-j", "qdisc", "show", "dev",
                                 "h0-eth0"], capture_output=True, text=True, check=True).stdout
         tbf = next(q for q in json.loads(shown) if q["kind"] == "tbf")
-        assert tbf["drops"] == 0 and tbf["packets"] > 1000, tbf
-        assert fab.nic_watch.progs["h0"].state("h0-eth0")["queue_full"] > 0  # the program refused instead
+        refused = fab.nic_watch.progs["h0"].state("h0-eth0")["queue_full"]
+        assert tbf["packets"] > 1000 and refused > 0, (tbf, refused)  # the program refused, at the limit
+        # and the tbf next to nothing: only what a stolen CPU's lost drain pushed past its slack
+        assert tbf["drops"] <= 0.01 * tbf["packets"] and (tbf["drops"] == 0 or sum(stolen) > 0), (tbf, refused)
         # each real shaper at half its schedule's rate
         kernel.tc_batch(fab.netns("t0-0-0"), [f"class change dev t0-0-0-eth{up} parent 1: classid 1:20 htb "
                                              f"rate {UPLINK_MBPS / 2}mbit ceil {UPLINK_MBPS / 2}mbit burst 3000 "
