@@ -3,6 +3,7 @@ expectations and writes its results; an exception mid-run leaves nothing of mrcl
 
 import csv
 import json
+from pathlib import Path
 
 import pytest
 import yaml
@@ -81,26 +82,43 @@ def test_the_path_delay_adds_twice_itself_to_the_rtt_and_loses_nothing(tmp_path,
     assert 36 <= rtt[20] - rtt[0] <= 50, rtt
 
 
-def test_a_fast_fabric_s_shapers_send_no_burst_its_switches_trim(tmp_path, no_leftovers, decided_run):
-    # at 32 Mb/s a shaper whose burst grew with the rate (4 ms of it: 16 KB) sent 13 frames back to
-    # back into the next hop, over its trim threshold (4 packets): thousands of trims, a third of
-    # the goodput. Two frames (emulation.kernel.SHAPER_BURST_BYTES) trim nothing. One flow over the
-    # 4 planes: the quickstart's two (27,000 packets a second through Python endpoints) starved a
-    # 2-core machine's endpoints past the limit in three runs of three (CI, 2026-11-28 and -29), and
-    # a burst is each NIC port's shaper's, whatever the number of flows
+def test_a_fast_fabric_s_shapers_send_no_burst_its_switches_trim(tmp_path, no_leftovers, decided_run, monkeypatch):
+    # a shaper whose burst grew with the rate (the kernel's 4 ms of it: 8 KB at 16 Mb/s) sent 7
+    # frames back to back into the next hop, over its trim threshold (4 packets): trims and half
+    # the goodput. Two frames (emulation.kernel.SHAPER_BURST_BYTES) trim nothing; the same run with
+    # the kernel's burst trims more than 1% (2026-12-03: 0 of 33,352 against 833 of 17,009, goodput
+    # 54.5 against 27.8 Mb/s). One flow over the 4 planes at 16 Mb/s: the quickstart's two at 32
+    # Mb/s (27,000 packets a second through Python endpoints) starved a 2-core machine's endpoints
+    # past the limit in three runs of three (CI, 2026-11-28 and -29), and one at 32 Mb/s met 1-2 ms
+    # of jitter in the kernel's softirq batches between hops on this workplace's VMs, frames
+    # arriving at the next hop four at a time (98-2,604 trims of 25,000-62,000, its NIC ports
+    # losing 0.9% of their rate while backlogged); a burst is each NIC port's shaper's, whatever
+    # the number of flows and the rate
     raw = yaml.safe_load((SCENARIO_DIR / "quickstart.yaml").read_text())
     raw.update(name="fast", faults=[], fabric_bmv2=None, duration_s=5, expect_roce=None, demonstrates={},
-               fabric={"topo": "lab", "link": {"bandwidth_mbps": 32, "queue_packets": 16, "path_delay_ms": 5}},
+               fabric={"topo": "lab", "link": {"bandwidth_mbps": 16, "queue_packets": 16, "path_delay_ms": 5}},
                workload=[{"src": "h0", "dst": "h2", "qps": 1, "message_bytes": 262144}],
                expect=[{"metric": "goodput_ratio", "window": [2, 5], "baseline": [1, 2], "min": 0.9},
                        {"metric": "messages_intact"}])
     (tmp_path / "fast.yaml").write_text(yaml.safe_dump({k: v for k, v in raw.items() if v is not None}))
-    m, _, _ = decided_run(load_scenario(tmp_path / "fast.yaml", dataplane="linux"), tmp_path / "run")
+
+    def run(out: Path) -> tuple[dict, float, float]:
+        """(metrics, trimmed share of the data packets, goodput in Mb/s)."""
+        m, _, _ = decided_run(load_scenario(tmp_path / "fast.yaml", dataplane="linux"), out)
+        sent = sum(t.get("data_packets", 0) for t in m["totals"].values())
+        goodput = sum(t["bytes_delivered"] for t in m["totals"].values()) * 8 / 5 / 1e6
+        return m, m["switch_ports"]["trimmed"] / sent, goodput
+
+    m, share, goodput = run(tmp_path / "run")
     assert m["passed"], m["expectations"]
-    sent = sum(t.get("data_packets", 0) for t in m["totals"].values())
-    assert m["switch_ports"]["trimmed"] <= 0.001 * sent, (m["switch_ports"], sent)  # 16 KB bursts: 1%
-    goodput = sum(t["bytes_delivered"] for t in m["totals"].values()) * 8 / 5 / 1e6
-    assert goodput > 0.6 * 4 * 32, goodput  # one flow, 4 ports of 32 Mb/s each: most of it delivered
+    assert share <= 0.001, (m["switch_ports"], share)
+    assert goodput > 0.6 * 4 * 16, goodput  # one flow, 4 ports of 16 Mb/s each: most of it delivered
+    # the mechanism off: every shaper with the kernel's burst, 4 ms of its rate (tc-tbf(8))
+    from mrclab.emulation import kernel
+
+    monkeypatch.setattr(kernel, "shaper_burst_bytes", lambda frame_bytes=0: 8000)
+    _, bursty, slow = run(tmp_path / "bursty")
+    assert bursty > 0.01 and slow < 0.6 * 4 * 16, (bursty, slow)
 
 
 def test_frames_of_the_papers_4_kib_payload_cross_shaped_links(tmp_path, no_leftovers, decided_run):
