@@ -29,6 +29,14 @@ moved verdict is where the monitor must speak; every level below it is where it 
 
 cgroup v1 (``/sys/fs/cgroup/cpu``: ``cpu.cfs_period_us``, ``cpu.cfs_quota_us``) or v2 (a hierarchy
 with the cpu controller: ``cpu.max``); the kernel's least period and quota is 1 ms.
+
+``--target nic`` holds the drain of every host NIC port instead, as a kernel whose softirq fell
+behind (or a CPU the hypervisor took) does: from t = :data:`FROM_S`, each second, each host's NIC
+shapers are set to a trickle for ``D`` ms and back to their rate (emulation/network.py
+``reshape_nics``; tbf keeps its queue), so a backlogged port loses ``D`` ms of drain a second and
+its queue stands that much further behind its schedule (:data:`NIC_LEVELS`). ``seen`` is then the
+drain watch's most fallen behind between two readings, in ms: where it sits against the first level
+that moved a verdict is where ``BEHIND_FRAMES_MAX`` and its floor belong.
 """
 
 from __future__ import annotations
@@ -48,6 +56,7 @@ from pathlib import Path
 from mrclab.bench.tables import header, run_scenario
 from mrclab.controller.dataplanes import DATAPLANES, available, here
 from mrclab.controller.dataplanes import dataplane as resolve
+from mrclab.emulation import kernel
 from mrclab.experiments.analysis.expectations import evaluate, verdict_word
 from mrclab.experiments.model.claims import NEVER_VOID
 from mrclab.experiments.model.scenario import load_scenario
@@ -66,6 +75,11 @@ FROM_S = 1.0
 #: 20% at the last). The first run of the quickstart on linux moved verdicts at a 1 ms wait (the
 #: monitor saw 1.0 ms per run), against 0.10-0.15 ms untouched, so the levels go below it.
 LEVELS = ((1.25, 1.0), (1.5, 1.0), (2.0, 1.0), (3.0, 1.0), (5.0, 1.0))
+#: ``--target nic``: (period ms, drained ms) of each level, the NICs held for the rest of each
+#: period: 5, 10, 20, 40 and 80 ms of every second (the drain watch reads about once a second)
+NIC_LEVELS = ((1000.0, 995.0), (1000.0, 990.0), (1000.0, 980.0), (1000.0, 960.0), (1000.0, 920.0))
+#: A held NIC's rate: a trickle (a 1 KiB frame in a second and more)
+TRICKLE = "8kbit"
 SCENARIOS = ("quickstart", "incast")
 #: Untouched runs per scenario, for each verdict's spread.
 BASELINE_RUNS = 3
@@ -145,7 +159,7 @@ class Starver:
         self.group, self.target = group, target
         self.pids: list[int] = []
 
-    def __call__(self, watched: dict[str, int], t0: float) -> None:
+    def __call__(self, watched: dict[str, int], t0: float, fab=None) -> None:
         """Start the timer that starves the watched processes of the target kind."""
         self.pids = [pid for label, pid in watched.items() if label.startswith(self.target)]
         if self.group is not None:
@@ -159,6 +173,50 @@ class Starver:
                 (self.group / "cgroup.procs").write_text(str(pid))
 
 
+class NicHolder:
+    """``on_start`` for :func:`mrclab.experiments.run.runner.run_with_data` with ``--target nic``:
+    from t = :data:`FROM_S` to the end of the run, each ``level.period_ms``, every host's NIC ports
+    are held (a trickle, :data:`TRICKLE`) for ``level.wait_ms`` and then set back to their rate,
+    through a ``tc`` left running in each host's namespace (emulation/kernel.py ``TcStream``: a
+    line takes effect within about 2 ms, where a tc process each time took 20-40 ms to start).
+    ``held_ms``: each hold, from the first host's trickle written to the last host's rate written."""
+
+    def __init__(self, level: Level) -> None:
+        """Hold the NICs at ``level`` (untouched: do nothing)."""
+        self.level = level
+        self.held_ms: list[float] = []
+        self.stopped = threading.Event()
+
+    def __call__(self, watched: dict[str, int], t0: float, fab=None) -> None:
+        """Start the thread that holds the fabric's NICs from t = FROM_S."""
+        if self.level.period_ms and fab is not None:
+            threading.Thread(target=self._hold, args=(t0, fab), daemon=True, name="mrclab-nic-holder").start()
+
+    def _hold(self, t0: float, fab) -> None:
+        emu = fab.emu
+        hosts = list(fab.spec.hosts())
+        hold = [(kernel.TcStream(emu.netns(h)), "\n".join(emu.nic_shaper_lines(h, TRICKLE)) + "\n",
+                 "\n".join(emu.nic_shaper_lines(h, fab.spec.link.bandwidth_mbps)) + "\n") for h in hosts]
+        period, wait = self.level.period_ms / 1e3, self.level.wait_ms / 1e3
+        nxt = t0 + FROM_S
+        try:
+            while not self.stopped.is_set():
+                time.sleep(max(0.0, nxt - time.monotonic()))
+                start = time.monotonic()
+                for tc, trickle, _ in hold:
+                    tc.write(trickle)
+                time.sleep(max(0.0, start + wait - time.monotonic()))
+                for tc, _, rate in hold:
+                    tc.write(rate)
+                self.held_ms.append((time.monotonic() - start) * 1e3)
+                nxt += period
+        except (OSError, ValueError):  # the run ended and its fabric went: nothing left to hold
+            pass
+        finally:
+            for tc, _, _ in hold:
+                tc.close()
+
+
 def one(name: str, dp: str, level: Level, target: str, out: Path, seed: int = 1) -> dict:
     """One run of scenario ``name`` on ``dp`` at ``level`` (starving ``target``) into ``out`` (its
     printout in ``out.log``): ``{level, values (expectation -> value), verdicts (expectation ->
@@ -166,17 +224,26 @@ def one(name: str, dp: str, level: Level, target: str, out: Path, seed: int = 1)
     faults (invariant -> count)}``."""
     base = load_scenario(name)
     scn = load_scenario(name, duration_s=base.quick_s, dataplane=dp, seed=seed)
-    with throttled_group(level) if level.period_ms else contextlib.nullcontext() as group, \
+    cpu = level.period_ms and target != "nic"
+    with throttled_group(level) if cpu else contextlib.nullcontext() as group, \
             open(f"{out}.log", "w") as log, contextlib.redirect_stdout(log), contextlib.redirect_stderr(log):
-        starver = Starver(group, target)
-        m, data = run_scenario(scn, out, on_start=starver)
+        starver = NicHolder(level) if target == "nic" else Starver(group, target)
+        try:
+            m, data = run_scenario(scn, out, on_start=starver)
+        finally:
+            if isinstance(starver, NicHolder):
+                starver.stopped.set()
+    held = statistics.median(starver.held_ms) if isinstance(starver, NicHolder) and starver.held_ms else None
     # the verdicts a fault can move: bounded, and not correctness (a count of messages delivered is
     # throughput, and whether they are intact never depends on the machine)
     bounded = [v for v in m["expectations"] if v["bound"] != "reported" and v["metric"] not in NEVER_VOID]
-    seen = max((d for _t, label, d, _w, _s in data.run_delays if label.startswith(target)), default=0.0)
     late = [x for x in data.late_departures() if x.t > FROM_S]  # the drain watch (bmv2), while starved
     behind, readings = data.behind_schedule()  # ... on linux's switch ports and the NIC ports
     behind = [x for x in behind if x.t > FROM_S]
+    if target == "nic":  # the drain watch's most fallen behind on the held NICs between readings
+        seen = max((x.grew_s for x in behind if " NIC port " in x.place), default=0.0)
+    else:
+        seen = max((d for _t, label, d, _w, _s in data.run_delays if label.startswith(target)), default=0.0)
     faults: dict[str, int] = {}
     for f in m["fidelity_faults"]:
         faults[f["invariant"]] = faults.get(f["invariant"], 0) + 1
@@ -187,7 +254,7 @@ def one(name: str, dp: str, level: Level, target: str, out: Path, seed: int = 1)
     return {"level": level, "values": {v["expectation"]: _finite(values[v["expectation"]]) for v in bounded},
             "verdicts": {v["expectation"]: verdict_word(v["passed"], void="void" if v.get("void") else None)
                          for v in bounded},
-            "void": len(m["void"]), "of": len(bounded), "seen_ms": seen * 1e3, "faults": faults,
+            "void": len(m["void"]), "of": len(bounded), "seen_ms": seen * 1e3, "faults": faults, "held_ms": held,
             "late": (sum(x.late for x in late), max((x.most_s for x in late), default=0.0) * 1e3,
                      max((x.late / max(1, x.sent) for x in late), default=0.0))
             if data.ports and "late" in data.ports[0] else None,
@@ -226,7 +293,9 @@ def table(name: str, dp: str, target: str, rows: list[dict], markdown: bool) -> 
     drain_head = ["late departures (worst ms; largest share of a port's in a second)"] if watched else []
     read_behind = any(r.get("behind") is not None for r in rows)
     drain_head += ["readings behind schedule (of all; most fallen behind in frames)"] if read_behind else []
-    head = ["injected wait", "seen (ms)", *drain_head, "monitor", *exps]
+    nic = target == "nic"
+    head = ["NIC held a second" if nic else "injected wait", "fallen behind (ms)" if nic else "seen (ms)",
+            *drain_head, "monitor", *exps]
     body = []
     first_moved = first_called = None
     for r in rows:
@@ -248,11 +317,15 @@ def table(name: str, dp: str, target: str, rows: list[dict], markdown: bool) -> 
         drain = ([f"{late[0]} ({late[1]:.1f}; {late[2]:.0%})" if late else "-"] if watched else [])
         b = r.get("behind")
         drain += ([f"{b[0]} of {b[1]} ({b[2]:.2f})" if b else "-"] if read_behind else [])
-        body.append([lvl.label(), f"{r['seen_ms']:.2f}", *drain, call, *cells])
+        held = r.get("held_ms")
+        label = ((f"{lvl.wait_ms:g} ms" + (f" ({held:.1f} held)" if held else "")) if lvl.period_ms else "none") \
+            if nic else lvl.label()
+        body.append([label, f"{r['seen_ms']:.2f}", *drain, call, *cells])
     verdict = (f"first level that moved a verdict: {first_moved:g} ms" if first_moved is not None else
                "no level moved a verdict") + "; " + (f"first the monitor voided: {first_called:g} ms"
                                                      if first_called is not None else "the monitor never voided")
-    title = f"{name} on {dp}, {target}s starved from {FROM_S:g} s"
+    title = (f"{name} on {dp}, every host's NIC ports held from {FROM_S:g} s" if nic else
+             f"{name} on {dp}, {target}s starved from {FROM_S:g} s")
     if markdown:
         lines = [f"**{title}**", "", "| " + " | ".join(head) + " |", "|" + " --- |" * len(head)]
         lines += ["| " + " | ".join(c) + " |" for c in body]
@@ -275,7 +348,8 @@ def main(args=None) -> int:
     target = getattr(args, "target", None) or "endpoint"
     names = getattr(args, "only", None) or list(SCENARIOS)
     markdown = bool(getattr(args, "markdown", False))
-    _cgroup_root()  # refuse before any run
+    if target != "nic":
+        _cgroup_root()  # refuse before any run
     folder = results_folder(Path(args.out) if getattr(args, "out", None) else None, "bench-fidelity")
     out_md = []
     if markdown:
@@ -293,7 +367,7 @@ def main(args=None) -> int:
                 console.print(f"[dim]{name}: needs what {dp} lacks here; skipped[/dim]")
                 continue
             rows = []
-            levels = [Level()] * BASELINE_RUNS + [Level(p, q) for p, q in LEVELS]
+            levels = [Level()] * BASELINE_RUNS + [Level(p, q) for p, q in (NIC_LEVELS if target == "nic" else LEVELS)]
             for k, lvl in enumerate(levels):
                 progress.print(f"[dim]{name} on {dp}: {lvl.label()} ({k + 1}/{len(levels)})[/dim]")
                 rows.append(one(name, dp, lvl, target, folder / f"{name}-{dp}-{k}"))

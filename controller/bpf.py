@@ -399,19 +399,23 @@ class NicWatch:
         """Each host NIC port now: ``host``, ``port`` (its interface), ``behind_us`` (how far its tbf's
         queue stood behind the shaper's schedule, :func:`behind_schedule_s`, µs; 0 or less: on or
         ahead of it; empty where no read was tight, :func:`read_tight`), ``backlog`` (bytes the tbf
-        held) and ``gap_us`` (a full frame's time at the port's rate). Raises BpfError or KernelError."""
+        held), ``refused`` (frames the tbf refused since it was made: the program admits at the NIC
+        queue's limit and the tbf holds :data:`NIC_SLACK_FRAMES` more, so each one it refused came
+        while its queue stood that far behind the schedule, and stays in the schedule: a backlogged
+        port held long enough reads at most that far behind, and refuses the rest) and ``gap_us`` (a
+        full frame's time at the port's rate). Raises BpfError or KernelError."""
         out = []
         for host, prog in self.progs.items():
             nl, ports = self.netlink[host], self.ports[host]
             got = read_tight(nl, functools.partial(prog.states, ports))
             for intf in ports:
                 row = {"host": host, "port": intf, "backlog": "", "gap_us": round(self.frame_s * 1e6, 1),
-                       "behind_us": ""}
+                       "behind_us": "", "refused": ""}
                 if got is not None:
                     now, queued, states = got
                     st = states[ports.index(intf)]
-                    real = queued.get((nl.ifindex(intf), kernel.TC_H_ROOT), (0, 0))[1]
-                    row["backlog"] = real
+                    _, real, refused = queued.get((nl.ifindex(intf), kernel.TC_H_ROOT), (0, 0, 0))
+                    row["backlog"], row["refused"] = real, refused
                     row["behind_us"] = round(behind_schedule_s(real, st["sched_ns"], now, self.ps) * 1e6, 1)
                 out.append(row)
         return out

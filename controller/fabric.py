@@ -348,7 +348,7 @@ class Fabric:
                         if (tight := real[sw]) is not None:  # else no read was tight: no reading
                             now, queued = tight
                             nl = self._netlink_of(sw)
-                            got = queued.get((nl.ifindex(f"{sw}-eth{port}"), bpf.LOW_LEAF_PARENT), (0, 0))[1]
+                            got = queued.get((nl.ifindex(f"{sw}-eth{port}"), bpf.LOW_LEAF_PARENT), (0, 0, 0))[1]
                             row["behind_us"] = round(bpf.behind_schedule_s(got, st["sched_ns"], now, ps) * 1e6, 1)
                     out.append(row)
             for sw, th in self.thrift.items():

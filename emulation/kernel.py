@@ -357,17 +357,17 @@ class QdiscBacklog:
     def qlen(self, ifname: str, kind: str = "tbf") -> int:
         """Packets queued in ``ifname``'s qdisc of ``kind`` (0 when it has none)."""
         idx = self.ifindex(ifname)
-        for (i, _parent), (packets, _bytes) in qdisc_dump(self._sock(), qdisc_kind=kind).items():
+        for (i, _parent), queued in qdisc_dump(self._sock(), qdisc_kind=kind).items():
             if i == idx:
-                return packets
+                return queued[0]
         return 0
 
-    def backlogs(self) -> dict[tuple[int, int], tuple[int, int]]:
+    def backlogs(self) -> dict[tuple[int, int], tuple[int, int, int]]:
         """Every qdisc of the namespace now, in one netlink dump: (ifindex, parent handle) ->
-        (packets queued, bytes queued). The root's parent is :data:`TC_H_ROOT`; a class's leaf has
-        its class's handle (htb class 1:20: ``0x10020``). Bytes are each packet's length as the
-        qdisc counts it (``qdisc_pkt_len``: the frame from its Ethernet header on). See
-        :func:`qdisc_dump` for why this is not pyroute2's ``get_qdiscs``."""
+        (packets queued, bytes queued, packets dropped so far). The root's parent is
+        :data:`TC_H_ROOT`; a class's leaf has its class's handle (htb class 1:20: ``0x10020``).
+        Bytes are each packet's length as the qdisc counts it (``qdisc_pkt_len``: the frame from
+        its Ethernet header on). See :func:`qdisc_dump` for why this is not pyroute2's ``get_qdiscs``."""
         return qdisc_dump(self._sock())
 
     def ifindex(self, ifname: str) -> int:
@@ -400,12 +400,13 @@ _TCA_KIND, _TCA_STATS2, _TCA_STATS_QUEUE = 1, 7, 3
 _NLMSG = struct.Struct("=IHHII")  # nlmsghdr: length, type, flags, sequence, port id
 _TCMSG = struct.Struct("=BxxxiIII")  # tcmsg: family, ifindex, handle, parent, info
 _NLA = struct.Struct("=HH")  # nlattr: length, type
-_QUEUE = struct.Struct("=II")  # gnet_stats_queue's first fields: qlen, backlog (bytes)
+_QUEUE = struct.Struct("=III")  # gnet_stats_queue's first fields: qlen, backlog (bytes), drops
 
 
-def qdisc_dump(sock: socket.socket, qdisc_kind: str | None = None) -> dict[tuple[int, int], tuple[int, int]]:
+def qdisc_dump(sock: socket.socket, qdisc_kind: str | None = None) -> dict[tuple[int, int], tuple[int, int, int]]:
     """Every qdisc's queue in the namespace of netlink socket ``sock`` (NETLINK_ROUTE, opened
-    there): (ifindex, parent) -> (packets, bytes), from one RTM_GETQDISC dump, read in place: the
+    there): (ifindex, parent) -> (packets, bytes, packets it dropped since it was made), from one
+    RTM_GETQDISC dump, read in place: the
     tcmsg header and, of its attributes, TCA_STATS2's TCA_STATS_QUEUE (struct gnet_stats_queue).
     ``qdisc_kind`` (e.g. ``"tbf"``, TCA_KIND) keeps only the qdiscs of that kind.
 
@@ -416,7 +417,7 @@ def qdisc_dump(sock: socket.socket, qdisc_kind: str | None = None) -> dict[tuple
     seq = (getattr(sock, "_mrclab_seq", 0) + 1) & 0xFFFFFFFF
     body = _TCMSG.pack(0, 0, 0, 0, 0)
     sock.send(_NLMSG.pack(_NLMSG.size + len(body), _RTM_GETQDISC, _NLM_F_REQUEST | _NLM_F_DUMP, seq, 0) + body)
-    out: dict[tuple[int, int], tuple[int, int]] = {}
+    out: dict[tuple[int, int], tuple[int, int, int]] = {}
     while True:
         buf = sock.recv(1 << 16)
         off = 0
@@ -451,8 +452,8 @@ def _kind(buf: bytes, off: int, end: int) -> str | None:
     return None
 
 
-def _stats_queue(buf: bytes, off: int, end: int) -> tuple[int, int] | None:
-    """(qlen, backlog) of the TCA_STATS2 / TCA_STATS_QUEUE attribute in ``buf[off:end]``, or None."""
+def _stats_queue(buf: bytes, off: int, end: int) -> tuple[int, int, int] | None:
+    """(qlen, backlog, drops) of the TCA_STATS2 / TCA_STATS_QUEUE attribute in ``buf[off:end]``, or None."""
     for nest in (_TCA_STATS2, _TCA_STATS_QUEUE):
         while off + _NLA.size <= end:
             length, kind = _NLA.unpack_from(buf, off)
@@ -481,6 +482,33 @@ def tc_batch(netns: str, lines: list[str]) -> None:
     """``tc -n NETNS -batch -``: a switch's qdiscs and classes in one process. Raises
     :class:`KernelError` with tc's first error."""
     _batch(["tc", "-n", netns, "-batch", "-"], lines)
+
+
+class TcStream:
+    """A ``tc -n NETNS -force -batch -`` left running: each line :meth:`write` gives it runs as it
+    arrives, without a process's start for each (20-40 ms on a busy 2-core machine: bench fidelity
+    holds NIC ports for a few ms). :meth:`close` ends it; tc's own errors are not read."""
+
+    def __init__(self, netns: str) -> None:
+        """Start tc in batch mode on ``netns`` (on its server where it was placed there)."""
+        argv = ["tc", "-n", netns, "-force", "-batch", "-"]
+        remote = _REMOTE.get(netns)
+        self.proc = remote.popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                 stderr=subprocess.DEVNULL, text=True, bufsize=1) if remote is not None else \
+            subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             text=True, bufsize=1)
+
+    def write(self, lines: str) -> None:
+        """Run ``lines`` (newline-ended tc commands). Raises OSError once tc has gone."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(lines)
+
+    def close(self) -> None:
+        """End tc (its input closed) and wait for it."""
+        with contextlib.suppress(OSError, ValueError):
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+        self.proc.wait()
 
 
 def _batch(argv: list[str], lines: list[str]) -> None:

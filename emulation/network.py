@@ -428,6 +428,17 @@ class Emulation:
         for ns, lines in per_ns.items():
             kernel.tc_batch(ns, lines)
 
+    def nic_shaper_lines(self, host: str, mbps: float | str) -> list[str]:
+        """The tc lines that set host ``host``'s NIC ports' shapers to ``mbps`` (Mb/s, or a tc rate
+        such as ``"8kbit"``), their burst and queue as :meth:`_shape` made them (a tbf changed in
+        place keeps its queue): ``mrclab bench fidelity --target nic`` holds a NIC's drain on
+        purpose (a trickle for a set time, then the link's rate again), as a kernel whose softirq
+        fell behind does."""
+        limit = nic_queue_bytes(self.spec.link, self.frame_bytes) + self.nic_slack_bytes
+        return [f"qdisc change dev {intf} root {kernel.tbf(mbps, limit, self.frame_bytes)}"
+                for ns, intf in (x for a, b in self.spec.links() if host in (a, b) for x in self.link_intfs(a, b))
+                if is_host(intf)]
+
     def stop(self) -> None:
         """Stop every process and remove every namespace and link this emulation made. Idempotent."""
         net, self.net = self.net, None

@@ -853,7 +853,7 @@ def test_the_qdisc_dump_is_read_in_place_from_rtnetlinks_messages():
     done = struct.pack("=IHHII", 20, 3, 2, 1, 0) + bytes(4)
     sock = Sock([qdisc(0, 9, 0x10020, 50, 50_000) + qdisc(1, 2, 0x10020, 3, 3534),
                  qdisc(1, 2, 0xFFFFFFFF, 0, 0) + done])
-    assert kernel.qdisc_dump(sock) == {(2, 0x10020): (3, 3534), (2, 0xFFFFFFFF): (0, 0)}
+    assert kernel.qdisc_dump(sock) == {(2, 0x10020): (3, 3534, 0), (2, 0xFFFFFFFF): (0, 0, 0)}
     length, kind, flags, seq, _ = struct.unpack_from("=IHHII", sock.sent[0])
     assert (length, kind, flags & 0x301, seq) == (36, 38, 0x301, 1)  # RTM_GETQDISC, a dump request
     err = struct.pack("=IHHII", 36, 2, 0, 1, 0) + struct.pack("=i", -1) + bytes(16)
@@ -898,3 +898,32 @@ def test_a_port_behind_its_schedule_by_more_than_two_frames_voids_the_span_since
     assert s == {"readings": 6, "behind": 4, "ports": 2, "worst_s": 0.0041, "worst_where": "t0-0-0 port 3",
                  "frame_s": 0.001}
     assert fidelity.behind_summary([], 0) == {} and fidelity.behind_summary([], 7) == {"readings": 7, "behind": 0}
+
+
+def test_a_nic_port_whose_tbf_refused_frames_stood_behind_by_its_slack_and_one_frame_a_refusal():
+    """A NIC port's reading can stand at most the tbf's slack (two frames) behind: the program's
+    schedule keeps draining while the real queue is held, admits what comes, and the tbf, full,
+    refuses it; those frames stay in the schedule (a NIC held 60 ms read 2 ms behind and refused
+    45 frames). So each refusal since the port's reading before counts a frame behind, beside the
+    slack: 10 refused at 1.2 ms frames read 14.1 ms behind, a fault over the span since, where the
+    reading alone (1.0 ms) judged nothing."""
+    from mrclab.controller.bpf import NIC_SLACK_FRAMES
+
+    d = RunData(duration_s=10.0)
+    gap_us = 1178.0
+    d.nic_ports = [{"t": 1.0, "host": "h0", "port": "h0-eth0", "backlog": 1178, "behind_us": -500.0,
+                    "refused": 3, "gap_us": gap_us},
+                   {"t": 2.0, "host": "h0", "port": "h0-eth0", "backlog": 20000, "behind_us": 1000.0,
+                    "refused": 13, "gap_us": gap_us},
+                   {"t": 3.0, "host": "h0", "port": "h0-eth0", "backlog": 0, "behind_us": 0.0,
+                    "refused": 13, "gap_us": gap_us}]
+    behind, readings = d.behind_schedule()
+    assert readings == 3
+    assert [(b.t, round(b.behind_s, 6), round(b.grew_s, 6)) for b in behind] == \
+        [(1.0, round((NIC_SLACK_FRAMES + 3) * gap_us / 1e6, 6), round((NIC_SLACK_FRAMES + 3) * gap_us / 1e6, 6)),
+         (2.0, round((NIC_SLACK_FRAMES + 10) * gap_us / 1e6, 6), round(7 * gap_us / 1e6, 6))]
+    found = fidelity.faults([], [], behind=behind)
+    assert [(f.t0, f.t1) for f in found] == [(0.0, 2.0)]
+    for r in d.nic_ports:  # no refusal: the reading alone, a frame behind, judges nothing
+        r["refused"] = 0
+    assert not fidelity.faults([], [], behind=d.behind_schedule()[0])

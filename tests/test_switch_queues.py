@@ -349,3 +349,53 @@ def test_a_linux_port_or_nic_draining_slower_than_its_rate_reads_behind_its_sche
         kernel.tc_batch(fab.netns("h0"), [f"qdisc change dev h0-eth0 root {kernel.tbf(nic_mbps / 2, 64000, 1600)}"])
         slow_nic = blast_reading(1.5 * mbps_to_pps(nic_mbps))
         assert slow_nic[-1][1] > BEHIND_FRAMES_MAX and all(y > 0 for _, y in slow_nic[5:]), slow_nic
+
+
+def test_a_nic_held_on_purpose_keeps_its_queue_and_stands_behind_its_schedule_by_the_hold(tmp_path):
+    """``mrclab bench fidelity --target nic`` holds every NIC's drain for a set time each second
+    (emulation/network.py ``nic_shaper_lines`` through a running tc, emulation/kernel.py
+    ``TcStream``): h0's port backlogged by a blast at 1.5 times its rate, held 60 ms, loses that
+    drain; the program's schedule keeps draining and admitting, so the tbf, its queue full, refuses
+    what comes beyond its two frames of slack, and the refused frames stay in the schedule: the
+    reading itself stands at most that slack further behind, and the refusals say the rest
+    (RunData.behind_schedule counts two frames and one a refusal). Back at its rate it drains at
+    its rate again, and the tbf was set back to the link's."""
+    needs_queues("linux")
+    from mrclab.controller import bpf
+    from mrclab.emulation import kernel
+
+    nic_mbps = 16.0
+    with Fabric(spec(host_mbps=nic_mbps), "linux", watchdog=False, queues=QueueSettings(ecn_k=0, trim_t=0)) as fab:
+        assert fab.nic_watch is not None, fab.nic_watch_missing
+
+        def behind_ms() -> float:
+            """How far h0-eth0 stood behind, by its reading and its refusals since the one before (ms)."""
+            nic = next(r for r in fab.nic_samples() if r["port"] == "h0-eth0")
+            more = nic["refused"] - refused[0]
+            refused[0] = nic["refused"]
+            frames = bpf.NIC_SLACK_FRAMES + more if more > 0 else 0
+            return max(nic["behind_us"] / 1000, frames * nic["gap_us"] / 1000)
+
+        refused = [0]
+
+        tc = kernel.TcStream(fab.netns("h0"))
+        try:
+            b = blast(fab, "h0", data_frames(fab, "h0", "h2", 3000), 1.5 * mbps_to_pps(nic_mbps), 3.0, tmp_path)
+            time.sleep(1.0)
+            before = behind_ms()
+            tc.write("\n".join(fab.emu.nic_shaper_lines("h0", "8kbit")) + "\n")
+            time.sleep(0.06)
+            tc.write("\n".join(fab.emu.nic_shaper_lines("h0", nic_mbps)) + "\n")
+            time.sleep(0.2)
+            held = behind_ms()
+            time.sleep(0.5)
+            later = behind_ms()
+            b.communicate(timeout=60)
+        finally:
+            tc.close()
+        assert 40 <= held - before <= 90, (before, held, later)  # the hold's 60 ms, give or take a reading
+        assert later < 10, (held, later)  # at its rate again: no further behind, no refusal
+        shown = subprocess.run(["ip", "netns", "exec", fab.netns("h0"), "tc", "-s", "-j", "qdisc", "show", "dev",
+                                "h0-eth0"], capture_output=True, text=True, check=True).stdout
+        tbf = next(q for q in json.loads(shown) if q["kind"] == "tbf")
+        assert tbf["options"]["rate"] == nic_mbps * 1e6 / 8, tbf  # set back to the link's rate

@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from mrclab.controller.bpf import NIC_SLACK_FRAMES
 from mrclab.experiments.analysis.fabricstate import FabricTimeline
 from mrclab.experiments.analysis.fidelity import BehindSample, HeldLimits, LateInterval
 from mrclab.topologies.addressing import ev_plane
@@ -147,9 +148,15 @@ class RunData:
         and on the host NIC ports (:attr:`nic_ports`): every reading that stood behind its shaper's
         schedule, as :class:`~experiments.analysis.fidelity.BehindSample` rows (the span runs from
         the port's reading before, 0 at the first, and what it grew by from that one's, 0 where it
-        was on or ahead), and how many readings there were."""
+        was on or ahead), and how many readings there were. A NIC port whose tbf refused frames
+        since its reading before (``refused``) stood at least :data:`~controller.bpf.NIC_SLACK_FRAMES`
+        frames behind, and one more for each frame it refused (the drain it lost, while its sender
+        kept it full); the refused frames stay in the schedule, so its reading counts that much
+        less behind than it stood: the larger of the two is its reading (a NIC held for 60 ms read
+        2 ms behind, and refused 45 frames)."""
         out, readings = [], 0
         last: dict[str, tuple[float, float]] = {}  # place -> (its reading before: t, how far behind, s)
+        refused: dict[str, int] = {}  # NIC port -> its tbf's refusals at its reading before
         rows = [(r, f"{r['switch']} port {r['port']}") for r in self.ports] + \
                [(r, f"{r['host']} NIC port {r['port']}") for r in self.nic_ports]
         for r, place in sorted(rows, key=lambda x: float(x[0]["t"])):
@@ -157,6 +164,12 @@ class RunData:
                 continue
             t, readings = float(r["t"]), readings + 1
             behind = float(r["behind_us"]) / 1e6
+            if r.get("refused") not in ("", None):
+                now_refused = int(r["refused"])
+                more = now_refused - refused.get(place, 0)
+                refused[place] = now_refused
+                if more > 0:
+                    behind = max(behind, (NIC_SLACK_FRAMES + more) * float(r["gap_us"]) / 1e6)
             t_before, before = last.get(place, (0.0, 0.0))
             last[place] = (t, behind)
             if behind > 0:

@@ -126,12 +126,12 @@ def run(scn: Scenario, out: Path | None = None, *, live: bool = True, pcap: bool
 def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, pcap: bool = False,
                   debug: bool = False, fit: bool = False, cluster: Cluster | None = None,
                   rates: str = "scenario",
-                  on_start: Callable[[dict[str, int], float], None] | None = None) -> tuple[dict, RunData]:
+                  on_start: Callable[[dict[str, int], float, Fabric], None] | None = None) -> tuple[dict, RunData]:
     """:func:`run`, also returning the run's normalised data (for benchmarks and sweeps).
-    ``on_start(pids, t0)``, if given, is called once the endpoints are started, with the pid of
+    ``on_start(pids, t0, fabric)``, if given, is called once the endpoints are started, with the pid of
     every local process the fidelity monitor watches (``endpoint h0``, ``switch t1-0-0``,
-    ``kernel ksoftirqd/0``) and t = 0
-    (monotonic s): bench/fidelity.py starves them on purpose from there."""
+    ``kernel ksoftirqd/0``), t = 0 (monotonic s) and the running fabric: bench/fidelity.py starves
+    them, or holds the NICs' drain, on purpose from there."""
     plane = choose_dataplane(scn, remote=cluster is not None)
     dp = plane.name
     run = resolve(scn, plane, fit=fit, rates=rates, remote=cluster is not None,
@@ -168,7 +168,7 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
             watched, remote = _watched(fab, procs)
             monitor = FidelityMonitor(watched, t0, remote=remote)
             if on_start is not None:
-                on_start(dict(watched), t0)
+                on_start(dict(watched), t0, fab)
             try:
                 _play(fab, scn, procs, out, t0, fault_log, live)
             finally:
@@ -393,8 +393,9 @@ def _write_port_csvs(data: RunData, out: Path) -> None:
         with open(out / "nics.csv", "w", newline="") as fh:
             # the drain watch on the host NIC ports: the bytes each port's tbf held at the sample, how
             # far that stood behind its shaper's schedule (us; 0 or less: on or ahead of it; empty: no
-            # tight read), a full frame's time at the port's rate (us)
-            w = csv.DictWriter(fh, fieldnames=["t", "host", "port", "backlog", "behind_us", "gap_us"])
+            # tight read), the frames its tbf refused so far (each while it stood two frames behind),
+            # a full frame's time at the port's rate (us)
+            w = csv.DictWriter(fh, fieldnames=["t", "host", "port", "backlog", "behind_us", "refused", "gap_us"])
             w.writeheader()
             w.writerows(data.nic_ports)
 
