@@ -37,6 +37,13 @@ shapers are set to a trickle for ``D`` ms and back to their rate (emulation/netw
 its queue stands that much further behind its schedule (:data:`NIC_LEVELS`). ``seen`` is then the
 drain watch's most fallen behind between two readings, in ms: where it sits against the first level
 that moved a verdict is where ``BEHIND_FRAMES_MAX`` and its floor belong.
+
+``--target steal`` injects nothing (a guest cannot take its own CPUs the way its hypervisor does):
+it runs each scenario :data:`STEAL_RUNS` times untouched, at its full length, and bins each second
+of steady traffic (a second or more from every scripted fault) by the share of the machine's CPU
+time the hypervisor took in it (``fidelity.csv``), printing per bin the seconds and their goodput
+over the run's baseline (median, tenth percentile, least): where that leaves the lowest bin's spread
+is where ``STEAL_SHARE_MAX`` belongs (:func:`steal_bins` reads runs already made as well).
 """
 
 from __future__ import annotations
@@ -262,6 +269,72 @@ def one(name: str, dp: str, level: Level, target: str, out: Path, seed: int = 1)
             if readings else None}
 
 
+#: Untouched runs per scenario for ``--target steal``: the hypervisor takes what it takes, so the
+#: bins fill only over many runs (10 quickstarts held 2-6 seconds in each bin over 0.2).
+STEAL_RUNS = 10
+#: The bins' width, a share of the machine's CPU time.
+STEAL_BIN = 0.1
+
+
+def steal_bins(folders: list[Path], bin_width: float = STEAL_BIN) -> list[dict]:
+    """Each second of steady traffic in the runs' results ``folders`` (``timeseries.csv``,
+    ``fidelity.csv``, ``events.csv``), binned by the share of the machine's CPU time the hypervisor
+    took in it: ``[{lo, hi (shares), seconds, median, p10, least (goodput over the run's
+    baseline)}]``, lowest bin first, empty bins left out. A run's baseline is its median goodput over
+    the seconds before its first scripted fault (every second of it without one); a second within one
+    of a scripted fault is not steady, and the first second never is. CPUs: this machine's. Raises
+    FileNotFoundError for a folder without those files."""
+    import csv
+    import psutil
+
+    cpus = psutil.cpu_count() or 1
+    got: dict[int, list[float]] = {}
+    for f in folders:
+        per_s: dict[int, list[float]] = {}
+        for r in csv.DictReader(open(f / "timeseries.csv")):
+            per_s.setdefault(int(float(r["t_s"])), []).append(float(r["goodput_mbps"]))
+        took: dict[int, float] = {}
+        for r in csv.DictReader(open(f / "fidelity.csv")):
+            # (runs before steal was judged wrote "... the CPU (recorded only)")
+            if r["invariant"].startswith("share of the interval the hypervisor took the CPU"):
+                t, share, span = float(r["t_s"]), float(r["value"]), float(r["interval_s"] or 0.25)
+                took[int(t - span / 2)] = took.get(int(t - span / 2), 0.0) + share * span
+        faults = [float(r["t"]) for r in csv.DictReader(open(f / "events.csv")) if r["kind"] == "fault"]
+        mean = {sec: sum(v) / len(v) for sec, v in per_s.items() if len(v) >= 5}
+        before = [v for sec, v in mean.items() if sec >= 1 and (not faults or sec + 1 <= min(faults))]
+        if not before:
+            continue
+        base = statistics.median(before)
+        for sec, rate in mean.items():
+            if sec < 1 or any(x - 1 <= sec + 0.5 <= x + 2 for x in faults) or base <= 0:
+                continue
+            got.setdefault(int(took.get(sec, 0.0) / cpus / bin_width + 1e-9), []).append(rate / base)
+    out = []
+    for k in sorted(got):
+        v = sorted(got[k])
+        out.append({"lo": round(k * bin_width, 2), "hi": round((k + 1) * bin_width, 2), "seconds": len(v),
+                    "median": statistics.median(v), "p10": v[len(v) // 10], "least": v[0]})
+    return out
+
+
+def steal_table(name: str, dp: str, bins: list[dict], markdown: bool) -> str | None:
+    """Print (or, with ``markdown``, return) :func:`steal_bins`' table for ``name`` on ``dp``."""
+    head = ["machine's CPU stolen", "seconds", "goodput / baseline, median", "tenth percentile", "least"]
+    rows = [[f"{b['lo']:.1f}-{b['hi']:.1f}", str(b["seconds"]), f"{b['median']:.3f}", f"{b['p10']:.3f}",
+             f"{b['least']:.3f}"] for b in bins]
+    if markdown:
+        lines = [f"**{name} on {dp}**, {STEAL_RUNS} untouched runs, each second of steady traffic:", "",
+                 "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+        return "\n".join(lines + ["| " + " | ".join(r) + " |" for r in rows]) + "\n"
+    t = Table(title=f"{name} on {dp}: goodput per second against the CPU the hypervisor took")
+    for h in head:
+        t.add_column(h)
+    for r in rows:
+        t.add_row(*r)
+    console.print(t)
+    return None
+
+
 def _finite(v: float) -> float | None:
     return None if math.isinf(v) else v
 
@@ -348,7 +421,7 @@ def main(args=None) -> int:
     target = getattr(args, "target", None) or "endpoint"
     names = getattr(args, "only", None) or list(SCENARIOS)
     markdown = bool(getattr(args, "markdown", False))
-    if target != "nic":
+    if target not in ("nic", "steal"):
         _cgroup_root()  # refuse before any run
     folder = results_folder(Path(args.out) if getattr(args, "out", None) else None, "bench-fidelity")
     out_md = []
@@ -365,6 +438,20 @@ def main(args=None) -> int:
         for name in names:
             if not load_scenario(name).needs <= available(dp):
                 console.print(f"[dim]{name}: needs what {dp} lacks here; skipped[/dim]")
+                continue
+            if target == "steal":
+                scn = load_scenario(name, dataplane=dp)
+                runs = []
+                for k in range(STEAL_RUNS):
+                    progress.print(f"[dim]{name} on {dp}: untouched run {k + 1}/{STEAL_RUNS}[/dim]")
+                    f = folder / f"{name}-{dp}-{k}"
+                    with open(f"{f}.log", "w") as log, contextlib.redirect_stdout(log), \
+                            contextlib.redirect_stderr(log):
+                        run_scenario(scn, f)
+                    runs.append(f)
+                got = steal_table(name, dp, steal_bins(runs), markdown)
+                if got:
+                    out_md.append(got)
                 continue
             rows = []
             levels = [Level()] * BASELINE_RUNS + [Level(p, q) for p, q in (NIC_LEVELS if target == "nic" else LEVELS)]

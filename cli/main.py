@@ -383,9 +383,10 @@ def _bench_command(sub) -> None:
     s.add_argument("what", choices=["fabric", "endpoint", "congestion", "scale", "fidelity", "qp", "nscc"])
     s.add_argument("--dataplane", action="append", choices=list(DATAPLANES),
                    help="data plane(s) to measure (default: every available one)")
-    s.add_argument("--target", choices=["endpoint", "switch", "nic"],
+    s.add_argument("--target", choices=["endpoint", "switch", "nic", "steal"],
                    help="fidelity: what is held back on purpose (default: endpoint; switch: bmv2's switch "
-                        "processes; nic: every host NIC port's drain, a set time each second)")
+                        "processes; nic: every host NIC port's drain, a set time each second; steal: nothing, "
+                        "untouched runs binned by the CPU the hypervisor took)")
     s.add_argument("--only", action="append", metavar="SCENARIO",
                    help="fidelity: the scenario(s) to starve (default: quickstart and incast)")
     s.add_argument("--markdown", action="store_true",

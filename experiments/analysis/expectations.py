@@ -230,11 +230,13 @@ def judge(d: RunData, metric: str, args: dict, found: list) -> dict:
     :func:`~experiments.analysis.metrics.describe_retirements`; absent otherwise)}``.
 
     Void only where the machine could have changed the verdict: a windowed verdict whose window
-    (:func:`windows`) a fault meets. Never void: correctness (:data:`NEVER_VOID`), and a figure that
-    is only reported. The run-long counts (:data:`LEAVES_OUT`) are judged on what they count outside
-    the faults: a count over its ``max`` FAILs whatever the faults held (more than it counts is
-    more still), and one within its bounds passes; void only where the count outside the faults is
-    under its ``min`` and the whole count is not (what met the bound happened inside a fault)."""
+    (:func:`windows`) a fault meets; a span the hypervisor took the CPU from (``fidelity.STOLEN``)
+    only a rate (:data:`MEANS`, busbw), the verdicts ``mrclab`` has measured it move. Never void:
+    correctness (:data:`NEVER_VOID`), and a figure that is only reported. The run-long counts
+    (:data:`LEAVES_OUT`) are judged on what they count outside the faults: a count over its
+    ``max`` FAILs whatever the faults held (more than it counts is more still), and one within its
+    bounds passes; void only where the count outside the faults is under its ``min`` and the whole
+    count is not (what met the bound happened inside a fault)."""
     v, ok, bound, counted = _evaluate(d, metric, args)
     if counted is not None and ok is False and _within(counted.whole, args.get("min"), args.get("max")):
         # the faults that reach what it left out: up to RETIRE_CAUSE_S before its window
@@ -247,8 +249,9 @@ def judge(d: RunData, metric: str, args: dict, found: list) -> dict:
         broke = found if collectives.kept_share(d, d.collective) < KEPT_MIN else []  # type: ignore[arg-type]
     elif metric in MEANS:  # read outside the faults: void only where they held too much of a window
         broke = fidelity.overlapping([w for w in windows(d, metric, args) if kept_share(d, *w) < KEPT_MIN], found)
-    else:
-        broke = fidelity.overlapping(read_windows(d, metric, args, ok), found)
+    else:  # a steal span moved rates, where the measurement behind it looked, and nothing else yet
+        broke = fidelity.overlapping(read_windows(d, metric, args, ok),
+                                     [f for f in found if f.invariant != fidelity.STOLEN])
     out = {"value": None if math.isinf(v) else v, "bound": bound, "passed": None if broke else ok,
            "void": fidelity.void_reason(broke)}
     if metric == "busbw_mbps" and not broke and ok is not None and d.collective is not None:

@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import psutil
 import yaml
 from mrclab.controller.dataplanes import (
     DATAPLANES,
@@ -407,11 +408,12 @@ def _finish(scn: Scenario, dp: str, data: RunData, fault_log: list[dict], out: P
     held = fidelity.held_packets(data.events, data.held_limits)
     late = data.late_departures()
     behind, readings = data.behind_schedule()
+    cpus = psutil.cpu_count() or 1  # the monitor read steal on this machine's CPUs
     found = fidelity.faults(data.run_delays, data.loop_gaps, loop_gap_max_s=gap_limit, held=held,
                             sched_delay_max_s=delay_limit, lost=data.kernel_drops, reordered=data.reordered,
-                            late=late, behind=behind, timer_s=gap_limit)
+                            late=late, behind=behind, timer_s=gap_limit, stolen=data.stolen, cpus=cpus)
     fidelity.write_csv(out / "fidelity.csv", data.run_delays, data.loop_gaps, gap_limit, held, delay_limit,
-                       data.kernel_drops, data.reordered, data.stolen, late, behind)
+                       data.kernel_drops, data.reordered, data.stolen, late, behind, cpus)
     faults = [{"t": f["t"], "label": f["label"]} for f in fault_log] + \
         [{"t": f.t0, "t_end": f.t1, "kind": "fidelity", "label": f.describe()} for f in found]
     title = f"{scn.name}: {scn.transport} on {dp}"
