@@ -248,7 +248,7 @@ def measure(dataplane: str, log, build: str | None = None) -> dict:
         log(f"{dataplane}: {res['entries_per_s']:.0f} entries/s")
         route = " -> ".join([PATH[0], *(sw for sw, _, _ in path_hops(fab)), PATH[1]])
         if not fab.plane.switch_processes:  # the kernel forwards: with and without the queue program
-            if not fab.bpf:  # no queue program on this machine: the kernel's forwarding alone
+            if not fab.congestion:  # no queue program: the kernel's forwarding and the uN program alone
                 log(f"{dataplane}: searching the highest <1%-loss rate over {route}")
                 res["path_pps"], res["trials"] = max_rate(fab, log=log)
                 return res

@@ -1,8 +1,17 @@
 /* mrclab's linux data plane, congestion and loss half: a tc (clsact egress, direct action) program
  * on every switch port, the kernel twin of p4src/mrclab.p4's queue logic.
  *
- * The kernel forwards (seg6local uN, static routes); this program decides, per packet leaving a
- * port, what p4src/mrclab.p4's ingress and egress decide on bmv2:
+ * Two programs. mrclab_un, on every switch port's ingress, is the switch's SRv6 uN SID (RFC 9800
+ * NEXT-C-SID, 32-bit block, 16-bit uSIDs), as p4src/mrclab.p4's my_sid table is on bmv2: a packet
+ * whose outer destination is the switch's own SID (block | own uSID, a /48, map un_sid) has its
+ * uSID part shifted left by 16 bits, zeros in behind, and the kernel then forwards it on the new
+ * destination by the static /48 routes the controller wrote (controller/kernel_routes.py); the
+ * map counts the packets it shifted. The kernel's own SRv6 (seg6local End, flavour next-csid) did
+ * this until 2026-12-04; kernels built without CONFIG_IPV6_SEG6_LWTUNNEL refuse it, and tc's
+ * clsact and cls_bpf are on every kernel the lab runs on.
+ *
+ * mrclab_egress, on every switch port's egress where the switches queue, decides per packet
+ * leaving a port what p4src/mrclab.p4's ingress and egress decide on bmv2:
  *
  *   gray loss   a per-port drop probability (threshold / 65536), drawn from a per-port linear
  *               congruential generator (Numerical Recipes constants) XORed with a salt, as
@@ -140,6 +149,43 @@ struct {
 	__type(key, __u32);
 	__type(value, struct pfc_state);
 } pfc SEC(".maps");
+
+/* The switch's uN SID: the first 6 bytes of block | own uSID (the /48), and the packets shifted. */
+struct un_sid {
+	__u8 sid[8]; /* 6 used */
+	__u64 packets;
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct un_sid);
+} un_sid SEC(".maps");
+
+#define OFF_DST (OFF_OUTER + 24) /* the outer IPv6 destination */
+
+SEC("tc")
+int mrclab_un(struct __sk_buff *skb)
+{
+	__u8 dst[16];
+	__u32 k = 0;
+	if (skb->protocol != bpf_htons(0x86DD) || bpf_skb_load_bytes(skb, OFF_DST, dst, 16))
+		return TC_ACT_OK;
+	struct un_sid *s = bpf_map_lookup_elem(&un_sid, &k);
+	if (!s || dst[0] != s->sid[0] || dst[1] != s->sid[1] || dst[2] != s->sid[2] || dst[3] != s->sid[3] ||
+	    dst[4] != s->sid[4] || dst[5] != s->sid[5])
+		return TC_ACT_OK; /* not this switch's SID: the kernel routes it as it is */
+#pragma unroll
+	for (int i = 4; i < 14; i++) /* the uSIDs after the block move up one; the block stays */
+		dst[i] = dst[i + 2];
+	dst[14] = 0;
+	dst[15] = 0;
+	if (bpf_skb_store_bytes(skb, OFF_DST + 4, dst + 4, 12, 0))
+		return TC_ACT_SHOT;
+	__sync_fetch_and_add(&s->packets, 1);
+	return TC_ACT_OK;
+}
 
 enum verdict { V_LOW, V_HIGH, V_TRIM, V_DROP_FULL, V_DROP_GRAY };
 

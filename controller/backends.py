@@ -7,7 +7,7 @@ sessions), which imports this module, so the type is named here, not imported.
 
 from __future__ import annotations
 
-from mrclab.controller import seg6
+from mrclab.controller import kernel_routes
 from mrclab.emulation.nodes import Bmv2Switch
 from mrclab.topologies.spec import is_host
 
@@ -38,7 +38,7 @@ class LinuxFaults:
         plan = self.fab.plan
         for sw in sorted(self.reroute):
             up = {port for port, peer in plan.ports(sw).items() if now.iface_up[(sw, peer)]}
-            seg6.apply(self.fab.netns(sw), self.fab.routes[sw], self.fab.routes.block, ports_up=up)
+            kernel_routes.apply(self.fab.netns(sw), self.fab.routes[sw], self.fab.routes.block, ports_up=up)
         self.reroute.clear()
 
     def set_drop(self, switch: str, peer: str, rate: float) -> None:
@@ -55,7 +55,7 @@ class LinuxFaults:
 
     def set_blackhole(self, switch: str, on: bool) -> None:
         """Add (``on``) or remove the policy rule that blackholes every IPv6 lookup of ``switch``."""
-        seg6.set_blackhole(self.fab.netns(switch), on)
+        kernel_routes.set_blackhole(self.fab.netns(switch), on)
 
 
 class Bmv2Faults:

@@ -160,13 +160,16 @@ def compile_bpf(src: Path = SOURCE) -> Path:
 
 
 class SwitchBpf:
-    """The program loaded for one switch on this machine (its maps are this switch's), attached to
+    """The programs loaded for one switch on this machine (its maps are this switch's), attached to
     ``ports`` (interface names) inside namespace ``netns``. Raises :class:`BpfError`."""
 
-    def __init__(self, name: str, netns: str, obj_path: Path, ports: list[str]) -> None:
-        """Open and load ``obj_path`` (:func:`compile_bpf`) for switch ``name`` and attach it to every
-        interface of ``ports`` inside ``netns``. Raises BpfError; what was loaded is released first."""
-        self.name, self.netns = name, netns
+    def __init__(self, name: str, netns: str, obj_path: Path, ports: list[str], sid: bytes | None = None,
+                 egress: bool = True) -> None:
+        """Open and load ``obj_path`` (:func:`compile_bpf`) for switch ``name``; with ``sid`` (its uN
+        SID: the 6 bytes of block | own uSID) attach the uN program to the ingress of every
+        interface of ``ports`` inside ``netns``, with ``egress`` the queue program to their egress.
+        Raises BpfError; what was loaded is released first."""
+        self.name, self.netns, self.egress = name, netns, egress
         try:
             self.prog: bpfmaps.Program | None = bpfmaps.Program(name, str(obj_path))
         except bpfmaps.MapError as e:
@@ -174,8 +177,18 @@ class SwitchBpf:
         self.maps = self.prog.maps
         self.ifindex: dict[str, int] = {}  # interface name -> ifindex, the maps' key
         try:
-            for intf in ports:
-                self.attach(intf)
+            if sid is not None:
+                self.maps.set_sid(sid)
+                with kernel.inside(self.netns):
+                    for intf in ports:
+                        self.ifindex[intf] = bpfmaps.attach(name, self.prog.un_prog_fd, intf, self.prog.hooked,
+                                                            ingress=True)
+            if egress:
+                for intf in ports:
+                    self.attach(intf)
+        except bpfmaps.MapError as e:
+            self.close()
+            raise BpfError(str(e)) from None
         except BaseException:
             self.close()
             raise
@@ -197,6 +210,13 @@ class SwitchBpf:
                 bpfmaps.detach(self.name, intf)
         except bpfmaps.MapError as e:
             raise BpfError(str(e)) from None
+
+    def sid_packets(self) -> int:
+        """Packets the switch's uN SID shifted (the uN program's count)."""
+        try:
+            return self.maps.sid_packets()
+        except bpfmaps.MapError as e:
+            raise BpfError(f"{self.name}: {e}") from None
 
     def configure(self, intf: str, cfg: PortConfig) -> None:
         """Port ``intf`` from now on follows ``cfg`` (the queue and counters carry on)."""
@@ -274,13 +294,20 @@ class RemoteSwitchBpf:
     it under ``<agent's pin_dir>/<name>``. Raises :class:`BpfError` (and ServerError when the
     server stops answering)."""
 
-    def __init__(self, name: str, netns: str, obj_path: Path, ports: list[str], agent: QueueAgent) -> None:
-        """Load ``obj_path`` for switch ``name`` on the agent's server, attached to ``ports``."""
-        self.name, self.netns, self.agent = name, netns, agent
+    def __init__(self, name: str, netns: str, obj_path: Path, ports: list[str], agent: QueueAgent,
+                 sid: bytes | None = None, egress: bool = True) -> None:
+        """Load ``obj_path`` for switch ``name`` on the agent's server, attached to ``ports`` as
+        :class:`SwitchBpf` says of ``sid`` and ``egress``."""
+        self.name, self.netns, self.agent, self.egress = name, netns, agent, egress
         self.ns_path = f"/run/netns/{netns}"
         self.pin = f"{agent.pin_dir}/{name}"
         self.ifindex: dict[str, int] = agent.ask("load", name=name, obj=agent.object_there(obj_path),
-                                                 netns=self.ns_path, ports=ports, pin=self.pin)
+                                                 netns=self.ns_path, ports=ports, pin=self.pin,
+                                                 sid=sid.hex() if sid is not None else None, egress=egress)
+
+    def sid_packets(self) -> int:
+        """:meth:`SwitchBpf.sid_packets`, read on the server."""
+        return int(self.agent.ask("sid_packets", pin=self.pin))
 
     def attach(self, intf: str) -> None:
         """The program on ``intf``'s egress again (after :meth:`detach`), its state kept."""

@@ -40,13 +40,17 @@ CFG = struct.Struct("<11I")
 PFC = struct.Struct("<3Q")
 #: struct port_state: lock, lcg, last_ns, occ, marked, trimmed, queue_full, gray, low, high, sched_ns
 STATE = struct.Struct("<II9Q")
+#: struct un_sid: the switch's uN SID (block | own uSID: 6 bytes of 8) and the packets it shifted
+UN = struct.Struct("<8sQ")
 #: the counters of a port's state, in its order (then ``sched_ns``: the drain watch's schedule, monotonic ns)
 STATE_FIELDS = ("marked", "trimmed", "queue_full", "gray", "low", "high")
 FP_SHIFT = 20  # the virtual queue's fixed point
 PROGRAM = b"mrclab_egress"
-MAPS = ("port_cfg", "port_state", "pfc")
+#: the uN SID program (every switch port's ingress) and its map
+PROGRAM_UN, UN_MAP = b"mrclab_un", "un_sid"
+MAPS = ("port_cfg", "port_state", "pfc", UN_MAP)
 BPF_ANY, BPF_NOEXIST, BPF_F_LOCK = 0, 1, 4  # linux/bpf.h
-BPF_TC_EGRESS, BPF_TC_F_REPLACE = 2, 1  # libbpf.h
+BPF_TC_INGRESS, BPF_TC_EGRESS, BPF_TC_F_REPLACE = 1, 2, 1  # libbpf.h
 CLONE_NEWNET = 0x40000000  # linux/sched.h
 #: Where bpffs is mounted (the kernel's documented place, as iproute2 and bpftool use it).
 BPFFS = "/sys/fs/bpf"
@@ -143,11 +147,12 @@ def netns_path(path: str):
 
 
 class Maps:
-    """One switch's three maps by their descriptors; every key is a port's ifindex."""
+    """One switch's four maps by their descriptors; every key of the first three is a port's
+    ifindex, ``un_sid`` has the one key 0."""
 
-    def __init__(self, cfg_fd: int, state_fd: int, pfc_fd: int) -> None:
-        """Maps ``port_cfg``, ``port_state`` and ``pfc`` at those descriptors."""
-        self.cfg_fd, self.state_fd, self.pfc_fd = cfg_fd, state_fd, pfc_fd
+    def __init__(self, cfg_fd: int, state_fd: int, pfc_fd: int, un_fd: int) -> None:
+        """Maps ``port_cfg``, ``port_state``, ``pfc`` and ``un_sid`` at those descriptors."""
+        self.cfg_fd, self.state_fd, self.pfc_fd, self.un_fd = cfg_fd, state_fd, pfc_fd, un_fd
         #: ifindex -> (start, end) of its pause as :meth:`set_paused` last wrote it to ``pfc``
         #: (monotonic ns; the program reads them, never writes them), so a look needs no read of them
         self._pause: dict[int, tuple[int, int]] = {}
@@ -169,7 +174,7 @@ class Maps:
 
     def close(self) -> None:
         """Close the descriptors (the maps live on while a program or a pin holds them)."""
-        for fd in (self.cfg_fd, self.state_fd, self.pfc_fd):
+        for fd in (self.cfg_fd, self.state_fd, self.pfc_fd, self.un_fd):
             with contextlib.suppress(OSError):
                 os.close(fd)
 
@@ -183,6 +188,20 @@ class Maps:
     def _lookup(self, fd: int, idx: int, size: int, flags: int = 0) -> bytes | None:
         key, buf = ctypes.c_uint32(idx), ctypes.create_string_buffer(size)
         return None if lib().bpf_map_lookup_elem_flags(fd, ctypes.byref(key), buf, flags) else buf.raw
+
+    def set_sid(self, sid: bytes) -> None:
+        """The switch's uN SID from now on: ``sid``, the first 6 bytes of its /48 (block | own
+        uSID); the count of packets shifted starts again from 0. Raises MapError."""
+        if len(sid) != 6:
+            raise MapError(f"uN SID of {len(sid)} bytes; allowed: 6 (a /48)")
+        self._update(self.un_fd, 0, UN.pack(sid, 0), BPF_ANY)
+
+    def sid_packets(self) -> int:
+        """Packets the uN SID program shifted since :meth:`set_sid`. Raises MapError."""
+        raw = self._lookup(self.un_fd, 0, UN.size)
+        if raw is None:
+            raise MapError(f"cannot read the uN SID's counter ({why(-1)})")
+        return UN.unpack(raw)[1]
 
     def init_port(self, idx: int) -> None:
         """Zeroed counters and PFC state for port ``idx``, unless it has them (a re-attach keeps them)."""
@@ -285,6 +304,7 @@ class Program:
                            "run as root on a kernel with BPF and BTF)")
         self.prog = self.b.bpf_object__find_program_by_name(self.obj, PROGRAM)
         self.prog_fd = self.b.bpf_program__fd(self.prog)
+        self.un_prog_fd = self.b.bpf_program__fd(self.b.bpf_object__find_program_by_name(self.obj, PROGRAM_UN))
         self.maps = Maps(*(self.b.bpf_object__find_map_fd_by_name(self.obj, m.encode()) for m in MAPS))
         self.hooked: set[int] = set()  # ifindexes given a clsact qdisc
 
@@ -308,16 +328,17 @@ class Program:
             self.obj = None
 
 
-def attach(name: str, prog_fd: int, intf: str, hooked: set[int] | None = None) -> int:
-    """Attach program ``prog_fd`` to ``intf``'s egress (tc clsact, direct action) in the calling
-    thread's namespace, replacing what is there; returns its ifindex. ``hooked``: ifindexes that
-    have their clsact qdisc already (one is made for the others, and added). Raises MapError."""
+def attach(name: str, prog_fd: int, intf: str, hooked: set[int] | None = None, ingress: bool = False) -> int:
+    """Attach program ``prog_fd`` to ``intf``'s egress (``ingress``: its ingress; tc clsact, direct
+    action) in the calling thread's namespace, replacing what is there; returns its ifindex.
+    ``hooked``: ifindexes that have their clsact qdisc already (one is made for the others, and
+    added). Raises MapError."""
     b = lib()
     try:
         idx = socket.if_nametoindex(intf)
     except OSError as e:
         raise MapError(f"{name}: no interface {intf} ({e})") from None
-    hook = _TcHook(ctypes.sizeof(_TcHook), idx, BPF_TC_EGRESS, 0)
+    hook = _TcHook(ctypes.sizeof(_TcHook), idx, BPF_TC_INGRESS if ingress else BPF_TC_EGRESS, 0)
     if hooked is None or idx not in hooked:  # once: a second create makes libbpf print the kernel's EEXIST
         rc = b.bpf_tc_hook_create(ctypes.byref(hook))
         if rc and rc != -errno.EEXIST:
@@ -327,7 +348,7 @@ def attach(name: str, prog_fd: int, intf: str, hooked: set[int] | None = None) -
     opts = _TcOpts(ctypes.sizeof(_TcOpts), prog_fd, BPF_TC_F_REPLACE, 0, 1, 1)
     rc = b.bpf_tc_attach(ctypes.byref(hook), ctypes.byref(opts))
     if rc:
-        raise MapError(f"{name}: cannot attach the program to {intf} ({why(rc)})")
+        raise MapError(f"{name}: cannot attach the {'uN' if ingress else 'queue'} program to {intf} ({why(rc)})")
     return idx
 
 
@@ -380,9 +401,12 @@ class Agent:
             f.write(base64.b64decode(data))
         os.replace(tmp, path)
 
-    def load(self, name: str, obj: str, netns: str, ports: list[str], pin: str) -> dict[str, int]:
+    def load(self, name: str, obj: str, netns: str, ports: list[str], pin: str, sid: str | None = None,
+             egress: bool = True) -> dict[str, int]:
         """Load ``obj`` for switch ``name``, pin it under ``pin``, attach it to ``ports`` in the
-        namespace at ``netns`` (a path) with zeroed counters; interface -> ifindex."""
+        namespace at ``netns`` (a path): with ``sid`` (hex of the switch's uN SID, 6 bytes) the uN
+        program on each port's ingress, with ``egress`` the queue program on each port's egress with
+        zeroed counters; interface -> ifindex."""
         ensure_bpffs()
         prog = Program(name, obj)
         try:
@@ -391,7 +415,12 @@ class Agent:
             out = {}
             with netns_path(netns):
                 for intf in ports:
-                    out[intf] = attach(name, prog.prog_fd, intf, hooked)
+                    if sid is not None:
+                        out[intf] = attach(name, prog.un_prog_fd, intf, hooked, ingress=True)
+                    if egress:
+                        out[intf] = attach(name, prog.prog_fd, intf, hooked)
+            if sid is not None:
+                prog.maps.set_sid(bytes.fromhex(sid))
             for idx in out.values():
                 prog.maps.init_port(idx)
         finally:
@@ -418,6 +447,10 @@ class Agent:
         """Port ``idx`` follows ``cfg`` (hex of a packed ``struct port_cfg``)."""
         self.maps(pin).configure(idx, bytes.fromhex(cfg))
 
+    def sid_packets(self, pin: str) -> int:
+        """:meth:`Maps.sid_packets` of the switch pinned under ``pin``."""
+        return self.maps(pin).sid_packets()
+
     def states(self, items: list[list]) -> list[dict[str, int]]:
         """Each ``[pin, ifindex]``'s :meth:`Maps.state`, in order."""
         return [self.maps(pin).state(idx) for pin, idx in items]
@@ -440,7 +473,7 @@ class Agent:
 
 
 #: The requests :func:`serve` answers: op -> the :class:`Agent` method.
-OPS = ("put", "load", "attach", "detach", "configure", "states", "pfc_look", "set_paused", "forget")
+OPS = ("put", "load", "attach", "detach", "configure", "sid_packets", "states", "pfc_look", "set_paused", "forget")
 
 
 def serve(rfile=None, wfile=None) -> None:

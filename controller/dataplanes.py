@@ -7,7 +7,8 @@ PFC agent reaches its queues (controller/pfc.py), what the runner and the benchm
 
 * :class:`Bmv2`: P4Runtime (pipeline and table entries), Thrift (egress queue rates and depths), a
   watchdog that reprograms a switch that lost its pipeline, switch processes to watch for CPU;
-* :class:`Linux`: seg6 routes in each switch's namespace, the tc eBPF queue program behind an htb.
+* :class:`Linux`: IPv6 routes in each switch's namespace, the tc eBPF uN program on every port's
+  ingress and the queue program behind an htb on its egress.
 
 Nothing outside these classes compares a data plane's name.
 """
@@ -19,7 +20,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from mrclab.controller import bpf, seg6, thrift
+from mrclab.controller import bpf, kernel_routes, thrift
 from mrclab.controller.backends import Bmv2Faults, LinuxFaults
 from mrclab.controller.bpf import QueueAgent, RemoteSwitchBpf, SwitchBpf, htb_lines
 from mrclab.controller.compiler import compile_p4
@@ -221,50 +222,55 @@ class Bmv2(Bmv2Emulated, DataPlane):
 
 
 class Linux(LinuxEmulated, DataPlane):
-    """The kernel's SRv6 with the tc eBPF queue program."""
+    """The kernel's IPv6 forwarding with the tc eBPF uN and queue programs."""
 
     hop_cost_words = "kernel CPU / data packet / hop (upper bound)"
 
-    def _missing_here(self) -> dict[str, str]:
-        why = bpf.bpf_missing()
-        return {"congestion": why, "gray_loss": why} if why else {}
+    def missing(self) -> str | None:
+        """Why this machine cannot run the linux data plane: the uN SID is a tc eBPF program, so
+        clang, libbpf and the kernel's headers (:func:`~controller.bpf.bpf_missing`), or None."""
+        return bpf.bpf_missing()
 
     def compile(self, fab):
-        """The tc eBPF queue program through clang (cached), where the fabric's switches queue."""
-        return bpf.compile_bpf() if fab.congestion else None
+        """The tc eBPF programs through clang (cached): every linux fabric's switches need the uN one."""
+        return bpf.compile_bpf()
 
     def program(self, fab, compiled) -> None:
-        """seg6 routes in every switch's namespace, then (with the queue program) every port's htb and
-        program, configured from the queue plan, and the PFC agent."""
+        """IPv6 routes in every switch's namespace and the uN program on every port's ingress, then
+        (where the switches queue) every port's htb and queue program, configured from the queue
+        plan, and the PFC agent."""
         t = time.monotonic()
-        fab.progress(f"writing {fab.routes.n_entries} seg6 entries")
+        fab.progress(f"writing {fab.routes.n_entries} entries (IPv6 routes, the uN SID in tc eBPF)")
         for e in fab.routes.switches:
-            seg6.apply(fab.emu.netns(e.switch), e, fab.routes.block)
-        fab.timings["routes_s"] = time.monotonic() - t
-        if compiled is None:
-            return
-        t = time.monotonic()
-        fab.progress(f"attaching the queue program to {len(fab.queues)} switch ports (tc eBPF, htb)")
+            kernel_routes.apply(fab.emu.netns(e.switch), e, fab.routes.block)
+        queued = fab.congestion
+        if queued:
+            fab.progress(f"attaching the queue program to {len(fab.queues)} switch ports (tc eBPF, htb)")
         for sw in fab.spec.switches():
-            ns, ports = fab.emu.netns(sw), fab.port_queues(sw)
-            lines = [x for port, q in sorted(ports.items()) if q.rate_mbps > 0
-                     for x in htb_lines(f"{sw}-eth{port}", q.rate_mbps, q.depth, q.depth_high, q.lossless,
-                                        fab.emu.frame_bytes)]
-            try:
-                kernel.tc_batch(ns, lines)
-            except kernel.KernelError as e:
-                raise FabricError(f"{sw}: tc refused the port queues: {e}") from None
-            intfs = [f"{sw}-eth{p}" for p in sorted(ports)]
+            ns, ports = fab.emu.netns(sw), sorted(fab.plan.ports(sw))
+            if queued:
+                queues = fab.port_queues(sw)
+                lines = [x for port, q in sorted(queues.items()) if q.rate_mbps > 0
+                         for x in htb_lines(f"{sw}-eth{port}", q.rate_mbps, q.depth, q.depth_high, q.lossless,
+                                            fab.emu.frame_bytes)]
+                try:
+                    kernel.tc_batch(ns, lines)
+                except kernel.KernelError as e:
+                    raise FabricError(f"{sw}: tc refused the port queues: {e}") from None
+            intfs = [f"{sw}-eth{p}" for p in ports]
+            sid = fab.routes[sw].sid.network_address.packed[:6]
             server = fab.emu.server_of(sw)
             if server is None:
-                fab.bpf[sw] = SwitchBpf(sw, ns, compiled, intfs)
+                fab.bpf[sw] = SwitchBpf(sw, ns, compiled, intfs, sid=sid, egress=queued)
             else:
-                fab.bpf[sw] = RemoteSwitchBpf(sw, ns, compiled, intfs, self.queue_agent(fab, server))
-            for port in ports:
-                fab.bpf[sw].configure(f"{sw}-eth{port}", fab.port_config(sw, port))
-        if any(q.lossless for q in fab.queues.values()):
+                fab.bpf[sw] = RemoteSwitchBpf(sw, ns, compiled, intfs, self.queue_agent(fab, server), sid=sid,
+                                              egress=queued)
+            if queued:
+                for port in fab.port_queues(sw):
+                    fab.bpf[sw].configure(f"{sw}-eth{port}", fab.port_config(sw, port))
+        fab.timings["routes_s"] = time.monotonic() - t
+        if queued and any(q.lossless for q in fab.queues.values()):
             fab.start_pfc([])
-        fab.timings["queues_s"] = time.monotonic() - t
 
     @staticmethod
     def queue_agent(fab, server) -> QueueAgent:
@@ -277,12 +283,12 @@ class Linux(LinuxEmulated, DataPlane):
         return agent
 
     def verify(self, fab, entry) -> None:
-        """Read the switch's seg6 routes back from its namespace."""
-        seg6.verify(fab.emu.netns(entry.switch), entry, fab.routes.block)
+        """Read the switch's routes back from its namespace."""
+        kernel_routes.verify(fab.emu.netns(entry.switch), entry, fab.routes.block)
 
     def switch_packets(self, fab, names: list[str]) -> dict[str, int]:
-        """Each switch's uN SID counter."""
-        return {s: seg6.sid_packets(fab.emu.netns(s), fab.routes[s], fab.routes.block) for s in names}
+        """Each switch's uN SID counter (the uN program's)."""
+        return {s: fab.bpf[s].sid_packets() for s in names}
 
     def faults(self, fab):
         """:class:`~controller.backends.LinuxFaults`."""

@@ -4,7 +4,7 @@
         fab.set_link("t0-0-0", "t1-0-1", up=False)
         ...
 
-Data flow (docs/design.md): ClosSpec -> AddressPlan -> RoutePlan -> (P4Runtime | seg6) -> running
+Data flow (docs/design.md): ClosSpec -> AddressPlan -> RoutePlan -> (P4Runtime | IPv6 routes + tc eBPF uN) -> running
 fabric. ``start()`` compiles the P4 program first (bmv2: nothing is built when p4c refuses it), then
 times each phase into ``timings`` (seconds): ``compile_s``, ``build_s`` (namespaces, links, switch
 processes), ``pipeline_s``, ``routes_s``, ``verify_s``, ``total_s``.
@@ -80,7 +80,7 @@ class Fabric:
                              placement=placement, ssh=ssh, frame_bytes=frame_bytes,
                              nic_slack_bytes=0 if self.nic_watch_missing else bpf.NIC_SLACK_FRAMES * frame_bytes)
         self.thrift: dict = {}  # switch -> SwitchThrift (bmv2 with queues)
-        self.bpf: dict = {}  # switch -> SwitchBpf or RemoteSwitchBpf (linux with queues)
+        self.bpf: dict = {}  # switch -> SwitchBpf or RemoteSwitchBpf (linux: uN, and queues where it has them)
         self.queue_agents: dict = {}  # server -> its QueueAgent (linux with queues, planes on servers)
         self.pfc: PauseAgent | None = None  # with lossless (PFC) queues
         #: (switch, port) -> gray loss in force (linux; bmv2 keeps it in its table entries)
@@ -112,10 +112,10 @@ class Fabric:
     def start(self) -> None:
         """Compile (p4c on bmv2, clang for linux's queue program: before anything is built), build the
         emulation, program every switch (bmv2: pipeline, table entries and, with Thrift, egress
-        queues; linux: seg6 routes and, with the eBPF program, htb and the program on every
+        queues; linux: IPv6 routes, the uN program and, where switches queue, htb and the program on every
         port), read every switch back, and start the bmv2 watchdog; each phase is timed into
         ``timings`` (s, see the module docstring). On any failure everything built is torn down
-        and the error (CompileError, BpfError, FabricError, P4RuntimeError, Seg6Error,
+        and the error (CompileError, BpfError, FabricError, P4RuntimeError, RouteError,
         EmulationError, ...) propagates."""
         t0 = time.monotonic()
         try:
@@ -306,7 +306,7 @@ class Fabric:
 
     def sampled_switches(self) -> list[str]:
         """The switches :meth:`port_samples` reads (those with queues to sample), in fabric order."""
-        return list(self.bpf) + list(self.thrift)
+        return [sw for sw, prog in self.bpf.items() if prog.egress] + list(self.thrift)
 
     def port_samples(self, switches: Collection[str] | None = None) -> list[dict]:
         """Per switch port now: low-priority packets queued and, since start, packets ECN-marked,
@@ -322,7 +322,7 @@ class Fabric:
         with self._lock:
             paused = self.pfc.samples() if self.pfc is not None else {}
             asks = [(sw, prog, self.port_queues(sw)) for sw, prog in self.bpf.items()
-                    if switches is None or sw in switches]
+                    if prog.egress and (switches is None or sw in switches)]
             # a switch here: its real queues (netlink) and then its maps, read close together (the drain
             # watch); those on servers: every server's maps in one request each
             real: dict[str, tuple[int, dict] | None] = {}  # switch here -> (ns, its qdiscs) or no tight read

@@ -9,7 +9,8 @@ Each switch gets (docs/mrc.md, "SRv6 uN forwarding"; RFC 9800 NEXT-C-SID):
   each T0 uSID of its plane down.
 
 The same plan feeds both data planes: P4Runtime table entries on ``bmv2``
-(:mod:`controller.p4runtime`) and ``seg6local``/IPv6 routes on ``linux`` (:mod:`controller.seg6`).
+(:mod:`controller.p4runtime`) and IPv6 routes plus the tc eBPF uN program on ``linux``
+(:mod:`controller.kernel_routes`, :mod:`controller.bpf`).
 """
 
 from __future__ import annotations

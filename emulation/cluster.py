@@ -7,7 +7,7 @@ only the host-to-T0 links cross servers. What runs where:
   :class:`RemoteMixin` (:class:`OnServerMixin`: :class:`RemoteLinuxSrv6Switch`,
   :class:`RemoteBmv2Switch`): the node's shell is ``mnexec`` run on its server over ssh, in a
   namespace of that server, named ``mrclab-<node>`` there. Every kernel call the controller makes
-  on such a namespace (seg6 routes, qdiscs, counters, faults) runs on its server through that
+  on such a namespace (routes, qdiscs, counters, faults) runs on its server through that
   server's agent (emulation/kernel.py :func:`place`, emulation/servers.py ``OnServer``). A bmv2
   switch runs there too, its P4Runtime socket forwarded here over ssh;
 * **links**: inside a server, veth pairs (:func:`veth_line`); between a host and a remote T0, one

@@ -3,8 +3,8 @@ half of it; controller/dataplanes.py adds the controller's half and is what call
 
 * :class:`Bmv2Emulated`: each switch a ``simple_switch_grpc`` process (a Mininet node whose ports
   BMv2 owns), started after the links exist, on this machine or on a server;
-* :class:`LinuxEmulated`: each switch a namespace whose kernel forwards (SRv6 ``End`` with
-  ``next-csid``), with a local SID anchor device.
+* :class:`LinuxEmulated`: each switch a namespace whose kernel forwards on static IPv6 routes, its
+  uN SID a tc eBPF program (controller/bpf.py).
 
 Nothing outside these classes asks which data plane it is by name.
 """
@@ -12,7 +12,7 @@ Nothing outside these classes asks which data plane it is by name.
 from __future__ import annotations
 
 from mrclab.emulation.cluster import RemoteBmv2Switch, RemoteLinuxSrv6Switch
-from mrclab.emulation.nodes import SID_DEV, Bmv2Switch, LinuxSrv6Switch, bmv2_binary, bmv2_device, toolchain_missing
+from mrclab.emulation.nodes import Bmv2Switch, LinuxSrv6Switch, bmv2_binary, bmv2_device, toolchain_missing
 from mrclab.emulation.servers import BMV2_TOOLS
 
 
@@ -125,7 +125,7 @@ class Bmv2Emulated(EmulatedDataPlane):
 
 
 class LinuxEmulated(EmulatedDataPlane):
-    """The kernel's own SRv6 in a namespace per switch."""
+    """A namespace per switch: the kernel forwards, tc eBPF programs do uN and the queues."""
 
     name = "linux"
     queue_words = "htb fed by the tc eBPF program"
@@ -150,10 +150,6 @@ class LinuxEmulated(EmulatedDataPlane):
         if emu.switch_queues:
             emu.make_remote_dirs(state, pins=True)
 
-    def switch_setup(self, intfs: list[str]) -> tuple[list[str], list[str]]:
-        """The local SID anchor (a veth pair, up) the seg6local routes hang on."""
-        return [], [f"link add {SID_DEV} type veth peer {SID_DEV}p", f"link set {SID_DEV}p up",
-                    f"link set {SID_DEV} up"]
 
 
 #: The emulation's data planes by name (controller/dataplanes.py's ``DATAPLANES`` extend these).

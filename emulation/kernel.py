@@ -12,8 +12,7 @@ iproute2 does, each for that reason or its own:
 * creating a namespace and a veth pair, setting a link up / down / its MTU and reading its
   counters (:func:`netns_add`, :func:`veth_add`, :func:`link_set`, :func:`link_stats`);
 * bulk writes, ``ip -batch`` and ``tc -batch`` (:func:`ip_batch`, :func:`tc_batch`): a switch's
-  seg6 routes use the ``next-csid`` flavour of ``End`` (uN, RFC 9800), which pyroute2 0.9 cannot
-  encode, and a switch's htb classes, pfifo leaves and tbf shapers are written by the hundreds in
+  routes, htb classes, pfifo leaves and tbf shapers are written by the hundreds in
   one fork and one netlink conversation;
 * a command run inside a namespace (:func:`netns_exec`, :func:`netns_popen`): ``ip netns exec``
   also gives the command the namespace's own ``/sys`` and ``/etc/netns`` (tcpdump, sysctl and

@@ -4,7 +4,8 @@
 * :class:`NicHost`: one interface per plane (``hN-eth{p}``), MAC from the address plan, IPv6 off
   on the NIC ports (the MRC endpoint owns them through raw sockets; no ND or MLD chatter), offloads
   off.
-* :class:`LinuxSrv6Switch`: forwarding on, DAD off; the controller writes its seg6 routes.
+* :class:`LinuxSrv6Switch`: forwarding on, DAD off; the controller writes its routes and loads its
+  uN SID (a tc eBPF program on every port's ingress).
 * :class:`Bmv2Switch`: ``simple_switch_grpc`` inside the namespace, ports ``{port}@{sw}-eth{port}``,
   P4Runtime on a unix socket in the run directory (no TCP port clashes between 16 switches), no
   per-packet logging unless ``debug``; with its Thrift runtime on a port of its own namespace and
@@ -32,10 +33,6 @@ BMV2_BINARY = "simple_switch_grpc"
 #: forwarding build on PATH (``<prefix>/bin/simple_switch_grpc``): p4lang's default flags, with the
 #: logging macros and the event logger, for ``--debug``'s per-packet log.
 LOGGING_BUILD = Path("lib") / "mrclab" / "bmv2-logging" / "bin" / BMV2_BINARY
-#: Device that anchors a linux switch's SRv6 SIDs: a veth pair local to the namespace (this kernel
-#: has no ``dummy`` driver, ``dev lo`` does not forward after ``End``, and a port would take the
-#: SID with it when it goes down).
-SID_DEV = "sid0"
 
 
 class EmulationError(RunFailed):
@@ -112,7 +109,8 @@ class NicHost(_NsNode, Host):
 
 
 class LinuxSrv6Switch(_NsNode, Switch):
-    """A switch that is a namespace using the kernel's SRv6 (``seg6local End`` + ``next-csid``)."""
+    """A switch that is a namespace whose kernel forwards on static IPv6 routes, its uN SID a tc eBPF
+    program on every port's ingress (bpfsrc/port_queue.bpf.c ``mrclab_un``)."""
 
     def __init__(self, name: str, **params) -> None:
         """Switch node ``name`` in a namespace of its own (Mininet ``params`` pass through)."""

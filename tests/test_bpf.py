@@ -139,7 +139,7 @@ def test_a_pfc_look_reads_the_feeders_only_where_the_agent_acts_on_them(monkeypa
     packet was queued since they last were."""
     import time
 
-    m = bpfmaps.Maps(1, 2, 3)
+    m = bpfmaps.Maps(1, 2, 3, 4)
     store: dict = {}
     calls: list = []
 

@@ -1,9 +1,9 @@
-"""The default fabric on the linux data plane (kernel SRv6 uN in namespaces)."""
+"""The default fabric on the linux data plane (kernel IPv6 routes and the tc eBPF uN SID in namespaces)."""
 
 import subprocess
 
 import pytest
-from mrclab.controller import seg6
+from mrclab.controller import kernel_routes
 from mrclab.controller.fabric import Fabric, FabricError
 from mrclab.controller.pathprobe import implicate, probe_paths
 from mrclab.emulation.network import EmulationError
@@ -32,9 +32,9 @@ def test_read_back_equals_route_plan_and_reapply_is_idempotent(fabric):
     fabric.verify()
     e = fabric.routes["t1-0-0"]
     ns = fabric.netns("t1-0-0")
-    before = seg6.read_back(ns, fabric.routes.block)
-    seg6.apply(ns, e, fabric.routes.block)
-    after = seg6.read_back(ns, fabric.routes.block)
+    before = kernel_routes.read_back(ns, fabric.routes.block)
+    kernel_routes.apply(ns, e, fabric.routes.block)
+    after = kernel_routes.read_back(ns, fabric.routes.block)
     assert [r.key() for r in before] == [r.key() for r in after]
 
 
@@ -42,9 +42,9 @@ def test_stale_route_is_removed_by_reapply(fabric):
     ns = fabric.netns("t1-1-0")
     subprocess.run(["ip", "-n", ns, "-6", "route", "add", "fcbb:bb00:9999::/48", "via", "fe80::1",
                     "dev", "t1-1-0-eth1"], check=True)
-    with pytest.raises(seg6.Seg6Error, match="unexpected"):
+    with pytest.raises(kernel_routes.RouteError, match="unexpected"):
         fabric.verify()
-    seg6.apply(ns, fabric.routes["t1-1-0"], fabric.routes.block)
+    kernel_routes.apply(ns, fabric.routes["t1-1-0"], fabric.routes.block)
     fabric.verify()
 
 
@@ -74,12 +74,7 @@ def test_cut_link_is_implicated(fabric):
     assert all(r.delivered for r in probe_paths(fabric.plan, fabric.netns))
 
 
-def test_gray_loss_is_refused_on_linux_without_its_ebpf_program(fabric, monkeypatch):
-    from mrclab.controller import bpf
-
-    monkeypatch.setattr(bpf, "bpf_missing", lambda: "clang is not installed")
-    with pytest.raises(FabricError, match="gray loss needs the tc eBPF program.*clang is not installed"):
-        fabric.link_loss("t0-0-0", "t1-0-0", 0.2)
+def test_a_fault_on_an_unknown_switch_is_refused(fabric):
     with pytest.raises(FabricError, match="unknown switch"):
         fabric.blackhole("t9-0-0", True)
 
@@ -199,7 +194,7 @@ def test_a_netlink_reader_closed_from_another_thread_lets_its_namespace_go(tmp_p
             while not got and t.is_alive():
                 time.sleep(0.01)
             idx, queued, tbf, htb = got[0]
-            assert queued[(idx, kernel.TC_H_ROOT)] == (0, 0) and tbf == htb == 0
+            assert queued[(idx, kernel.TC_H_ROOT)] == (0, 0, 0) and tbf == htb == 0
             nl.close()  # from this thread, the opener still alive
         finally:
             subprocess.run(["ip", "netns", "del", ns], check=False)

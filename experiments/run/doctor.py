@@ -78,7 +78,7 @@ def _qdiscs() -> list[Check]:
 
 
 def checks() -> list[Check]:
-    """Every check of this machine (root, Mininet, iproute2, SRv6, qdiscs, clang, the P4 toolchain, captures)."""
+    """Every check of this machine (root, Mininet, iproute2, IPv6, qdiscs, clang, the P4 toolchain, captures)."""
     out = [Check("root", os.geteuid() == 0, "yes" if os.geteuid() == 0 else "no: namespaces need root",
                  "sudo -i")]
     try:
@@ -89,12 +89,12 @@ def checks() -> list[Check]:
         out.append(Check("Mininet", False, "not importable", APT + " mininet   (then ./setup.sh)"))
     out.append(_binary("ip", APT + " iproute2", "-V"))
     out.append(_binary("tc", APT + " iproute2", "-V"))
-    seg6 = os.path.exists("/proc/sys/net/ipv6/conf/all/seg6_enabled")
-    out.append(Check("kernel SRv6", seg6, "seg6 sysctls present" if seg6 else "no seg6 in this kernel",
-                     "a kernel with CONFIG_IPV6_SEG6_LWTUNNEL"))
+    ipv6 = os.path.exists("/proc/sys/net/ipv6/conf/all/forwarding")
+    out.append(Check("kernel IPv6 forwarding", ipv6, "present" if ipv6 else "no IPv6 in this kernel",
+                     "a kernel with CONFIG_IPV6"))
     out += _qdiscs()
     why = bpf.bpf_missing()
-    out.append(Check("clang + libbpf (linux queues, NIC drain watch)", why is None,
+    out.append(Check("clang + libbpf (linux data plane: uN SID and queues; NIC drain watch)", why is None,
                      _version(["clang", "--version"]) if why is None else why,
                      APT + " clang libbpf-dev"))
     out.append(_binary("p4c", TOOLCHAIN))

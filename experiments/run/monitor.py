@@ -56,7 +56,7 @@ def softnet_drops(path: str = "/proc/net/softnet_stat") -> int:
 
 def kernel_workers() -> dict[str, int]:
     """``kernel ksoftirqd/N`` -> pid of each CPU's softirq thread on this machine: where the kernel
-    forwards packets (every veth hop, a linux switch's seg6 lookup, its tc program and htb) once
+    forwards packets (every veth hop, a linux switch's route lookup, its tc program and htb) once
     softirq work outgrows the moment it was raised in. A ksoftirqd waiting for a CPU is a fabric
     port forwarding late, which no endpoint's or BMv2 switch's own account shows."""
     out = {}
