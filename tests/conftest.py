@@ -1,4 +1,5 @@
-"""Markers: ``root`` (namespaces, the kernel's IPv6 forwarding, tc eBPF) and ``bmv2`` (p4c + simple_switch_grpc) are skipped
+"""Markers: ``root`` (namespaces, the kernel's IPv6 forwarding, tc eBPF) and ``bmv2`` (p4c +
+simple_switch_grpc) are skipped
 with the reason when the machine cannot run them; unmarked tests need nothing."""
 
 from __future__ import annotations
