@@ -178,28 +178,29 @@ class SwitchBpf:
         self.ifindex: dict[str, int] = {}  # interface name -> ifindex, the maps' key
         try:
             if sid is not None:
-                self.maps.set_sid(sid)
-                with kernel.inside(self.netns):
-                    for intf in ports:
-                        self.ifindex[intf] = bpfmaps.attach(name, self.prog.un_prog_fd, intf, self.prog.hooked,
-                                                            ingress=True)
-            if egress:
-                for intf in ports:
+                try:
+                    self.maps.set_sid(sid)
+                except bpfmaps.MapError as e:
+                    raise BpfError(f"{name}: {e}") from None
+            for intf in ports:
+                if sid is not None:
+                    self.attach(intf, ingress=True)
+                if egress:
                     self.attach(intf)
-        except bpfmaps.MapError as e:
-            self.close()
-            raise BpfError(str(e)) from None
         except BaseException:
             self.close()
             raise
 
-    def attach(self, intf: str) -> None:
-        """The program on ``intf``'s egress (again, after :meth:`detach`), its state kept."""
+    def attach(self, intf: str, ingress: bool = False) -> None:
+        """The queue program on ``intf``'s egress (again, after :meth:`detach`), its state kept; with
+        ``ingress``, the uN program on its ingress."""
         assert self.prog is not None
+        fd = self.prog.un_prog_fd if ingress else self.prog.prog_fd
         try:
             with kernel.inside(self.netns):
-                idx = self.ifindex[intf] = bpfmaps.attach(self.name, self.prog.prog_fd, intf, self.prog.hooked)
-            self.maps.init_port(idx)
+                idx = self.ifindex[intf] = bpfmaps.attach(self.name, fd, intf, self.prog.hooked, ingress=ingress)
+            if not ingress:
+                self.maps.init_port(idx)
         except bpfmaps.MapError as e:
             raise BpfError(str(e)) from None
 

@@ -243,6 +243,8 @@ class Linux(LinuxEmulated, DataPlane):
         fab.progress(f"writing {fab.routes.n_entries} entries (IPv6 routes, the uN SID in tc eBPF)")
         for e in fab.routes.switches:
             kernel_routes.apply(fab.emu.netns(e.switch), e, fab.routes.block)
+        fab.timings["routes_s"] = time.monotonic() - t
+        t = time.monotonic()
         queued = fab.congestion
         if queued:
             fab.progress(f"attaching the queue program to {len(fab.queues)} switch ports (tc eBPF, htb)")
@@ -268,9 +270,9 @@ class Linux(LinuxEmulated, DataPlane):
             if queued:
                 for port in fab.port_queues(sw):
                     fab.bpf[sw].configure(f"{sw}-eth{port}", fab.port_config(sw, port))
-        fab.timings["routes_s"] = time.monotonic() - t
         if queued and any(q.lossless for q in fab.queues.values()):
             fab.start_pfc([])
+        fab.timings["queues_s"] = time.monotonic() - t
 
     @staticmethod
     def queue_agent(fab, server) -> QueueAgent:
