@@ -3,6 +3,7 @@ the baseline's paths, and (root / bmv2) it passes as shipped and fails with each
 mechanisms switched off. The verdict functions themselves on hand-made runs (no root)."""
 
 import math
+import os
 import re
 
 import pytest
@@ -166,8 +167,20 @@ def test_capacity_ratio_follows_the_ports_a_fault_leaves():
 
 
 # ---- each scenario as shipped and with each mechanism off ----------------------------------------------
+#: run every scenario case on this data plane instead of the lightest one that can carry it, e.g.
+#: ``MRCLAB_TEST_DATAPLANE=bmv2 pytest tests/test_verdicts.py -m root``: the mechanism-off cases on
+#: bmv2 (CI runs them on linux, the data plane a fresh machine has)
+FORCED = os.environ.get("MRCLAB_TEST_DATAPLANE") or None
+if FORCED not in (None, "linux", "bmv2"):
+    raise pytest.UsageError(f"MRCLAB_TEST_DATAPLANE={FORCED}; allowed: linux, bmv2")
+
+
 def _runnable(name: str) -> str | None:
     scn = load_scenario(name)
+    if FORCED is not None:
+        if FORCED == "bmv2" and toolchain_missing() is not None:
+            return None
+        return FORCED if scn.needs <= available(FORCED) else None
     if scn.needs <= available("linux"):
         return "linux"
     if toolchain_missing() is None and scn.needs <= available("bmv2"):
@@ -183,7 +196,8 @@ def _cases():
         dp = _runnable(name)
         marks = [pytest.mark.root] + ([pytest.mark.bmv2] if dp == "bmv2" else [])
         if dp is None:
-            marks.append(pytest.mark.skip(reason=f"{name} needs a data plane this machine lacks"))
+            why = f"{FORCED} (MRCLAB_TEST_DATAPLANE) cannot run it here" if FORCED else "a data plane this machine lacks"
+            marks.append(pytest.mark.skip(reason=f"{name} needs {why}"))
         scn = load_scenario(name)
         for mech in (None, *scn.demonstrates):
             out.append(pytest.param(name, dp or "linux", mech, marks=marks, id=f"{name}-{mech or 'shipped'}"))
