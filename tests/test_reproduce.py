@@ -488,3 +488,26 @@ def test_every_shipped_sweep_claim_passes_inside_its_bound_and_fails_outside(nam
                     p["busbw_mbps"] = 2.0 * value
             got = judge(sw, pts)[i]
             assert got["value"] == pytest.approx(value) and got["passed"] is want, (name, c, got, den)
+
+
+def test_the_report_names_the_commit_its_rows_ran_not_one_made_while_they_ran(tmp_path, monkeypatch):
+    """A commit made (or a file edited) while a long report runs changes ``git describe``; the
+    header names what the rows ran: the commit read before the first row, in every rewrite."""
+    from mrclab.experiments.run import reproduce as R
+
+    described = iter(["aaaaaaa", "bbbbbbb-dirty", "ccccccc", "ddddddd", "eeeeeee", "fffffff"])
+    monkeypatch.setattr(R, "provenance", lambda: {"commit": next(described), "machine": "2 cores"})
+    ok = {"passed": True, "void": [], "expectations": [
+        {"expectation": "goodput_ratio(window=[1, 2])", "metric": "goodput_ratio", "value": 1.0, "bound": ">= 0.9",
+         "passed": True, "void": None}]}
+
+    def fake_run(scn, out, live=False, cluster=None):
+        out.mkdir(parents=True)
+        (out / "goodput.png").write_bytes(b"png")
+        return ok
+
+    monkeypatch.setattr(R.runner, "run", fake_run)
+    monkeypatch.setattr(R, "_choose", lambda base, dp, remote=False: ("linux", None))
+    s = R.reproduce(tmp_path / "rep", dataplane="linux", quick=True, only=["quickstart", "incast"])
+    assert s["commit"] == "aaaaaaa"
+    assert "Commit aaaaaaa;" in (tmp_path / "rep" / "report.md").read_text()

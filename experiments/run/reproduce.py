@@ -129,6 +129,8 @@ def reproduce(out: Path | None = None, *, dataplane: str | None = None, quick: b
     (out / "plots").mkdir(parents=True, exist_ok=True)
     stamp = time.strftime("%Y%m%d-%H%M%S")
     rows, t_start = [], time.monotonic()
+    prov = provenance()  # the code that runs: read before the first row, not after the last (a commit made
+    # meanwhile, or a file edited, would otherwise name code the rows never ran)
     for k, name in enumerate(names, 1):
         base = load_scenario(name)
         dur = (QUICK_SWEEP_S if base.sweep is not None else base.quick_s) if quick else None
@@ -143,7 +145,7 @@ def reproduce(out: Path | None = None, *, dataplane: str | None = None, quick: b
         if prior is not None:
             _supersede(out, name, stamp)
             row["rerun"] = stamp
-            row["commit"] = provenance()["commit"]
+            row["commit"] = prov["commit"]
         try:
             row.update(_run_row(name, base, dur, dp, out, live, repeat, cluster))
         except NotAvailable as e:  # this machine could not run it (endpoints not ready in time, too slow): void
@@ -154,8 +156,8 @@ def reproduce(out: Path | None = None, *, dataplane: str | None = None, quick: b
         console.print(f"  -> {row['verdict']}{' (' + str(row['why']) + ')' if row.get('why') else ''}: "
                       f"MRC {row.get('mrc', '-')}")
         # after every row: an interrupted table keeps its rows
-        _write(out, rows, dataplane, quick, t_start, repeat, prior)
-    summary = _write(out, rows, dataplane, quick, t_start, repeat, prior)
+        _write(out, rows, dataplane, quick, t_start, repeat, prior, prov)
+    summary = _write(out, rows, dataplane, quick, t_start, repeat, prior, prov)
     console.print(f"report: {out / 'report.md'} ({sum(r['verdict'] == 'pass' for r in rows)} pass, "
                   f"{sum(r['verdict'] == 'FAIL' for r in rows)} fail, "
                   f"{sum(r['verdict'] == 'error' for r in rows)} error, "
@@ -165,9 +167,11 @@ def reproduce(out: Path | None = None, *, dataplane: str | None = None, quick: b
 
 
 def _write(out: Path, rows: list[dict], dataplane: str | None, quick: bool, t_start: float, repeat: int = 1,
-           prior: dict | None = None) -> dict:
+           prior: dict | None = None, prov: dict | None = None) -> dict:
     """summary.json and report.md of the rows so far (merged into ``prior``'s, a report being
-    updated: rows in table order, the replaced ones kept under ``superseded``); returns the summary."""
+    updated: rows in table order, the replaced ones kept under ``superseded``), headed with
+    ``prov`` (:func:`provenance` as the run began; read now without it); returns the summary."""
+    prov = prov or provenance()
     elapsed = round(time.monotonic() - t_start, 1)
     superseded = []
     if prior is not None:
@@ -178,7 +182,7 @@ def _write(out: Path, rows: list[dict], dataplane: str | None, quick: bool, t_st
                       key=lambda r: ORDER.index(r["scenario"]) if r["scenario"] in ORDER else len(ORDER))
         elapsed += prior.get("elapsed_s", 0.0)
     summary = {"dataplane": dataplane or "best available", "quick": quick, "repeat": repeat, "rows": rows,
-               "elapsed_s": elapsed, "superseded": superseded, **provenance(),
+               "elapsed_s": elapsed, "superseded": superseded, **prov,
                "passed": all(r["verdict"] != "FAIL" for r in rows),
                "errors": sum(r["verdict"] == "error" for r in rows),
                "void": sum(r["verdict"] == "void" for r in rows)}
