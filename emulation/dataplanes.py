@@ -16,7 +16,8 @@ from mrclab.emulation.nodes import Bmv2Switch, LinuxSrv6Switch, bmv2_binary, bmv
 from mrclab.emulation.servers import BMV2_TOOLS
 
 
-#: A server's python3 can load libbpf (the linux queue agent's one need beyond the tools).
+#: A server's python3 can load libbpf (the linux queue agent's one need beyond the tools: it loads
+#: every switch's tc eBPF programs there, the uN SID's among them).
 LIBBPF_TEST = "python3 -c 'import ctypes; ctypes.CDLL(\"libbpf.so.1\")'"
 #: A server's simple_switch_grpc serves Thrift (bmv2's switch queues there).
 BMV2_THRIFT_TEST = "simple_switch_grpc --help 2>&1 | grep -q -- --thrift-port"
@@ -43,6 +44,11 @@ class EmulatedDataPlane:
     def server_features(self) -> dict[str, tuple[str, str]]:
         """Features that need more of a server than its tools: feature -> (a shell test that
         exits 0 where the server has it, how to mend it)."""
+        return {}
+
+    def server_needs(self) -> dict[str, tuple[str, str]]:
+        """What a server needs beyond its tools to carry the data plane's switches at all, in the
+        shape of :meth:`server_features`; a server that fails a test carries no fabric."""
         return {}
 
     def local_switch(self, emu, net, sw: str, state):
@@ -130,11 +136,13 @@ class LinuxEmulated(EmulatedDataPlane):
     name = "linux"
     queue_words = "htb fed by the tc eBPF program"
 
-    def server_features(self) -> dict[str, tuple[str, str]]:
-        """Switch queues and gray loss: the queue agent (controller/bpfmaps.py) loads the tc eBPF
-        program there with the server's own libbpf, from its python3."""
-        need = (LIBBPF_TEST, "its queue agent needs libbpf: apt-get install -y libbpf1")
-        return {"congestion": need, "gray_loss": need}
+    def server_needs(self) -> dict[str, tuple[str, str]]:
+        """libbpf: a switch's uN SID is a tc eBPF program (bpfsrc/port_queue.bpf.c ``mrclab_un``),
+        which the server's queue agent (controller/bpfmaps.py) loads with the server's own libbpf,
+        from its python3; without it no switch there forwards (and none queues: switch queues and
+        gray loss are the same agent's)."""
+        return {"libbpf": (LIBBPF_TEST, "its switches' uN SID and queues are tc eBPF programs its queue agent "
+                                        "loads with libbpf: apt-get install -y libbpf1")}
 
     def local_switch(self, emu, net, sw: str, state):
         """A :class:`~emulation.nodes.LinuxSrv6Switch` node."""

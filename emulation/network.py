@@ -203,7 +203,8 @@ class Emulation:
         placement, ssh, state = self.placement, self.ssh, self.state
         assert placement is not None and ssh is not None and state is not None
         self.progress(f"asking {len(placement.servers)} servers over ssh: {placement.describe(self.spec.planes)}")
-        checks = preflight(ssh, list(placement.servers), self.plane.server_tools(), self.plane.server_features())
+        checks = preflight(ssh, list(placement.servers), self.plane.server_tools(), self.plane.server_features(),
+                           self.plane.server_needs())
         require(checks)
         if self.switch_queues:  # the switches queue on their servers: each needs what that takes
             lacking = [line for c in checks for line in c.lacking({"congestion"})]

@@ -228,14 +228,19 @@ def clock_offset(ssh: Ssh, server: Server) -> tuple[float, float]:
 
 
 def check_server(ssh: Ssh, server: Server, more_tools: dict[str, str] | None = None,
-                 features: dict[str, tuple[str, str]] | None = None) -> ServerCheck:
+                 features: dict[str, tuple[str, str]] | None = None,
+                 needs: dict[str, tuple[str, str]] | None = None) -> ServerCheck:
     """Ask ``server`` what :func:`preflight` needs (one round trip) and judge it: :data:`TOOLS`
     and ``more_tools`` (name -> why; a data plane's, emulation/dataplanes.py ``server_tools``),
-    and ``features`` (name -> (shell test, how to mend); a data plane's ``server_features``)."""
+    ``features`` (name -> (shell test, how to mend); a data plane's ``server_features``: a
+    fabric there runs without them) and ``needs`` (the same shape, a data plane's
+    ``server_needs``: without one the server carries no fabric, a problem)."""
     tools = dict(TOOLS) | dict(more_tools or {})
     features = dict(features or {})
+    needs = dict(needs or {})
     command = _PROBE.format(tools=" ".join(shlex.quote(t) for t in tools)) + "".join(
-        _FEATURE_PROBE.format(test=test, name=shlex.quote(name)) for name, (test, _fix) in features.items())
+        _FEATURE_PROBE.format(test=test, name=shlex.quote(name))
+        for name, (test, _fix) in (features | needs).items())
     why = ssh.connect(server)
     if why is None:
         try:
@@ -251,8 +256,9 @@ def check_server(ssh: Ssh, server: Server, more_tools: dict[str, str] | None = N
     lines = r.stdout.split()
     problems = [f"{server.name}: lacks {t}: {tools[t]}" for t in
                 (lines[i + 1] for i, w in enumerate(lines[:-1]) if w == "missing")]
-    lacks = tuple((f, features[f][1]) for f in (lines[i + 1] for i, w in enumerate(lines[:-1]) if w == "lacks")
-                  if f in features)
+    lacked = [lines[i + 1] for i, w in enumerate(lines[:-1]) if w == "lacks"]
+    problems += [f"{server.name}: lacks {f}: {needs[f][1]}" for f in lacked if f in needs]
+    lacks = tuple((f, features[f][1]) for f in lacked if f in features and f not in needs)
     try:
         offset, rtt = clock_offset(ssh, server)
     except (OSError, ValueError) as e:
@@ -265,11 +271,12 @@ def check_server(ssh: Ssh, server: Server, more_tools: dict[str, str] | None = N
 
 
 def preflight(ssh: Ssh, servers: list[Server], more_tools: dict[str, str] | None = None,
-              features: dict[str, tuple[str, str]] | None = None) -> list[ServerCheck]:
-    """Every server's :class:`ServerCheck` (:data:`TOOLS`, ``more_tools`` and ``features``), asked
-    in parallel, in the order given."""
+              features: dict[str, tuple[str, str]] | None = None,
+              needs: dict[str, tuple[str, str]] | None = None) -> list[ServerCheck]:
+    """Every server's :class:`ServerCheck` (:data:`TOOLS`, ``more_tools``, ``features`` and
+    ``needs``, as :func:`check_server`), asked in parallel, in the order given."""
     with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, len(servers))) as pool:
-        return list(pool.map(lambda s: check_server(ssh, s, more_tools, features), servers))
+        return list(pool.map(lambda s: check_server(ssh, s, more_tools, features, needs), servers))
 
 
 def require(checks: list[ServerCheck]) -> None:

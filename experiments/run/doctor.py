@@ -136,8 +136,8 @@ def servers_table(servers_text: str, ssh_config: str | None) -> int:
     found = servers.parse_servers(servers_text)
     ssh = servers.Ssh(Path(tempfile.mkdtemp(prefix="mrclab-ssh-")), Path(ssh_config) if ssh_config else None)
     try:
-        linux = servers.preflight(ssh, found, DATAPLANES["linux"].server_tools(), DATAPLANES["linux"].server_features())
-        bmv2 = servers.preflight(ssh, found, DATAPLANES["bmv2"].server_tools(), DATAPLANES["bmv2"].server_features())
+        linux, bmv2 = (servers.preflight(ssh, found, DATAPLANES[p].server_tools(), DATAPLANES[p].server_features(),
+                                         DATAPLANES[p].server_needs()) for p in ("linux", "bmv2"))
     finally:
         ssh.close()
         shutil.rmtree(ssh.control_dir, ignore_errors=True)
