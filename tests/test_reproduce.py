@@ -41,6 +41,30 @@ def test_iteration_times_are_the_pace_of_the_slowest_host_and_bandwidths_are_ncc
     assert s["time_s"] == pytest.approx(1.0)
 
 
+def test_a_collective_that_stalls_after_its_first_iteration_reads_its_stall_in_busbw():
+    """Asked for 1000 iterations, it finished one (1-2 s) and then nothing until the run's end at
+    8 s: its busbw is that iteration's bytes over 7 s, not over its own 1 s (which would read a
+    stalled transport as fast as a healthy one); one that finished all it was asked for ends at
+    its last iteration, as before. A fault over the stalled tail leaves the tail out of the kept pace."""
+    from mrclab.experiments.analysis import collectives
+
+    d = RunData(duration_s=8)
+    d.events = _iteration_events("all_reduce", 1_000_000, 4, [2.0])
+    stalled = CollectiveRun("all_reduce", RANKS, 1_000_000, seed=4, iterations=1000)
+    assert summary(d, stalled)["busbw_mbps"] == pytest.approx(8 / 7.0 * 1.5)
+    assert collectives.evaluate(d, stalled, "busbw_mbps", {}) == pytest.approx(8 / 7.0 * 1.5)
+    finished = CollectiveRun("all_reduce", RANKS, 1_000_000, seed=4, iterations=1)
+    assert summary(d, finished)["busbw_mbps"] == pytest.approx(8 / 1.0 * 1.5)
+    d.fidelity_windows = [(1.2, 1.3)]  # met the iteration and the second after it: nothing is kept
+    assert collectives.evaluate(d, stalled, "busbw_mbps", {}) == 0.0
+    d.fidelity_windows = [(5.0, 5.5)]  # met the tail only: the finished iteration's own pace is what is kept
+    assert collectives.evaluate(d, stalled, "busbw_mbps", {}) == pytest.approx(8 / 1.0 * 1.5)
+    d.fidelity_windows = []
+    d.events = _iteration_events("all_reduce", 1_000_000, 4, [2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 7.9])
+    steady = summary(d, stalled)["busbw_mbps"]  # a steady collective loses only its last partial iteration
+    assert steady == pytest.approx(7 * 8 / 7.0 * 1.5)
+
+
 def test_busbw_reads_the_iterations_the_machine_left_alone_and_a_collective_held_mostly_is_void():
     """Six 1 s iterations from 1 s, the fourth (4-5 s) 3 s long because a starved sample at 4.5 s
     held it: busbw over the iterations whose time met no fault nor the second after one (5 of 6,

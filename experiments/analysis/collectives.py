@@ -16,7 +16,8 @@ Correctness: each host's CRC after each iteration against the buffer the collect
 of every step, in the right place.
 
 Expectation metrics: ``busbw_mbps`` (over the whole run: every finished iteration's bytes over
-the time from the first start to the last end; in a run with fidelity faults, over the iterations
+the time from the first start to the last end, or to the run's end when it finished fewer
+iterations than asked (the unfinished one's time counts); in a run with fidelity faults, over the iterations
 that met none, nor the second after one: :func:`kept_iterations`), ``iteration_s(percentile)``, ``iterations`` (how
 many the collective finished),
 ``collective_correct`` (every host's every finished iteration; bound ``iterations`` too, for a
@@ -42,6 +43,24 @@ class CollectiveRun:
     message_bytes: int
     seed: int
     qps_per_peer: int = 1
+    #: the iterations the scenario asks for (0: not known; a run that finished fewer stalled or
+    #: ran out of time, and the time after its last finished iteration counts: :func:`stalled_tail_s`)
+    iterations: int = 0
+
+
+def stalled_tail_s(d: RunData, c: CollectiveRun, rows: list[dict]) -> float:
+    """The time (s) from the last finished iteration's end to the run's end when the collective
+    finished fewer iterations than it was asked for (0 otherwise): time it spent on an iteration
+    that never ended. nccl-tests times iterations that all finish; a run cut off by its timeline
+    must count the unfinished one too, or a transport that stalls after its first iteration reads
+    as fast as that iteration (fig. 17's RoCE 1 QP at 128 KiB on bmv2, 2026-12-04: one iteration
+    in 0.70 s, then nothing for 6.3 s, read 1.30 Mb/s of busbw against MRC's 0.95)."""
+    if not c.iterations or len(rows) >= c.iterations:
+        return 0.0
+    last = rows[-1]["end_s"] if rows else None
+    if last is None:
+        return 0.0
+    return max(0.0, d.duration_s - last)
 
 
 def iterations(d: RunData, c: CollectiveRun) -> list[dict]:
@@ -73,11 +92,12 @@ def summary(d: RunData, c: CollectiveRun) -> dict:
     """The collective's line of the run's metrics, nccl-tests' columns: the time per iteration
     (median, and p99) and the bandwidths over the whole run: ``iterations x S`` over the time from
     the first start to the last end (a mean, steady with few iterations, where the median of a
-    handful of iterations is not: a late iteration can finish at once behind a stalled one)."""
+    handful of iterations is not: a late iteration can finish at once behind a stalled one), and
+    on to the run's end when it finished fewer than it was asked for (:func:`stalled_tail_s`)."""
     rows = iterations(d, c)
     times = sorted(r["time_s"] for r in rows)
     starts = [e["start_s"] for e in d.events if e.get("kind") == "collective_iteration" and e["index"] == 0]
-    span = rows[-1]["end_s"] - min(starts) if rows and starts else 0.0
+    span = rows[-1]["end_s"] - min(starts) + stalled_tail_s(d, c, rows) if rows and starts else 0.0
     algbw = len(rows) * c.message_bytes * 8 / span / 1e6 if span > 0 else 0.0
     return {
         "kind": c.kind, "hosts": len(c.hosts), "bytes": c.message_bytes, "qps_per_peer": c.qps_per_peer,
@@ -116,8 +136,12 @@ def evaluate(d: RunData, c: CollectiveRun | None, metric: str, args: dict) -> fl
     if metric == "busbw_mbps":
         if not d.fidelity_windows:
             return s["busbw_mbps"]
-        kept, _ = kept_iterations(d, c)  # the pace of the iterations the machine left alone
+        kept, rows = kept_iterations(d, c)  # the pace of the iterations the machine left alone
         t = sum(r["time_s"] for r in kept)
+        tail = stalled_tail_s(d, c, rows)  # and the unfinished one's time, where no fault met it
+        if tail and rows and not any(f0 < d.duration_s and f1 + SETTLE_S > rows[-1]["end_s"]
+                                     for f0, f1 in d.fidelity_windows):
+            t += tail
         return len(kept) * c.message_bytes * 8 / t / 1e6 * bus_factor(c.kind, len(c.hosts)) if t > 0 else 0.0
     if metric == "iterations":
         return float(s["iterations"])

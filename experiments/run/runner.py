@@ -249,7 +249,8 @@ def _run_data(run: RunSettings, data: RunData, fault_log: list[dict], ports: lis
                                         frame * 8 / (link.bandwidth_mbps * 1e6) if link.bandwidth_mbps > 0 else 0.0,
                                         frozenset(senders)),
         port_mbps=link.bandwidth_mbps, flows=[(f.src, f.dst) for f in scn.flows],
-        collective=CollectiveRun(cc.kind, cc.hosts, cc.message_bytes, scn.seed, cc.qps_per_peer) if cc else None,
+        collective=CollectiveRun(cc.kind, cc.hosts, cc.message_bytes, scn.seed, cc.qps_per_peer, cc.iterations)
+        if cc else None,
         timeline=FabricTimeline.from_played(AddressPlan(spec), [(x["t"], f) for x, f in zip(fault_log, scn.faults)]))
 
 
