@@ -55,10 +55,12 @@ def test_a_collective_that_stalls_after_its_first_iteration_reads_its_stall_in_b
     assert collectives.evaluate(d, stalled, "busbw_mbps", {}) == pytest.approx(8 / 7.0 * 1.5)
     finished = CollectiveRun("all_reduce", RANKS, 1_000_000, seed=4, iterations=1)
     assert summary(d, finished)["busbw_mbps"] == pytest.approx(8 / 1.0 * 1.5)
-    d.fidelity_windows = [(1.2, 1.3)]  # met the iteration and the second after it: nothing is kept
-    assert collectives.evaluate(d, stalled, "busbw_mbps", {}) == 0.0
-    d.fidelity_windows = [(5.0, 5.5)]  # met the tail only: the finished iteration's own pace is what is kept
-    assert collectives.evaluate(d, stalled, "busbw_mbps", {}) == pytest.approx(8 / 1.0 * 1.5)
+    d.fidelity_windows = [(1.2, 1.3)]  # met the iteration (1-2 s) and, with the second after it, the tail to 2.3 s
+    assert collectives.evaluate(d, stalled, "busbw_mbps", {}) == 0.0  # 5.7 s left alone finished nothing
+    assert collectives.kept_share(d, stalled) == pytest.approx(5.7 / 7.0)  # decided: not held by the machine
+    d.fidelity_windows = [(5.0, 5.5)]  # met the tail only (5-6.5 s with the second after it): 1 + 4.5 s kept
+    assert collectives.evaluate(d, stalled, "busbw_mbps", {}) == pytest.approx(8 / 5.5 * 1.5)
+    assert collectives.kept_share(d, stalled) == pytest.approx(5.5 / 7.0)
     d.fidelity_windows = []
     d.events = _iteration_events("all_reduce", 1_000_000, 4, [2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 7.9])
     steady = summary(d, stalled)["busbw_mbps"]  # a steady collective loses only its last partial iteration

@@ -30,7 +30,7 @@ import statistics
 import zlib
 from dataclasses import dataclass
 
-from mrclab.experiments.analysis.metrics import SETTLE_S, RunData, percentile
+from mrclab.experiments.analysis.metrics import SETTLE_S, RunData, kept_spans, percentile
 from mrclab.traffic.collective import bus_factor, expected_result
 
 
@@ -119,13 +119,24 @@ def kept_iterations(d: RunData, c: CollectiveRun) -> tuple[list[dict], list[dict
     return kept, rows
 
 
+def kept_tail_s(d: RunData, c: CollectiveRun, rows: list[dict]) -> float:
+    """The part (s) of the stalled tail (:func:`stalled_tail_s`) that met no fidelity fault nor
+    the :data:`~experiments.analysis.metrics.SETTLE_S` after one: time the machine left the
+    transport to finish an iteration, and it finished none."""
+    tail = stalled_tail_s(d, c, rows)
+    if not tail:
+        return 0.0
+    return sum(b - a for a, b in kept_spans(d, d.duration_s - tail, d.duration_s))
+
+
 def kept_share(d: RunData, c: CollectiveRun | None) -> float:
-    """The share of the collective's time :func:`kept_iterations` keeps (1.0 with no iteration)."""
+    """The share of the collective's time, its stalled tail's included, that
+    :func:`kept_iterations` and :func:`kept_tail_s` keep (1.0 with no iteration)."""
     if c is None:
         return 1.0
     kept, rows = kept_iterations(d, c)
-    total = sum(r["time_s"] for r in rows)
-    return sum(r["time_s"] for r in kept) / total if total > 0 else 1.0
+    total = sum(r["time_s"] for r in rows) + stalled_tail_s(d, c, rows)
+    return (sum(r["time_s"] for r in kept) + kept_tail_s(d, c, rows)) / total if total > 0 else 1.0
 
 
 def evaluate(d: RunData, c: CollectiveRun | None, metric: str, args: dict) -> float:
@@ -137,11 +148,7 @@ def evaluate(d: RunData, c: CollectiveRun | None, metric: str, args: dict) -> fl
         if not d.fidelity_windows:
             return s["busbw_mbps"]
         kept, rows = kept_iterations(d, c)  # the pace of the iterations the machine left alone
-        t = sum(r["time_s"] for r in kept)
-        tail = stalled_tail_s(d, c, rows)  # and the unfinished one's time, where no fault met it
-        if tail and rows and not any(f0 < d.duration_s and f1 + SETTLE_S > rows[-1]["end_s"]
-                                     for f0, f1 in d.fidelity_windows):
-            t += tail
+        t = sum(r["time_s"] for r in kept) + kept_tail_s(d, c, rows)  # and the unfinished one's, unfaulted
         return len(kept) * c.message_bytes * 8 / t / 1e6 * bus_factor(c.kind, len(c.hosts)) if t > 0 else 0.0
     if metric == "iterations":
         return float(s["iterations"])
