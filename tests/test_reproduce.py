@@ -468,12 +468,18 @@ def test_update_reruns_rows_into_a_report_and_keeps_what_it_replaced(tmp_path, m
 
     monkeypatch.setattr(R.runner, "run", fake_run)
     monkeypatch.setattr(R, "_choose", lambda base, dp, remote=False: ("linux", None))
+    commit = {"now": "1111111"}
+    monkeypatch.setattr(R, "provenance", lambda: {"commit": commit["now"], "machine": "2 cores"})
     rep = tmp_path / "rep"
     first = R.reproduce(rep, dataplane="linux", quick=True, only=["quickstart", "incast"])
     assert [r["verdict"] for r in first["rows"]] == ["FAIL", "pass"]
     verdict["quickstart"] = True
+    commit["now"] = "2222222"
     s = R.reproduce(None, dataplane="linux", quick=True, only=["quickstart"], update=rep)
     assert [(r["scenario"], r["verdict"]) for r in s["rows"]] == [("quickstart", "pass"), ("incast", "pass")]
+    # the header still names the run that made the table; the re-run row names its own commit
+    assert s["commit"] == "1111111" and [r.get("commit") for r in s["rows"]] == ["2222222", None]
+    assert "Commit 1111111;" in (rep / "report.md").read_text()
     assert [r["verdict"] for r in s["superseded"]] == ["FAIL"] and s["passed"]
     assert list((rep / "superseded").glob("*/quickstart-mrc/goodput.png"))  # the old runs kept
     assert (rep / "quickstart-mrc" / "goodput.png").exists() and (rep / "incast-mrc" / "goodput.png").exists()

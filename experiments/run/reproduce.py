@@ -182,7 +182,10 @@ def _write(out: Path, rows: list[dict], dataplane: str | None, quick: bool, t_st
                       key=lambda r: ORDER.index(r["scenario"]) if r["scenario"] in ORDER else len(ORDER))
         elapsed += prior.get("elapsed_s", 0.0)
     summary = {"dataplane": dataplane or "best available", "quick": quick, "repeat": repeat, "rows": rows,
-               "elapsed_s": elapsed, "superseded": superseded, **prov,
+               "elapsed_s": elapsed, "superseded": superseded,
+               # the header names the run that made the table; an update keeps it (each re-run row
+               # names its own commit), or the header would name code most rows never ran
+               **({k: prior[k] for k in ("commit", "machine") if k in prior} if prior is not None else prov),
                "passed": all(r["verdict"] != "FAIL" for r in rows),
                "errors": sum(r["verdict"] == "error" for r in rows),
                "void": sum(r["verdict"] == "void" for r in rows)}
