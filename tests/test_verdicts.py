@@ -196,7 +196,8 @@ def _cases():
         dp = _runnable(name)
         marks = [pytest.mark.root] + ([pytest.mark.bmv2] if dp == "bmv2" else [])
         if dp is None:
-            why = f"{FORCED} (MRCLAB_TEST_DATAPLANE) cannot run it here" if FORCED else "a data plane this machine lacks"
+            why = (f"{FORCED} (MRCLAB_TEST_DATAPLANE) cannot run it here" if FORCED
+                   else "a data plane this machine lacks")
             marks.append(pytest.mark.skip(reason=f"{name} needs {why}"))
         scn = load_scenario(name)
         for mech in (None, *scn.demonstrates):
