@@ -343,22 +343,26 @@ def test_reproduce_quick_on_linux_runs_the_whole_table_and_writes_its_report(tmp
         assert all((tmp_path / p).stat().st_size > 0 for p in r["plots"])
 
 
+def _passing_run(scn, out, live=False, cluster=None):
+    """A stand-in for ``runner.run``: the run's folder with a plot, and one passing expectation."""
+    out.mkdir(parents=True)
+    (out / "goodput.png").write_bytes(b"png")
+    return {"passed": True, "void": [], "expectations": [
+        {"expectation": "goodput_ratio(window=[1, 2])", "metric": "goodput_ratio", "value": 1.0, "bound": ">= 0.9",
+         "passed": True, "void": None}]}
+
+
 def test_a_row_that_cannot_run_is_void_and_the_report_is_still_written(tmp_path, monkeypatch):
     """One scenario's endpoints never get ready (this machine's limit): its row is void with the
     reason; the other row keeps its verdict and report.md has both."""
     from mrclab.experiments.run import reproduce as R
     from mrclab.experiments.run.endpoints import EndpointsNotReady
 
-    ok = {"passed": True, "void": [], "expectations": [
-        {"expectation": "goodput_ratio(window=[1, 2])", "metric": "goodput_ratio", "value": 1.0, "bound": ">= 0.9",
-         "passed": True, "void": None}]}
 
     def fake_run(scn, out, live=False, cluster=None):
         if scn.name == "incast":
             raise EndpointsNotReady("endpoints h0 not ready after 9.0 s: this machine could not start them in time")
-        out.mkdir(parents=True)
-        (out / "goodput.png").write_bytes(b"png")
-        return ok
+        return _passing_run(scn, out)
 
     monkeypatch.setattr(R.runner, "run", fake_run)
     monkeypatch.setattr(R, "_choose", lambda base, dp, remote=False: ("linux", None))
@@ -529,16 +533,7 @@ def test_the_report_names_the_commit_its_rows_ran_not_one_made_while_they_ran(tm
 
     described = iter(["aaaaaaa", "bbbbbbb-dirty", "ccccccc", "ddddddd", "eeeeeee", "fffffff"])
     monkeypatch.setattr(R, "provenance", lambda: {"commit": next(described), "machine": "2 cores"})
-    ok = {"passed": True, "void": [], "expectations": [
-        {"expectation": "goodput_ratio(window=[1, 2])", "metric": "goodput_ratio", "value": 1.0, "bound": ">= 0.9",
-         "passed": True, "void": None}]}
-
-    def fake_run(scn, out, live=False, cluster=None):
-        out.mkdir(parents=True)
-        (out / "goodput.png").write_bytes(b"png")
-        return ok
-
-    monkeypatch.setattr(R.runner, "run", fake_run)
+    monkeypatch.setattr(R.runner, "run", _passing_run)
     monkeypatch.setattr(R, "_choose", lambda base, dp, remote=False: ("linux", None))
     s = R.reproduce(tmp_path / "rep", dataplane="linux", quick=True, only=["quickstart", "incast"])
     assert s["commit"] == "aaaaaaa"

@@ -55,12 +55,9 @@ def stalled_tail_s(d: RunData, c: CollectiveRun, rows: list[dict]) -> float:
     must count the unfinished one too, or a transport that stalls after its first iteration reads
     as fast as that iteration (fig. 17's RoCE 1 QP at 128 KiB on bmv2, 2026-12-04: one iteration
     in 0.70 s, then nothing for 6.3 s, read 1.30 Mb/s of busbw against MRC's 0.95)."""
-    if not c.iterations or len(rows) >= c.iterations:
-        return 0.0
-    last = rows[-1]["end_s"] if rows else None
-    if last is None:
-        return 0.0
-    return max(0.0, d.duration_s - last)
+    if not rows or not c.iterations or len(rows) >= c.iterations:
+        return 0.0  # (none finished: busbw is 0 whatever the time)
+    return max(0.0, d.duration_s - rows[-1]["end_s"])
 
 
 def iterations(d: RunData, c: CollectiveRun) -> list[dict]:
