@@ -11,10 +11,11 @@ from channel import Channel
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mrclab.protocol import headers as H
-from mrclab.topologies.addressing import ev_plane, make_ev
+from mrclab.topologies.addressing import AddressPlan, ev_plane, make_ev
 from mrclab.traffic.host import HostStack
 from mrclab.traffic.packet import Pkt
 from mrclab.traffic.receiver import SACK_COALESCE_MAX, MrcReceiver
+from mrclab.traffic.roce import RoceSender
 from mrclab.traffic.sender import make_sender
 from mrclab.traffic.settings import TransportSettings
 from mrclab.traffic.wire import Wire
@@ -672,29 +673,38 @@ def test_the_receiver_echoes_each_arrivals_one_way_time_from_its_send_stamp():
     assert sack_of(3, int(7.1 * H.STAMP_HZ) & 0xFFFF, 7.0).echo_wire == 0
 
 
-def _rtt_samples_behind_a_nic_queue(stamps: bool) -> list[float]:
+def _rtt_samples_behind_a_nic_queue(stamps: bool, transport: str = "mrc") -> list[float]:
     """A 64-packet window handed to a shaped 8 Mb/s port at once: each frame leaves when the
     frames before it on its plane have (the host's NIC model), then crosses 1 ms each way; the
-    receiver acknowledges each arrival at once. Returns the sender's RTT samples (s)."""
-    s = TransportSettings(payload_bytes=1024, window_packets=64, region_bytes=4 << 20, port_mbps=8.0, nscc=False)
-    a, b = HostStack(PLAN, "h0", s, seed=1), HostStack(PLAN, "h2", s, seed=2)
+    receiver acknowledges each arrival at once. Returns the sender's RTT samples (s). RoCE's
+    (``transport`` roce) runs on its window alone (``roce_cc`` none), so all 64 leave at once."""
+    s = TransportSettings(payload_bytes=1024, window_packets=64, region_bytes=4 << 20, port_mbps=8.0, nscc=False,
+                          roce_cc="none")
+    a, b = HostStack(PLAN, "h0", s, transport, seed=1), HostStack(PLAN, "h2", s, transport, seed=2)
     a.stamps = stamps
     tx = a.add_sender(1, "h2", iter([(0, bytes(64 * 1024))]))
     got: list[float] = []
 
-    class Heard:  # the congestion control, hearing each acknowledgement's RTT sample
-        def __init__(self, cc):
-            self.cc = cc
+    class Heard:  # MRC's congestion control or RoCE's RTT estimator, hearing each RTT sample
+        def __init__(self, inner):
+            self.inner = inner
 
         def on_ack(self, acked, rtt, ecn, now, in_flight=0.0):
             if rtt is not None:
                 got.append(rtt)
-            self.cc.on_ack(acked, rtt, ecn, now, in_flight)
+            self.inner.on_ack(acked, rtt, ecn, now, in_flight)
+
+        def sample(self, rtt, now):
+            got.append(rtt)
+            self.inner.sample(rtt, now)
 
         def __getattr__(self, name):
-            return getattr(self.cc, name)
+            return getattr(self.inner, name)
 
-    tx.cc = Heard(tx.cc)
+    if transport == "mrc":
+        tx.cc = Heard(tx.cc)
+    else:  # RoCE's samples go to its RTT estimator (and from it to DCQCN's timer)
+        tx.rtt = Heard(tx.rtt)
     gone = {p: 1.0 for p in range(PLAN.spec.planes)}  # when each port is free again
     back: list[tuple[float, bytes]] = []
     for plane, frame in a.poll(1.0):
@@ -706,13 +716,64 @@ def _rtt_samples_behind_a_nic_queue(stamps: bool) -> list[float]:
     return got
 
 
-def test_rtt_samples_run_from_when_the_nic_port_sent_the_packet():
-    # a NIC stamps a packet on the wire: the 16 packets a plane queued behind each other (up to
-    # 18 ms at 8 Mb/s) are no part of their round trips, which are their serialisation and 2 ms
-    got = _rtt_samples_behind_a_nic_queue(stamps=True)
+@pytest.mark.parametrize("transport", ["mrc", "roce"])
+def test_rtt_samples_run_from_when_the_nic_port_sent_the_packet(transport):
+    # a NIC stamps a packet on the wire: the packets a plane queued behind each other (up to 18 ms
+    # for MRC's 16 a plane, 70 ms for RoCE's 64 on its one path, at 8 Mb/s) are no part of their
+    # round trips, which are their serialisation and 2 ms
+    got = _rtt_samples_behind_a_nic_queue(stamps=True, transport=transport)
     assert len(got) >= 16 and max(got) < 0.002 + 2 * 1182 * 8 / 8e6
-    queued = _rtt_samples_behind_a_nic_queue(stamps=False)  # stamped when handed to the port
+    queued = _rtt_samples_behind_a_nic_queue(stamps=False, transport=transport)  # stamped when handed over
     assert max(queued) > 0.015
+
+
+def test_dcqcn_timer_follows_the_fabric_rtt_not_the_hosts_own_nic_queue():
+    """With ``dcqcn_timer_s`` 0 DCQCN's timer is 5 x the smallest RTT sample. Four QPs of a host
+    hand their windows (8 packets each) to their one 8 Mb/s port at once, as a collective's QPs do: from
+    NIC departure every QP's smallest sample is the path's (2 ms and a frame, 3.2 ms: a 16 ms
+    timer); stamped at the hand-off the last QP's first packet already sat behind the others'
+    24 frames, and a CNP gave it a timer over 5 x 30 ms."""
+    one_plane = AddressPlan(dataclasses.replace(PLAN.spec, planes=1))  # the four QPs share one port
+
+    def timers_after_a_cnp(stamps: bool) -> list[float]:
+        s = TransportSettings(payload_bytes=1024, window_packets=8, region_bytes=4 << 20, port_mbps=8.0, nscc=False)
+        a, b = HostStack(one_plane, "h0", s, "roce", seed=1), HostStack(one_plane, "h2", s, "roce", seed=2)
+        a.stamps = stamps
+        txs = [a.add_sender(qp, "h2", iter([(0, bytes(64 * 1024))])) for qp in (1, 2, 3, 4)]
+        for tx in txs:
+            tx.pacer.tokens = 1e9  # each window leaves at once: 32 frames queue at the ports
+        gone: dict[int, float] = {}
+        back = []
+        for plane, frame in a.poll(1.0):
+            gone[plane] = gone.get(plane, 1.0) + len(frame) * 8 / 8e6
+            at = gone[plane] + 0.001
+            back += [(at + 0.001, f) for _, f in b.on_frame(frame, at) + b.poll(at)]
+        for t, f in sorted(back, key=lambda x: x[0]):
+            a.on_frame(f, t)
+        for tx in txs:
+            tx.on_packet(Pkt(op=H.OP_CNP, qp=tx.qp, ev=tx.ev), 1.5)
+        return [tx.dcqcn.timer_s for tx in txs]
+
+    frame = 1182 * 8 / 8e6
+    assert max(timers_after_a_cnp(True)) == pytest.approx(5 * (0.002 + frame), rel=0.05)
+    assert max(timers_after_a_cnp(False)) > 5 * (0.002 + 8 * frame)
+
+
+def test_roce_departure_stamps_skip_a_go_back_n_resend_and_land_on_the_new_psns():
+    """After a timeout the poll's frames are the resent PSNs, then new ones: the NIC's waits
+    stamp the new PSNs only (a resent PSN takes no RTT sample, Karn), each by its own wait."""
+    s = TransportSettings(payload_bytes=1024, window_packets=4, region_bytes=1 << 20, roce_cc="none")
+    tx = RoceSender(1, make_ev(1, 0, 2), iter([(0, bytes(8 * 1024))]), s)
+    assert len(tx.poll(1.0)) == 4  # PSNs 0-3
+    tx.departed([0.0, 0.01, 0.02, 0.03], 0)
+    assert tx.sent_at == pytest.approx({0: 1.0, 1: 1.01, 2: 1.02, 3: 1.03})
+    tx.on_packet(Pkt(op=H.OP_ACK, qp=1, ev=tx.ev, cum_psn=2), 1.1)  # PSNs 0-1 acknowledged
+    later = 1.1 + 5 * s.min_rto_s + 0.001  # past the timer: go back to PSN 2
+    out = tx.poll(later)
+    assert [p.psn for p in out] == [2, 3, 4, 5] and tx.stats.timeouts == 1
+    tx.departed([0.5, 0.5, 0.004, 0.006], 0)
+    assert 2 not in tx.sent_at and 3 not in tx.sent_at
+    assert tx.sent_at[4] == pytest.approx(later + 0.004) and tx.sent_at[5] == pytest.approx(later + 0.006)
 
 
 def test_a_receiver_late_by_less_than_the_timer_floor_times_nothing_out():

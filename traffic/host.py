@@ -85,9 +85,9 @@ class HostStack:
         #: the model of this host's NIC port queues, where the port rate is known (traffic/nicqueue.py)
         self.nic = NicQueues(self.plan.spec.planes, self.settings.port_mbps * 1e6, self.settings.port_burst_bytes) \
             if self.settings.port_mbps > 0 else None
-        #: whether the senders are MRC's and the NIC is modelled: each is then told when its packets
-        #: left the port (:meth:`MrcSender.departed`)
-        self.stamps = self.nic is not None and self.transport == "mrc"
+        #: whether the NIC is modelled: each sender (MRC's or RoCE's) is then told when its packets
+        #: left the port (:meth:`MrcSender.departed`, :meth:`RoceSender.departed`)
+        self.stamps = self.nic is not None
         #: id() of a sender or receiver -> its next_due as last computed: until then, with no packet
         #: for it and nothing :meth:`wake` says, its poll has nothing, and :meth:`poll` skips it. A
         #: host of a collective holds a QP per peer; polling every one at every wake-up cost the
@@ -307,7 +307,7 @@ class HostStack:
         A sender or receiver whose last next_due is still ahead, with no packet for it since and
         nothing woken (:meth:`wake`), is not polled: it has nothing."""
         out: list = []
-        stamped = []  # (MRC sender, the index of its first frame in out): each told its frames' waits
+        stamped = []  # (sender, the index of its first frame in out): each told its frames' waits
         due = self._due
         if self._colls:
             self._wake_posted()
