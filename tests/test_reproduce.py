@@ -244,6 +244,51 @@ def test_a_void_sweep_point_is_void_in_the_sweeps_verdict_never_passed(tmp_path,
     assert runner.run_sweep(scn, tmp_path / "b", live=False)["passed"] is False
 
 
+def test_a_sweep_point_the_machine_voided_runs_again_with_the_next_seed_and_a_fail_never_does(tmp_path,
+                                                                                               monkeypatch):
+    """``tries`` 3 (``reproduce --repeat 3``): RoCE's 128 KiB point at no loss is void on its first
+    run (the scenario's seed) and decided on its second (the next), which the point keeps, naming the void it replaced;
+    a point that FAILs is not run again; one void on all its runs leaves the sweep undecided. With
+    one try (``mrclab run``) the first void stands. The report of 2026-12-05 (cdbce5c) left fig. 17
+    void for one point's 0.09 s of held packets, each sweep point having run once."""
+    from mrclab.experiments.run import runner
+
+    scn = parse_scenario(_sized_raw(), "s.yaml")
+    ran: list[tuple[str, int]] = []
+
+    def fake_run(point_scn, out, live=False, cluster=None):
+        out.mkdir(parents=True, exist_ok=True)
+        key = (point_scn.transport, point_scn.collective.message_bytes,
+               next((f.args["rate"] for f in point_scn.faults if f.event == "random_loss"), 0.0))
+        ran.append((out.name, point_scn.seed))
+        passed, void = outcome(key, point_scn.seed)
+        return {"transport": point_scn.transport, "passed": passed, "void": [void] if void else [],
+                "collective": {"iterations": 3, "algbw_mbps": 1.0, "correct": True,
+                               "busbw_mbps": 3.0 if key[0] == "mrc" and key[1] > 8192 else 1.0},
+                "expectations": [{"expectation": "x", "metric": "iterations", "value": 3, "bound": ">= 1",
+                                  "passed": passed, "void": void}]}
+
+    monkeypatch.setattr(runner, "run", fake_run)
+    starved, s0 = "CPU starvation, endpoint h0, 0.25 s", scn.seed
+    outcome = lambda key, seed: (None, starved) if key == ("roce", 131072, 0.0) and seed == s0 else (True, None)  # noqa: E731
+    s = runner.run_sweep(scn, tmp_path / "a", live=False, tries=3)
+    assert s["passed"] is True and s["void"] is None, s
+    p = next(p for p in s["points"] if (p["variant"], p["loss"], p["message_bytes"]) == ("RoCE 1 QP", 0, 131072))
+    assert p["seed"] == s0 + 1 and p["replaced"] == [f"seed {s0}: {starved}"] and p["folder"].endswith(f"-seed{s0 + 1}")
+    assert len(ran) == 9 and (tmp_path / "a" / p["folder"]).is_dir()
+    assert f"seed {s0 + 1}, re-run after: seed {s0}: CPU starvation" in (tmp_path / "a" / "sweep.md").read_text()
+    assert all(q["seed"] == s0 and q["replaced"] == [] for q in s["points"] if q is not p)
+    ran.clear()  # with one try the void stands, and the sweep is undecided
+    assert runner.run_sweep(scn, tmp_path / "b", live=False)["passed"] is None and len(ran) == 8
+    ran.clear()  # a FAIL is the transport's: never run again
+    outcome = lambda key, seed: (False, None) if key == ("roce", 131072, 0.0) else (True, None)  # noqa: E731
+    assert runner.run_sweep(scn, tmp_path / "c", live=False, tries=3)["passed"] is False and len(ran) == 8
+    ran.clear()  # void on every run: undecided after 3 runs of that point
+    outcome = lambda key, seed: (None, starved) if key == ("roce", 131072, 0.0) else (True, None)  # noqa: E731
+    s = runner.run_sweep(scn, tmp_path / "d", live=False, tries=3)
+    assert s["passed"] is None and len(ran) == 10 and starved in s["void"]
+
+
 def test_a_held_busbw_voids_the_claims_that_read_it_and_no_other(tmp_path, monkeypatch):
     """Every point's verdicts decided, but the fidelity faults held most of one point's iterations
     (its busbw is ``held``): the claims that read that point are void and the sweep undecided; a

@@ -576,9 +576,16 @@ def exit_code(m: dict) -> int:
     return 0
 
 
-def run_sweep(scn: Scenario, out: Path | None = None, *, live: bool = True, cluster: Cluster | None = None) -> dict:
+def run_sweep(scn: Scenario, out: Path | None = None, *, live: bool = True, cluster: Cluster | None = None,
+              tries: int = 1) -> dict:
     """Every point of ``scn``'s sweep (experiments/run/sweep.py), each its own run in a subfolder of
-    ``out``, then the sweep's table, plot and claims. Returns ``{points, claims, passed}``."""
+    ``out``, then the sweep's table, plot and claims. Returns ``{points, claims, passed}``.
+
+    ``tries``: runs a point may take. A point whose run the machine voided (a void verdict, or its
+    busbw held: the fidelity faults held most of its iterations) runs again with the next seed (its
+    folder suffixed ``-seed<S>``), up to ``tries`` runs; the point keeps the last run, and
+    ``replaced`` says each earlier run's seed and cause. A FAIL is never re-run: only a run the
+    machine broke is (``mrclab reproduce --repeat N`` gives N)."""
     sw = scn.sweep
     if sw is None:
         raise BadInput(f"{scn.source}: {scn.name} has no sweep: block to run")
@@ -587,9 +594,19 @@ def run_sweep(scn: Scenario, out: Path | None = None, *, live: bool = True, clus
     points = []
     for k, (v, x, b) in enumerate(grid, 1):
         console.print(f"[bold]sweep point {k}/{len(grid)}[/bold]: {S.label(v, x, b)}")
-        folder = S.folder_name(v, x, b)
-        m = run(S.point(scn, v, x, b), out / folder, live=live, cluster=cluster)
-        points.append(S.summarise(v, x, m, folder, b))
+        replaced: list[str] = []
+        for n in range(tries):
+            folder = S.folder_name(v, x, b) + (f"-seed{scn.seed + n}" if n else "")
+            m = run(S.point(scn, v, x, b, seed=scn.seed + n), out / folder, live=live, cluster=cluster)
+            p = S.summarise(v, x, m, folder, b)
+            p["seed"] = scn.seed + n
+            why = p["void"] or p["held"]
+            if not why or p["passed"] is False or n == tries - 1:
+                break
+            replaced.append(f"seed {scn.seed + n}: {why}")
+            console.print(f"[yellow]void[/yellow] ({why}): run {n + 2} of at most {tries}, seed {scn.seed + n + 1}")
+        p["replaced"] = replaced
+        points.append(p)
     claims = S.judge(sw, points)
     S.write(out, scn, sw, points, claims)
     t = Table(title=f"{scn.name}: sweep ({len(points)} runs)")

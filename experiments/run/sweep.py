@@ -24,10 +24,13 @@ from mrclab.experiments.model.scenario import Scenario, parse_scenario
 from mrclab.experiments.model.sweepspec import Sweep, size_suffix, size_text
 
 
-def point(scn: Scenario, variant: dict, loss: float, message_bytes: int | None = None) -> Scenario:
+def point(scn: Scenario, variant: dict, loss: float, message_bytes: int | None = None,
+          seed: int | None = None) -> Scenario:
     """The scenario of one point of the grid (``message_bytes``: the collective's size per host, None
-    for the scenario's own)."""
+    for the scenario's own; ``seed``: in place of the scenario's, None to keep it)."""
     raw = copy.deepcopy(scn.raw)
+    if seed is not None:
+        raw["seed"] = seed
     raw.pop("sweep", None)
     raw.pop("expect_sweep", None)
     if "transport" in variant:
@@ -88,12 +91,20 @@ def judge(sw: Sweep, points: list[dict]) -> list[dict]:
     return out
 
 
+def _replaced_text(p: dict) -> str:
+    """``; seed S, re-run after: <each earlier run's void>`` where the machine voided a point's
+    earlier runs (:func:`~experiments.run.runner.run_sweep` ``tries``), else empty."""
+    if not p.get("replaced"):
+        return ""
+    return f"; seed {p['seed']}, re-run after: " + "; ".join(p["replaced"])
+
+
 def write(out: Path, scn: Scenario, sw: Sweep, points: list[dict], claims: list[dict]) -> None:
     """sweep.csv, sweep.md, sweep.png and sweep.json in ``out``."""
     import csv
 
     cols = ["variant", "loss", "message_bytes", "transport", "qps_per_peer", "iterations", "time_s", "algbw_mbps",
-            "busbw_mbps", "correct", "passed", "void", "held", "folder"]
+            "busbw_mbps", "correct", "passed", "void", "held", "folder", "seed"]
     with open(out / "sweep.csv", "w", newline="") as fh:
         w = csv.DictWriter(fh, fieldnames=cols, extrasaction="ignore")
         w.writeheader()
@@ -107,7 +118,7 @@ def write(out: Path, scn: Scenario, sw: Sweep, points: list[dict], claims: list[
                      f"{p.get('iterations', 0)} | {t} | "
                      f"{p.get('algbw_mbps', 0):.2f} | {p.get('busbw_mbps', 0):.2f} | "
                      f"{'yes' if p.get('correct') else 'NO'} | {verdict_word(p['passed'], void=p.get('void'))}"
-                     f"{f'; busbw not read ({held})' if (held := p.get('held')) else ''} |")
+                     f"{f'; busbw not read ({held})' if (held := p.get('held')) else ''}{_replaced_text(p)} |")
     if claims:
         lines += ["", "| claim | value | bound | verdict |", "| --- | --- | --- | --- |"]
         lines += [f"| {c['claim']} | {c['value']:.2f} | {c['bound']} | "
