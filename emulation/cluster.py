@@ -32,6 +32,7 @@ from __future__ import annotations
 import os
 import shlex
 import time
+import tty
 from pathlib import Path
 
 from mininet.examples.cluster import ClusterCleanup, RemoteMixin
@@ -73,7 +74,18 @@ class OnServerMixin(RemoteMixin):
 
     def _popen(self, cmd, sudo: bool = True, tt: bool = True, **params):
         """The cluster edition's remote process, with no ``sudo`` for a root login (it is root
-        there already)."""
+        there already).
+
+        The node's shell (Mininet's ``startShell`` hands the pty it opened as stdin) gets that
+        local pty in raw mode before ``ssh -tt`` starts. ssh puts its terminal in raw mode itself,
+        but over a multiplexed connection the master starts relaying the remote shell's output
+        before the client has done so: a command Mininet writes in that window is echoed by the
+        local pty's line discipline, and its output gets a second carriage return
+        (``'echo $$\r\n12901\r\r\n'``, which Mininet's ``int()`` of the shell's pid refused: one
+        remote switch start in five here, 2026-12-05)."""
+        pty_fd = params.get("stdin")
+        if getattr(self, "isRemote", False) and isinstance(pty_fd, int) and pty_fd == getattr(self, "slave", None):
+            tty.setraw(pty_fd)
         return super()._popen(cmd, sudo=sudo and self.user != "root", tt=tt, **params)
 
 

@@ -138,6 +138,42 @@ def test_vxlan_ports_carry_their_link_number_and_mac():
     assert VXLAN_OVERHEAD == 20 + 8 + 8 + 14
 
 
+def test_a_remote_nodes_shell_starts_on_a_raw_local_pty(monkeypatch):
+    """ssh -tt over a multiplexed connection relays the remote shell before its client puts the
+    local pty in raw mode: a command written then is echoed back and its output gets a second
+    carriage return, and Mininet's int() of the shell's pid fails. The pty is raw before ssh runs."""
+    import pty
+    import termios
+
+    from mininet.node import Node
+    from mrclab.emulation.cluster import RemoteLinuxSrv6Switch
+
+    seen = {}
+
+    def spawned(self, cmd, **params):  # Mininet's local _popen: what ssh would find on its terminal
+        lflag, oflag = termios.tcgetattr(params["stdin"])[3], termios.tcgetattr(params["stdin"])[1]
+        seen.update(echo=bool(lflag & termios.ECHO), canon=bool(lflag & termios.ICANON),
+                    onlcr=bool(oflag & termios.OPOST), cmd=cmd)
+        return None
+
+    monkeypatch.setattr(Node, "_popen", spawned)
+    node = object.__new__(RemoteLinuxSrv6Switch)
+    master, slave = pty.openpty()
+    try:
+        node.isRemote, node.user, node.sshcmd, node.master, node.slave = True, "root", ["ssh", "-tt", "srv"], \
+            master, slave
+        assert termios.tcgetattr(slave)[3] & termios.ECHO  # a new pty echoes
+        node._popen(["mnexec", "-c"], stdin=slave, stdout=slave, stderr=slave)
+        assert seen == {"echo": False, "canon": False, "onlcr": False, "cmd": ["ssh", "-tt", "srv", "mnexec", "-c"]}
+        seen.clear()
+        other_master, other_slave = pty.openpty()  # any other process's terminal is left as it is
+        node._popen(["tc", "qdisc"], stdin=other_slave, stdout=other_slave)
+        assert seen["echo"] and seen["canon"]
+        os.close(other_master), os.close(other_slave)
+    finally:
+        os.close(master), os.close(slave)
+
+
 @pytest.mark.parametrize("argv, said", [
     (["probe", "--ssh-config", "/nonexistent"], "--ssh-config is for --servers"),
     (["run", "--servers", "a b"], "--servers: 'a b' is not a server"),
