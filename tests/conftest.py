@@ -4,6 +4,7 @@ with the reason when the machine cannot run them; unmarked tests need nothing.""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -113,6 +114,12 @@ def _run_evidence(out) -> str:
             if now != prev:
                 by_t.setdefault(r["t"], []).append(f"{key[0]}:{key[1]} +{now[0] - prev[0]}m/+{now[1] - prev[1]}t")
         lines += [f"ports at {t} s: {', '.join(v)}" for t, v in by_t.items()]
+        deepest: dict = {}  # (switch, port) -> (deepest queue read, packets dropped full by the end)
+        for r in csv.DictReader((out / "switches.csv").open()):
+            key, q = (r["switch"], r["port"]), int(float(r["queue"] or 0))
+            deepest[key] = (max(q, deepest.get(key, (0, 0))[0]), int(r["queue_full"] or 0))
+        lines += [f"deepest queues: " + ", ".join(f"{sw}:{p} {q} (dropped full {d})" for (sw, p), (q, d) in
+                                                  sorted(deepest.items(), key=lambda kv: -kv[1][0])[:4])]
     if (out / "events.csv").exists():
         by_s: dict = {}
         for r in csv.DictReader((out / "events.csv").open()):
@@ -120,6 +127,13 @@ def _run_evidence(out) -> str:
                 by_s.setdefault(int(float(r["t"])), []).append(f"{r['host']}:{r['reason'].split(' of PSN')[0]}")
         lines += [f"EVs retired in [{s}, {s + 1}) s: {len(v)} ({', '.join(sorted(set(v)))})"
                   for s, v in sorted(by_s.items())]
+    for f in sorted((out / "endpoints").glob("*.telemetry.jsonl")) if (out / "endpoints").exists() else []:
+        summaries = [json.loads(x) for x in f.read_text().splitlines() if '"summary"' in x]
+        for tx in (summaries[-1]["tx"] if summaries else []):
+            st = tx["stats"]
+            lines.append(f"QP {f.name.split('.')[0]}->{tx['peer']}#{tx['qp']}: srtt {(tx.get('srtt_us') or 0) / 1e3:.0f} ms, "
+                         f"window {tx.get('window_bytes') or 0:.0f} B, {st.get('data_packets')} sent, "
+                         f"{st.get('retransmits')} resent, {st.get('timeouts')} timeouts")
     return "\n".join(lines)
 
 

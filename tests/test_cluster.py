@@ -364,12 +364,12 @@ OVER_SERVERS = sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml") if p.stem not 
 @pytest.mark.skipif(bool(missing_features("linux").get("congestion")), reason="no tc eBPF program here")
 @pytest.mark.parametrize("scenario", OVER_SERVERS)
 def test_every_shipped_scenario_passes_over_two_servers_with_its_queues_on_them(two_servers, tmp_path, decided_run,
-                                                                                scenario):
+                                                                                scenario, run_evidence):
     srv = two_servers
     scn = load_scenario(scenario, dataplane="linux", duration_s=load_scenario(scenario).quick_s)
     with P.open_cluster(",".join(srv.addresses), str(srv.ssh_config)) as cluster:
         m, _d, out = decided_run(scn, tmp_path, cluster=cluster)
-    assert m["passed"], [e for e in m["expectations"] if e["passed"] is False]
+    assert m["passed"], f"{[e for e in m['expectations'] if e['passed'] is False]}\n{run_evidence(out)}"
     placed = json.loads((out / "servers.json").read_text())
     assert sorted(p for s in placed for p in s["planes"]) == list(range(scn.spec.planes))
     # every switch is on a server, and the counter the scenario's claims rest on moved there

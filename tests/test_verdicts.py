@@ -213,7 +213,8 @@ BELOW_BDP_GOAL: dict[str, str] = {}
 
 @pytest.mark.parametrize("name,dp,off", _cases())
 def test_scenario_passes_as_shipped_and_fails_with_each_mechanism_it_demonstrates_off(name, dp, off, tmp_path,
-                                                                                         no_leftovers, decided_run):
+                                                                                         no_leftovers, decided_run,
+                                                                                         run_evidence):
     scn = load_scenario(name, duration_s=load_scenario(name).quick_s, dataplane=dp,
                         settings={off: False} if off else None)
     m, _, out = decided_run(scn, tmp_path, decides=scn.demonstrates.get(off, ()) if off else ())
@@ -225,7 +226,7 @@ def test_scenario_passes_as_shipped_and_fails_with_each_mechanism_it_demonstrate
         assert m["switch_ports"]["marked"] + m["switch_ports"]["trimmed"] + m["switch_ports"]["queue_full"] > 0
     assert written <= {f.name for f in out.iterdir() if f.stat().st_size > 0}
     if off is None:
-        assert m["passed"] and not m["void"], f"{name} as shipped failed: {failed}"
+        assert m["passed"] and not m["void"], f"{name} as shipped failed: {failed}\n{run_evidence(out)}"
         if scn.faults:  # the regime the lab sets itself (experiments/analysis/regime.py)
             bdp = m["regime"]["bdp_packets"]
             assert bdp is not None, f"{name} measured no RTT"
