@@ -424,7 +424,8 @@ def _run_commands(sub) -> None:
                         "(mrclab calibrate first)")
     s.add_argument("--repeat", type=_repeats, default=1, metavar="N",
                    help="run seeds 1..N and report every figure as median [min-max]; a verdict holds when the "
-                        "median meets it and no run was void (default 1)")
+                        "median meets it and no run was void; on a sweep, run a point the machine voided again "
+                        "with the next seed, up to N runs (default 1)")
     _servers_args(s)
     s.add_argument("--set", action="append", metavar="NAME=VALUE",
                    help="set a transport setting, e.g. --set ev_health=off to switch a mechanism off "

@@ -289,6 +289,30 @@ def test_a_sweep_point_the_machine_voided_runs_again_with_the_next_seed_and_a_fa
     assert s["passed"] is None and len(ran) == 10 and starved in s["void"]
 
 
+@pytest.mark.parametrize("passed, code", [(True, 0), (False, 1), (None, 3)])
+def test_mrclab_run_repeat_on_a_sweep_gives_each_point_that_many_runs(tmp_path, monkeypatch, passed, code):
+    """``mrclab run fig17-alltoall --repeat 3`` means what ``reproduce --repeat 3`` does for a sweep: each
+    point re-run with the next seed where the machine voided it, up to 3 runs. It used to run the
+    sweep's base scenario per seed instead, as if it were one run."""
+    import argparse
+
+    from mrclab.experiments.run import repeat, runner
+
+    calls = []
+
+    def fake_sweep(scn, out, live=False, cluster=None, tries=1):
+        calls.append((scn.name, out, tries))
+        return {"passed": passed}
+
+    monkeypatch.setattr(runner, "run_sweep", fake_sweep)
+    monkeypatch.setattr(runner, "run", lambda *a, **k: pytest.fail("a sweep ran as one scenario"))
+    args = argparse.Namespace(scenario="fig17-alltoall", duration=None, dataplane="linux", transport=None, set=[],
+                              repeat=3, out=str(tmp_path / "s"), fit=False, rates="scenario", servers=None,
+                              ssh_config=None)
+    assert repeat.main(args) == code
+    assert calls == [("fig17-alltoall", tmp_path / "s", 3)]
+
+
 def test_a_held_busbw_voids_the_claims_that_read_it_and_no_other(tmp_path, monkeypatch):
     """Every point's verdicts decided, but the fidelity faults held most of one point's iterations
     (its busbw is ``held``): the claims that read that point are void and the sweep undecided; a

@@ -108,12 +108,20 @@ def run_repeated(load, n: int, out: Path | str | None, name: str, *, live: bool 
 
 
 def main(args) -> int:
-    """``mrclab run SCENARIO --repeat N``: exit 1 when a median FAILs, 3 when a verdict was void, else 0."""
+    """``mrclab run SCENARIO --repeat N``: exit 1 when a median FAILs, 3 when a verdict was void, else 0.
+    A sweep (figs. 16-17) takes ``--repeat N`` as ``mrclab reproduce`` does: each point runs once,
+    and again with the next seed where the machine voided it, up to N runs (:func:`runner.run_sweep`)."""
     from_args = dict(duration_s=args.duration, dataplane=args.dataplane, transport=args.transport,
                      settings=parse_set(args.set))
     first = load_scenario(args.scenario, **from_args)
     with open_cluster(getattr(args, "servers", None), getattr(args, "ssh_config", None),
                       files=(first.source,)) as cluster:
+        if first.sweep is not None:
+            console.print(f"{first.name} is a sweep: each point runs again with the next seed where the machine "
+                          f"voided it, up to {args.repeat} runs")
+            s = runner.run_sweep(first, Path(args.out) if args.out else None, live=False, cluster=cluster,
+                                 tries=args.repeat)
+            return {True: 0, False: 1, None: 3}[s["passed"]]
         agg = run_repeated(lambda k: load_scenario(args.scenario, seed=k, **from_args), args.repeat, args.out,
                            first.name, live=False, fit=args.fit, rates=args.rates, cluster=cluster)
     return runner.exit_code(agg)
