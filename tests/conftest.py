@@ -131,7 +131,8 @@ def _run_evidence(out) -> str:
         summaries = [json.loads(x) for x in f.read_text().splitlines() if '"summary"' in x]
         for tx in (summaries[-1]["tx"] if summaries else []):
             st = tx["stats"]
-            lines.append(f"QP {f.name.split('.')[0]}->{tx['peer']}#{tx['qp']}: srtt {(tx.get('srtt_us') or 0) / 1e3:.0f} ms, "
+            qp = f"{f.name.split('.')[0]}->{tx['peer']}#{tx['qp']}"
+            lines.append(f"QP {qp}: srtt {(tx.get('srtt_us') or 0) / 1e3:.0f} ms, "
                          f"window {tx.get('window_bytes') or 0:.0f} B, {st.get('data_packets')} sent, "
                          f"{st.get('retransmits')} resent, {st.get('timeouts')} timeouts")
     return "\n".join(lines)
