@@ -11,7 +11,7 @@ from channel import Channel
 from mrclab.bench import nscc as bench_nscc
 from mrclab.protocol import headers as H
 from mrclab.traffic.cc import DELAY_EWMA, GAMMA, REF_BDP_BYTES, REF_MSS_BYTES, FixedWindow, Nscc
-from mrclab.traffic.dcqcn import F_STAGES, PACER_HORIZON_S, RAI_FRACTION, Dcqcn, G, Pacer
+from mrclab.traffic.dcqcn import CNP_INTERVAL_FRACTION, F_STAGES, PACER_HORIZON_S, RAI_FRACTION, Dcqcn, G, Pacer
 from mrclab.traffic.receiver import MrcReceiver
 from mrclab.traffic.sender import make_sender
 from mrclab.traffic.settings import TransportSettings
@@ -199,26 +199,26 @@ def test_dcqcn_cut_alpha_and_recovery_stages():
     d.on_cnp(0.0)
     assert d.rate_bps == pytest.approx(LINE / 2) and d.target_bps == LINE  # alpha was 1: halve
     assert d.alpha == pytest.approx(1 - G + G)
-    d.on_cnp(0.001)
+    d.on_cnp(0.046)  # one CNP interval (50/55 of the timer) later: a second cut
     assert d.rate_bps == pytest.approx(LINE / 4) and d.target_bps == pytest.approx(LINE / 2)
     r, t = d.rate_bps, d.target_bps
-    d.tick(0.001 + 0.05)  # one timer period: fast recovery halves the distance to the target
+    d.tick(0.046 + 0.05)  # one timer period: fast recovery halves the distance to the target
     assert d.rate_bps == pytest.approx((r + t) / 2) and d.target_bps == t and d.t_stage == 1
     for k in range(2, F_STAGES + 1):
-        d.tick(0.001 + 0.05 * k)
+        d.tick(0.046 + 0.05 * k)
     assert d.t_stage == F_STAGES
     t_before = d.target_bps
-    d.tick(0.001 + 0.05 * (F_STAGES + 1))  # past F on the timer only: additive increase
+    d.tick(0.046 + 0.05 * (F_STAGES + 1))  # past F on the timer only: additive increase
     assert d.target_bps == pytest.approx(min(LINE, t_before + LINE * RAI_FRACTION))
 
 
 def test_dcqcn_hyper_increase_needs_both_counters_and_alpha_decays_without_cnps():
     d = Dcqcn(LINE, MSS, timer_s=0.05)
     d.on_cnp(0.0)
-    d.on_cnp(0.01)
-    d.on_cnp(0.02)
+    d.on_cnp(0.05)
+    d.on_cnp(0.1)
     a = d.alpha
-    now = 0.02
+    now = 0.1
     for _ in range(F_STAGES + 2):
         now += 0.05
         d.tick(now)
@@ -231,8 +231,20 @@ def test_dcqcn_hyper_increase_needs_both_counters_and_alpha_decays_without_cnps(
 def test_dcqcn_rate_never_under_its_floor():
     d = Dcqcn(LINE, MSS, timer_s=0.05)
     for k in range(100):
-        d.on_cnp(k * 0.001)
+        d.on_cnp(k * 0.05)
     assert d.rate_bps == pytest.approx(LINE / 100)
+
+
+def test_dcqcn_cuts_a_qp_at_most_once_per_cnp_interval():
+    """The paper's NP sends one CNP per 50 us against 55 us timers: one cut per timer period at
+    most. CNPs closer than ``timer_s x 50/55`` to the last cut are counted, not applied (fig. 17's
+    128 KiB RoCE fell to the rate floor in 0.5 s from CNPs 1 ms apart and moved 0.17 Mb/s of 2)."""
+    d = Dcqcn(LINE, MSS, timer_s=0.05)
+    for k in range(40):  # 40 CNPs 1 ms apart: the receiver's ceiling, far inside one interval
+        d.on_cnp(k * 0.001)
+    assert d.rate_bps == pytest.approx(LINE / 2) and d.cnps == 40 and d.cnps_within_interval == 39
+    d.on_cnp(0.05 * CNP_INTERVAL_FRACTION)  # one interval after the first cut: the second
+    assert d.rate_bps == pytest.approx(LINE / 4) and d.cnps_within_interval == 39
 
 
 @pytest.mark.parametrize("frame", [1178, 4250])

@@ -12,6 +12,16 @@ once both do, *hyper increase* adds ``i x Rhai``. Rates stay within [line rate /
 Notification point (the receiver, traffic/roce.py): a CNP for a CE-marked packet, at most one per
 QP per period (the paper's 50 us).
 
+One cut per CNP interval: the paper's NP sends at most one CNP per N = 50 us, against a rate-increase
+timer T and an alpha timer K of 55 us, so a QP is cut at most about once per timer period (K was
+chosen at 55 us for that reason). Our receiver knows no RTT and spaces its CNPs by 1 ms only, while
+the timer follows the RTT (5 base RTTs, tens of ms at a few Mb/s): fig. 17's 8-host all-to-all at 128
+KiB on linux cut each of its 56 QPs from the line rate to the floor (1/100) within 0.5 s, several
+CNPs a timer period each halving the rate (alpha still near 1), and RoCE moved 0.17 Mb/s busbw of 2
+(2026-12-06). So the reaction point applies at most one cut per ``timer_s x 50/55`` (the paper's N/T)
+and counts the CNPs it let pass; ConnectX's reaction point has the same guard
+(``rate_reduce_monitor_period``, the least time between two rate reductions of a flow).
+
 Scale: an emulated fabric is about 1000x slower than hardware (its RTT is milliseconds, not
 microseconds), so the paper's timers (55 us, 50 us) are scaled by the fabric's RTT: one period,
 ``timer_s`` (the ``dcqcn_timer_s`` setting, about 5 base RTTs, as 55 us is about 5 RTTs of the
@@ -29,6 +39,9 @@ RAI_FRACTION = 1 / 200
 RHAI_FRACTION = 1 / 20
 BYTE_COUNTER_PACKETS = 64
 MIN_RATE_FRACTION = 1 / 100
+#: The least time between two cuts of a QP, as a fraction of the timer: the paper's CNP interval N
+#: (50 us) over its timers T and K (55 us), Zhu et al. 2015, section 5.
+CNP_INTERVAL_FRACTION = 50 / 55
 
 
 class Dcqcn:
@@ -47,10 +60,18 @@ class Dcqcn:
         self.next_timer: float | None = None
         self.next_alpha: float | None = None
         self.cnps = 0
+        self.cnps_within_interval = 0
+        self.last_cut: float | None = None
 
     def on_cnp(self, now: float) -> None:
-        """A congestion notification: cut the rate, raise alpha, restart recovery."""
+        """A congestion notification: cut the rate, raise alpha, restart recovery; a CNP within
+        ``timer_s x`` :data:`CNP_INTERVAL_FRACTION` of the last cut is only counted
+        (``cnps_within_interval``)."""
         self.cnps += 1
+        if self.last_cut is not None and now - self.last_cut < self.timer_s * CNP_INTERVAL_FRACTION:
+            self.cnps_within_interval += 1
+            return
+        self.last_cut = now
         self.target_bps = self.rate_bps
         self.rate_bps = max(self.line * MIN_RATE_FRACTION, self.rate_bps * (1 - self.alpha / 2))
         self.alpha = (1 - G) * self.alpha + G
