@@ -373,6 +373,57 @@ def test_every_paper_scenario_is_in_the_reproduce_table_and_the_report_has_a_row
     assert len([x for x in table if x.split("|")[1].strip() in ORDER]) == len(ORDER)
 
 
+#: Rows a known defect FAILs, held strictly: the row FAILs, and only on these claims (a MRC / RoCE
+#: busbw ratio); every point's collective is correct. A row that passes again fails the test below
+#: until its entry goes. fig. 17: with DCQCN cutting at most once per CNP interval (965b65b), RoCE
+#: on 1 QP runs the 8-host all-to-all at the same half of its port as MRC (128 KiB, loss 0, linux,
+#: 12 s points: MRC 0.97 and 0.92 Mb/s busbw, RoCE 1.00 and 1.00; at 1% loss MRC 0.82 and 0.72, RoCE
+#: 0.58 and 0.67). The ratios it passed on (3.17 and 4.93) read a DCQCN that held every QP at its
+#: 1/100 floor. Why MRC's all-to-all stays at half its port is not yet found (issue 36, item 2).
+KNOWN_FAIL = {"fig17-alltoall": "busbw MRC 1 QP / RoCE 1 QP"}
+
+
+def _known_fail_held(row):
+    """'' when ``row`` FAILs as :data:`KNOWN_FAIL` says (its failed claims all name the ratio, no
+    point's expectations failed), else what differs."""
+    bad = [c["claim"] for c in row.get("claims", []) if c["passed"] is False]
+    if row["verdict"] != "FAIL":
+        return f"{row['scenario']} was {row['verdict']}, not the known FAIL: is it fixed? then drop it from KNOWN_FAIL"
+    wrong = [c for c in bad if not c.startswith(KNOWN_FAIL[row["scenario"]])]
+    points = [p for p in row.get("points", []) if p["passed"] is False]
+    return f"{row['scenario']} FAILed beyond its known defect: {wrong} {points}" if wrong or points else ""
+
+
+def test_a_known_fail_is_held_to_its_claims():
+    claim = KNOWN_FAIL["fig17-alltoall"]
+    row = {"scenario": "fig17-alltoall", "verdict": "FAIL", "points": [{"passed": True}],
+           "claims": [{"claim": f"{claim} at loss 0, 128 KiB", "passed": False}, {"claim": "busbw x", "passed": True}]}
+    assert _known_fail_held(row) == ""
+    assert "is it fixed?" in _known_fail_held({**row, "verdict": "pass"})
+    assert "beyond" in _known_fail_held({**row, "claims": [{"claim": "busbw MRC 1 QP at loss 0.01", "passed": False}]})
+    assert "beyond" in _known_fail_held({**row, "points": [{"passed": False}]})
+
+
+@pytest.mark.root
+@pytest.mark.xfail(strict=True, reason="fig. 17: MRC's 8-host all-to-all runs at half its port (0.92-0.97 Mb/s busbw "
+                   "of 2), as RoCE's does once DCQCN cuts once per CNP interval (1.00): the paper's 'MRC beats "
+                   "RoCE' is not met at 128 KiB; cause not yet found (issue 36, item 2)")
+def test_fig17_mrc_beats_roce_on_one_qp_at_128_kib(tmp_path, no_leftovers):
+    import yaml
+    from mrclab.controller.dataplanes import missing_features
+    from mrclab.experiments.run import runner
+
+    if missing_features("linux"):
+        pytest.skip(f"the linux data plane lacks {missing_features('linux')}")
+    raw = yaml.safe_load((SCENARIO_DIR / "fig17-alltoall.yaml").read_text())
+    raw["dataplane"] = "linux"
+    raw["sweep"] = {**raw["sweep"], "loss": [0], "message_bytes": [131072]}
+    raw["expect_sweep"] = [c for c in raw["expect_sweep"] if c.get("loss") == 0 and "message_bytes" not in c
+                           and c["metric"] == "busbw_ratio"]
+    s = runner.run_sweep(parse_scenario(raw, "fig17-128k.yaml"), tmp_path, live=False, tries=3)
+    assert [c["passed"] for c in s["claims"]] == [True], s["claims"]
+
+
 @pytest.mark.root
 def test_reproduce_quick_on_linux_runs_the_whole_table_and_writes_its_report(tmp_path, no_leftovers, run_evidence):
     from mrclab.controller.dataplanes import missing_features
@@ -382,7 +433,10 @@ def test_reproduce_quick_on_linux_runs_the_whole_table_and_writes_its_report(tmp
         pytest.skip(f"the linux data plane lacks {missing_features('linux')}")
     s = reproduce(tmp_path, dataplane="linux", quick=True)
     assert [r["scenario"] for r in s["rows"]] == list(ORDER)
-    failed = {r["scenario"]: r.get("why") for r in s["rows"] if r["verdict"] == "FAIL"}
+    held = [_known_fail_held(r) for r in s["rows"] if r["scenario"] in KNOWN_FAIL]
+    assert not any(held), held
+    failed = {r["scenario"]: r.get("why") for r in s["rows"]
+              if r["verdict"] == "FAIL" and r["scenario"] not in KNOWN_FAIL}
     evidence = "\n".join(f"{folder.name}:\n{run_evidence(folder)}" for name in failed
                          for folder in sorted(tmp_path.rglob(f"{name}-*")) if folder.is_dir())
     assert not failed, f"FAIL rows (their failed expectations): {failed}\n{evidence}"
@@ -406,7 +460,8 @@ def test_reproduce_quick_on_linux_runs_the_whole_table_and_writes_its_report(tmp
                 why.setdefault(r["scenario"], []).append(str(r.get("why"))[:200])
     md = (tmp_path / "report.md").read_text()
     assert all(f"| {n} |" in md for n in ORDER)
-    assert json.loads((tmp_path / "summary.json").read_text())["passed"] is True  # no FAIL
+    # no FAIL but the known defects
+    assert json.loads((tmp_path / "summary.json").read_text())["passed"] is (not KNOWN_FAIL)
     assert not void, f"void three times in a row, this machine could not keep up: {why}"
     for r in s["rows"]:
         assert all((tmp_path / p).stat().st_size > 0 for p in r["plots"])
