@@ -13,7 +13,7 @@ import zlib
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from mrclab.protocol import headers as H
-from mrclab.topologies.addressing import AddressPlan, ev_plane, make_ev
+from mrclab.topologies.addressing import AddressPlan, ev_plane, ev_t1, make_ev
 from mrclab.topologies.spec import load_spec
 from mrclab.traffic import layers  # noqa: F401 (binds the MRC layers to UDP 4791 for Ether())
 from mrclab.traffic.host import HostStack
@@ -246,6 +246,55 @@ def test_reverse_evs_through_a_dead_path_leave_the_rotation_and_come_back():
             assert all(b._reverse_ev("h0") not in cut for _ in range(3 * len(r.evs)))
         now += 0.001
     assert not b.reverse["h0"].bad  # answered again once the path healed
+
+
+def _both_ways_over_a_dead_path(back: bool) -> tuple[HostStack, list[set[int]]]:
+    """h0 sends to h2 (and h2 to h0 when ``back``) while plane 1's path through T1 0 drops every
+    frame for the first 0.8 s; h2's stack and its reverse EVs towards h0 that are out of the
+    rotation at 0.7 s and at the end (1.5 s)."""
+    from mrclab.topologies.addressing import ev_from_wire
+
+    a = HostStack(PLAN, "h0", S, seed=1)
+    b = HostStack(PLAN, "h2", S, seed=2)
+    a.add_sender(1, "h2", message_source(3, 4096, None))
+    if back:
+        b.add_sender(1, "h0", message_source(4, 4096, None))
+
+    def lost(f, now):
+        ev = ev_from_wire(struct.unpack_from("!H", f, H.OFF_UDP)[0], struct.unpack_from("!I", f, H.OFF_OUTER)[0])
+        return now < 0.8 and (ev_plane(ev), ev_t1(ev)) == (1, 0)
+
+    bad = []
+    now = 0.0
+    line = [(src, f) for src in (a, b) for _, f in src.poll(now)]
+    for step in range(1500):
+        now = step * 0.001
+        line += [(src, f) for src in (a, b) for _, f in src.poll(now)]
+        while line:
+            src, f = line.pop(0)
+            if lost(f, now):
+                continue
+            dst = b if src is a else a
+            line += [(dst, g) for _, g in dst.on_frame(f, now)]
+        if step == 700:
+            bad.append(set(b.reverse["h0"].bad))
+    bad.append(set(b.reverse["h0"].bad))
+    return b, bad
+
+
+def test_reverse_evs_on_the_paths_a_hosts_own_data_crosses_are_judged_by_it_not_probed():
+    """MRC keeps the reverse EV set fresh by probes "when no data flows back": where h2 also sends
+    to h0, the paths its data crosses say which reverse EVs work, and h2 probes only the rest. A
+    path that drops everything is out of the rotation either way, and back once it heals."""
+    one_way, bad_one_way = _both_ways_over_a_dead_path(back=False)
+    both, bad_both = _both_ways_over_a_dead_path(back=True)
+    for b, (at_700, at_end) in ((one_way, bad_one_way), (both, bad_both)):
+        cut = {ev for ev in b.reverse["h0"].evs if (ev_plane(ev), ev_t1(ev)) == (1, 0)}
+        assert cut and at_700 == cut, (at_700, cut)  # out of the rotation while dead, nothing else
+        assert not at_end  # back once healed
+    assert both.rev_probes.sent < one_way.rev_probes.sent / 4, (both.rev_probes.sent, one_way.rev_probes.sent)
+    judged = both.data_paths(1.5)["h0"]
+    assert judged and all(judged.values())  # h2's data vouches for its paths once all work
 
 
 def _reverse_evs_over_a_slow_path(settings: TransportSettings, one_way_s: float, until_s: float):

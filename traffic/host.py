@@ -4,9 +4,13 @@ probe answers and port state. Frames in, frames out (:class:`HostStack`).
 * Data for a QP this host receives creates its receiver on first sight (peer, QP).
 * SACKs and NACKs travel on a small reverse EV set per peer (per plane up to
   ``reverse_evs_per_plane + 1`` paths, random T1s, seeded), rotated over the planes up at both ends.
-  The set is kept fresh by probes (docs/mrc.md, "Reverse path"): every ``probe_interval_s`` each reverse
-  EV is probed; one unanswered within ``probe_timeout_s`` takes it out of the rotation, and
-  ``probe_successes`` answers in a row bring it back.
+  The set is kept fresh by probes when no data flows back (docs/mrc.md, "Reverse path"): every
+  ``probe_interval_s`` each reverse EV is probed; one unanswered within ``probe_timeout_s`` takes it
+  out of the rotation, and ``probe_successes`` answers in a row bring it back. A reverse EV whose
+  path (plane and T1) this host's own data to that peer crosses is judged by that data instead
+  (:meth:`HostStack.data_paths`) and not probed: where data flows both ways (a collective), probes
+  of every reverse EV every 50 ms took a quarter of a 2 Mb/s NIC port (fig. 17's all-to-all,
+  280 requests and as many answers a second per host, 2026-12-06 captures).
 * A probe is answered on its *mirror* path (same plane and T1, the other direction), so a probe's
   round trip tests exactly the links of the EV it probes.
 * The port-state bitmap (bit p = plane p's NIC port is up) goes out in every data packet, SACK and
@@ -36,6 +40,8 @@ from mrclab.traffic.transport import Receiver, Sender
 from mrclab.traffic.wire import Wire
 
 _DATA_OPS = (H.OP_WRITE, H.OP_WRITE_IMM)
+#: A path from this host: (plane, T1), T1 None towards a peer under the same T0s (no T1 on the way).
+_Path = tuple[int, int | None]
 #: Receivers one host creates at most (one per (peer, QP) that sends to it).
 MAX_RECEIVERS = 1024
 
@@ -174,9 +180,71 @@ class HostStack:
                     return ev
         return r.evs[0]
 
+    def data_paths(self, now: float) -> dict[str, dict[_Path, bool]]:
+        """What this host's own data says of its paths to each peer it sends to: peer -> {(plane,
+        T1): working}. A path is working when an EV of a sender to that peer through it delivered a
+        packet sent within ``probe_timeout_s`` of ``now`` (the probe's own deadline); broken when
+        every EV of those senders through it is retired or denied while another of their EVs
+        delivered in that time (the data flows, and not there). A path neither says is absent: its
+        reverse EVs are probed. T1 is None towards a peer of this host's own T0 group (no T1 on
+        the way)."""
+        out: dict[str, dict[_Path, bool]] = {}
+        since = now - self.settings.probe_timeout_s
+        spec = self.plan.spec
+        for (peer, _), s in self.senders.items():
+            delivered = getattr(s, "delivered_after", None)
+            if not delivered or max(delivered.values()) < since:
+                continue  # no data of it delivered lately: it says nothing
+            same = spec.group_of(self.host) == spec.group_of(peer)
+            seen: dict[_Path, bool | None] = {}  # None: an EV in use there with nothing lately
+            for ev, state in s.ev_states().items():
+                path: _Path = (ev_plane(ev), None if same else ev_t1(ev))
+                if delivered.get(ev, -1.0) >= since:
+                    seen[path] = True
+                elif state in (EvState.ASSUMED_BAD, EvState.DENIED):
+                    seen.setdefault(path, False)
+                elif seen.get(path) is not True:
+                    seen[path] = None
+            paths = out.setdefault(peer, {})
+            for path, ok in seen.items():
+                if ok is not None:
+                    paths[path] = paths.get(path, False) or ok
+        return out
+
+    def _judge_reverse(self, peer: str, r: _Reverse, ev: int, working: bool) -> None:
+        """Reverse EV ``ev`` towards ``peer`` judged by this host's data (:meth:`data_paths`)."""
+        if working and ev in r.bad:
+            r.bad.discard(ev)
+            r.ok_streak[ev] = 0
+            self.events(ReverseEvChanged(peer=peer, ev=ev, state=EvState.GOOD))
+        elif not working and ev not in r.bad:
+            r.bad.add(ev)
+            r.ok_streak[ev] = 0
+            self.events(ReverseEvChanged(peer=peer, ev=ev, state=EvState.ASSUMED_BAD))
+
+    def _to_probe(self, now: float):
+        """(peer, reverse EV) to probe this round: those on a port that is up and on a path this
+        host's data does not judge (each one it judges is judged here)."""
+        up = self.local_ports
+        judged = self.data_paths(now)
+        spec = self.plan.spec
+        for peer in self.receivers_peers():
+            r = self._reverse_set(peer)
+            paths = judged.get(peer, {})
+            same = spec.group_of(self.host) == spec.group_of(peer)
+            for ev in r.evs:
+                if not (up >> ev_plane(ev)) & 1:
+                    continue
+                working = paths.get((ev_plane(ev), None if same else ev_t1(ev)))
+                if working is None:
+                    yield peer, ev
+                else:
+                    self._judge_reverse(peer, r, ev, working)
+
     def probe_reverse(self, now: float) -> list:
-        """Probes of every reverse EV towards the peers that send to this host, one round every
-        ``probe_interval_s``; an unanswered one takes its EV out of the rotation."""
+        """Probes of the reverse EVs towards the peers that send to this host, one round every
+        ``probe_interval_s``, but for those this host's own data judges (module docstring); an
+        unanswered one takes its EV out of the rotation."""
         out: list = []
         if not self.rev_probes.pending and not self.rev_probes.round_due(now):
             return out
@@ -186,9 +254,7 @@ class HostStack:
             if ev not in r.bad:
                 r.bad.add(ev)
                 self.events(ReverseEvChanged(peer=peer, ev=ev, state=EvState.ASSUMED_BAD))
-        up = self.local_ports
-        todo = self.rev_probes.round(now, ((peer, ev) for peer in self.receivers_peers()
-                                           for ev in self._reverse_set(peer).evs if (up >> ev_plane(ev)) & 1))
+        todo = self.rev_probes.round(now, self._to_probe(now)) if self.rev_probes.round_due(now) else []
         for pid, (peer, ev) in todo:
             self._out(peer, [Pkt(op=H.OP_PROBE, qp=0, ev=ev, probe_id=pid, is_reply=0, t_send_ns=int(now * 1e9),
                                  port_state=self.local_ports)], out)
