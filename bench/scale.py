@@ -21,20 +21,34 @@ there (Mb/s), and the CPU one switch hop costs per data packet: bmv2, the switch
 linux, the machine's kernel time (system, softirq, irq) over the same, an upper bound (the hosts'
 own sending and receiving are in it). Not a test: figures vary with load; the table is what this
 machine sustains now.
+
+``--servers [N]`` asks what a server buys, by simulation: the same ladder on one machine, then
+over 1 .. N namespace servers on this machine (emulation/nsservers.py, one plane per server in
+turn, as ``mrclab run --servers``), each confined to :data:`SERVER_CPUS` while this process (its
+hosts and endpoints) keeps the other CPUs, so a server's switch processes no longer take this
+machine's CPU, as on separate machines. All of it in one run, side by side. What it cannot
+simulate: the kernel's forwarding of a remote plane (softirq) still runs where frames arrive,
+and the servers' CPUs are this machine's, shared between them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psutil
 from mrclab.bench.tables import emit, per_dataplane, progress, run_scenario
 from mrclab.controller.dataplanes import dataplane as resolve
 from mrclab.controller.dataplanes import here
+from mrclab.emulation.nsservers import servers as ns_servers
+from mrclab.emulation.placement import open_cluster
 from mrclab.experiments.model.scenario import parse_scenario
-from mrclab.topologies.errors import MrclabError
+from mrclab.topologies.errors import BadInput, MrclabError
 from rich.table import Table
 
 console = progress  # progress to stderr; the tables through emit
@@ -51,6 +65,10 @@ PAYLOAD_BYTES = 4096
 WINDOW = (3.0, DURATION_S)
 #: Data packets cross three switches on a path between T0 groups.
 HOPS = 3
+#: ``--servers``: the CPUs the namespace servers run on; this process and its hosts keep the rest
+SERVER_CPUS = (0,)
+#: ``--servers`` without a number: one machine, then 1 and 2 servers (issue 38's comparison)
+DEFAULT_SERVERS = 2
 
 
 def switches(fabric: tuple[int, int, int, int]) -> int:
@@ -125,15 +143,16 @@ class SwitchCpu:
             self.total_s = self._kernel() - self._k0
 
 
-def rung(fabric: tuple[int, int, int, int], mbps: float, dp: str, out: Path) -> dict:
-    """Run one rung into ``out``; its figures: ``faithful`` (bool), ``why`` (when not), goodput
-    ``mbps`` and ``share`` of the NIC ports in :data:`WINDOW`, ``us_per_hop`` (switch CPU µs per
-    data packet per hop), ``faults`` (fidelity faults, described)."""
+def rung(fabric: tuple[int, int, int, int], mbps: float, dp: str, out: Path, cluster=None) -> dict:
+    """Run one rung into ``out`` (``cluster``: its planes on those servers); its figures:
+    ``faithful`` (bool), ``why`` (when not), goodput ``mbps`` and ``share`` of the NIC ports in
+    :data:`WINDOW`, ``us_per_hop`` (switch CPU µs per data packet per hop), ``faults`` (fidelity
+    faults, described)."""
     scn = parse_scenario(scenario(fabric, mbps, dp), f"bench scale {switches(fabric)} switches at {mbps:g} Mb/s")
     ports = hosts(fabric) * fabric[0]
     try:
         with SwitchCpu(dp) as cpu:
-            m, data = run_scenario(scn, out)
+            m, data = run_scenario(scn, out, cluster=cluster)
     except MrclabError as e:  # refused by admission, or endpoints not ready in time: this machine cannot
         return {"faithful": False, "why": e.one_line(), "mbps": 0.0, "share": 0.0, "us_per_hop": None, "faults": []}
     share = (m["expectations"][0]["value"] or 0.0) / ports
@@ -145,9 +164,10 @@ def rung(fabric: tuple[int, int, int, int], mbps: float, dp: str, out: Path) -> 
             "us_per_hop": cpu.total_s / (sent * HOPS) * 1e6 if sent else None, "faults": faults}
 
 
-def ladder(dp: str, work: Path, say=console.print) -> list[dict]:
-    """Every fabric of :data:`FABRICS` on ``dp``: its best faithful rung (``rate_mbps`` None when
-    even the lowest rate is not faithful) and every rung tried (``tried``: rate, faithful, why)."""
+def ladder(dp: str, work: Path, say=console.print, cluster=None) -> list[dict]:
+    """Every fabric of :data:`FABRICS` on ``dp`` (``cluster``: over its servers): its best faithful
+    rung (``rate_mbps`` None when even the lowest rate is not faithful) and every rung tried
+    (``tried``: rate, faithful, why)."""
     rates = RATES_MBPS[dp]
     rows = []
     start = None  # index into rates the next fabric starts from (going down)
@@ -158,7 +178,7 @@ def ladder(dp: str, work: Path, say=console.print) -> list[dict]:
             mbps = rates[i]
             t0 = time.monotonic()
             say(f"[dim]{dp}: {switches(fabric)} switches, {hosts(fabric)} hosts at {mbps:g} Mb/s ...[/dim]")
-            r = rung(fabric, mbps, dp, work / f"{dp}-{switches(fabric)}-{mbps:g}")
+            r = rung(fabric, mbps, dp, work / f"{dp}-{switches(fabric)}-{mbps:g}", cluster)
             tried.append((mbps, r["faithful"], r["why"]))
             say(f"[dim]  {'faithful' if r['faithful'] else 'not faithful: ' + r['why']} "
                 f"({r['share']:.0%} of the NIC ports, {time.monotonic() - t0:.0f} s)[/dim]")
@@ -179,18 +199,19 @@ def ladder(dp: str, work: Path, say=console.print) -> list[dict]:
     return rows
 
 
-def table(dp: str, rows: list[dict]) -> Table:
-    """The printed table of one data plane's ladder."""
+def table(dp: str, rows: list[dict], where: list[str] | None = None) -> Table:
+    """The printed table of one data plane's ladder; ``where`` (one per row): where its switches
+    ran (``--servers``), a first column."""
     cost = resolve(dp).hop_cost_words
     t = Table(title=f"mrclab bench scale ({dp}: every host writing across the T1s for {DURATION_S:g} s; the highest "
                     "host-port rate with no fidelity fault)")
-    for c in ("switches", "hosts", "planes x T0 x T1", "host-port rate", "aggregate goodput", "of the NIC ports", cost,
-              "first rate not faithful"):
+    for c in (*(("switches on",) if where else ()), "switches", "hosts", "planes x T0 x T1", "host-port rate",
+              "aggregate goodput", "of the NIC ports", cost, "first rate not faithful"):
         t.add_column(c, justify="right")
-    for r in rows:
+    for i, r in enumerate(rows):
         p, t0, t1, _ = r["fabric"]
         bad = [f"{mbps:g} Mb/s ({why})" for mbps, ok, why in r["tried"] if not ok]
-        t.add_row(str(r["switches"]), str(r["hosts"]), f"{p} x {t0} x {t1}",
+        t.add_row(*((where[i],) if where else ()), str(r["switches"]), str(r["hosts"]), f"{p} x {t0} x {t1}",
                   "-" if r["rate_mbps"] is None else f"{r['rate_mbps']:g} Mb/s",
                   "-" if r["goodput_mbps"] is None else f"{r['goodput_mbps']:.1f} Mb/s",
                   "-" if r["share"] is None else f"{r['share']:.0%}",
@@ -199,10 +220,69 @@ def table(dp: str, rows: list[dict]) -> Table:
     return t
 
 
+@contextlib.contextmanager
+def confined(cpus: set[int]) -> Iterator[None]:
+    """Every thread of this process on ``cpus`` while it lasts (the processes it starts inherit
+    that: hosts, endpoints), then back to what each had."""
+    before = {}
+    for tid in (int(t) for t in os.listdir("/proc/self/task")):
+        with contextlib.suppress(ProcessLookupError):
+            before[tid] = os.sched_getaffinity(tid)
+            os.sched_setaffinity(tid, cpus)
+    try:
+        yield
+    finally:
+        for tid, mask in before.items():
+            with contextlib.suppress(ProcessLookupError):
+                os.sched_setaffinity(tid, mask)
+
+
+def check_servers(n: int | None) -> None:
+    """Raise BadInput unless ``--servers n`` can run here: n from 1 to 8, and a CPU left for this
+    machine besides :data:`SERVER_CPUS`."""
+    if n is None:
+        return
+    if not 1 <= n <= 8:
+        raise BadInput(f"--servers {n}: allowed: 1 to 8 namespace servers")
+    left = os.sched_getaffinity(0) - set(SERVER_CPUS)
+    if not left or not set(SERVER_CPUS) <= os.sched_getaffinity(0):
+        raise BadInput(f"--servers: needs CPUs {', '.join(map(str, SERVER_CPUS))} for the servers and another for this "
+                       f"machine; this process may use CPUs {sorted(os.sched_getaffinity(0))}")
+
+
+def over_servers(dp: str, work: Path, n: int, say=console.print) -> tuple[list[dict], list[str]]:
+    """The ladder on ``dp`` on one machine, then over 1 .. ``n`` namespace servers confined to
+    :data:`SERVER_CPUS` (this process on the other CPUs meanwhile): every row, and where each
+    ran ("this machine", "1 server", ...)."""
+    rows, where = ladder(dp, work / "local", say), []
+    where += ["this machine"] * len(rows)
+    mine = os.sched_getaffinity(0) - set(SERVER_CPUS)
+    for k in range(1, n + 1):
+        label = f"{k} server{'s' if k > 1 else ''}"
+        say(f"[dim]{dp}: over {label} on CPU {', '.join(map(str, SERVER_CPUS))}, this machine on "
+            f"{', '.join(map(str, sorted(mine)))} ...[/dim]")
+        with tempfile.TemporaryDirectory(prefix="mrclab-nsservers-") as tmp, \
+                ns_servers(k, Path(tmp), cpus=list(SERVER_CPUS)) as srv, \
+                open_cluster(",".join(srv.addresses), str(srv.ssh_config)) as cluster, confined(mine):
+            got = ladder(dp, work / label.replace(" ", "-"), say, cluster)
+        rows += got
+        where += [label] * len(got)
+    return rows, where
+
+
 def main(args=None) -> int:
     """``mrclab bench scale``: the ladder on every data plane asked for (default: every one this
-    machine has), then one table each. Returns 0."""
+    machine has), then one table each; with ``--servers [N]``, each table holds the ladder on one
+    machine and over 1 .. N namespace servers. Returns 0; raises BadInput for a bad ``--servers``."""
     dps = getattr(args, "dataplane", None) or [p.name for p in here()]
-    tables = per_dataplane(dps, "mrclab-bench-scale-", lambda dp, d: table(dp, ladder(dp, d)))
-    emit(tables, [], bool(getattr(args, "markdown", False)))
+    n = getattr(args, "servers", None)
+    check_servers(n)
+    if n:
+        tables = per_dataplane(dps, "mrclab-bench-scale-", lambda dp, d: table(dp, *over_servers(dp, d, n)))
+    else:
+        tables = per_dataplane(dps, "mrclab-bench-scale-", lambda dp, d: table(dp, ladder(dp, d)))
+    notes = ([f"Servers: namespaces on this machine with their own sshd, confined to CPU "
+              f"{', '.join(map(str, SERVER_CPUS))}; this machine's hosts and endpoints on the others. A remote "
+              "plane's kernel forwarding (softirq) is not confined."] if n else [])
+    emit(tables, notes, bool(getattr(args, "markdown", False)))
     return 0

@@ -259,6 +259,8 @@ def cmd_shell(args) -> int:
 # ---- bench / run / report (experiments) -----------------------------------------------------------
 def cmd_bench(args) -> int:
     """``mrclab bench fabric|endpoint|congestion|scale|fidelity|qp|nscc``: the benchmark's own main."""
+    if getattr(args, "servers", None) is not None and args.what != "scale":
+        raise BadInput(f"--servers is for mrclab bench scale, not bench {args.what}")
     need_root(f"mrclab bench {args.what}")
     bench = {"fabric": bench_fabric, "congestion": bench_congestion, "endpoint": bench_endpoint,
              "scale": bench_scale, "fidelity": bench_fidelity, "qp": bench_qp, "nscc": bench_nscc}[args.what]
@@ -394,6 +396,9 @@ def _bench_command(sub) -> None:
                         "(docs/benchmarks.md); progress goes to stderr")
     s.add_argument("--out", help="fidelity, nscc: the folder for every run and plot "
                                  "(default: results/bench-<what>-<time>)")
+    s.add_argument("--servers", type=int, nargs="?", const=bench_scale.DEFAULT_SERVERS, metavar="N",
+                   help="scale: the ladder on this machine, then over 1 .. N namespace servers (default 2) confined "
+                        "to CPU 0 while this machine's hosts keep the others: what a server buys")
     s.set_defaults(fn=cmd_bench)
 
 

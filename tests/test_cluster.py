@@ -1,6 +1,6 @@
 """A fabric whose planes run on other servers (emulation/cluster.py): placement, the kernel calls
 routed to a server, the agent that runs them there, and, on namespace servers with their own sshd
-(tests/nsservers.py), a fabric probed clean, the quickstart passing with its fault on a remote
+(emulation/nsservers.py), a fabric probed clean, the quickstart passing with its fault on a remote
 plane, and cleanup after a kill -9 leaving nothing on any server."""
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from mrclab.emulation.cluster import VXLAN_OVERHEAD, vxlan_lines
 from mrclab.experiments.model.scenario import SCENARIO_DIR, load_scenario
 from mrclab.topologies.addressing import AddressPlan
 from mrclab.topologies.spec import load_spec
-from nsservers import servers as ns_servers
+from mrclab.emulation.nsservers import servers as ns_servers
 
 # ---- placement and routing (no root) ----------------------------------------------------------------
 

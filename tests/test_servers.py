@@ -1,6 +1,6 @@
 """Servers a fabric may span (emulation/servers.py): named on the command line, checked over ssh
 before anything is built on them, one clear line per problem. The root tests run against servers
-on this machine: network namespaces with their own sshd (tests/nsservers.py)."""
+on this machine: network namespaces with their own sshd (emulation/nsservers.py)."""
 
 import os
 import shutil
@@ -13,8 +13,8 @@ import pytest
 from mrclab.emulation import servers as S
 from mrclab.emulation.dataplanes import BMV2_THRIFT_TEST
 from mrclab.topologies.errors import BadInput
-from nsservers import fake_bin
-from nsservers import servers as ns_servers
+from mrclab.emulation.nsservers import fake_bin
+from mrclab.emulation.nsservers import servers as ns_servers
 
 
 def test_servers_are_named_user_at_address_in_order():
@@ -163,3 +163,34 @@ def test_doctor_names_a_server_that_lacks_libbpf_for_linux_and_a_run_refuses_it(
             left = subprocess.run(["ssh", "-F", str(srv.ssh_config), address, "ip netns list"],
                                   capture_output=True, text=True, timeout=60).stdout
             assert "mrclab-" not in left
+
+
+@pytest.mark.root
+@needs_sshd
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="confining servers and this machine apart needs 2 CPUs")
+def test_a_confined_server_runs_what_it_starts_on_its_cpus_and_this_machine_on_the_others(tmp_path):
+    from mrclab.bench.scale import SERVER_CPUS, confined
+    mine = os.sched_getaffinity(0)
+    rest = mine - set(SERVER_CPUS)
+
+    def allowed(argv):
+        out = subprocess.run([*argv, "grep", "Cpus_allowed_list", "/proc/self/status"], capture_output=True,
+                             text=True, timeout=60).stdout
+        return out.split()[-1]
+
+    (tmp_path / "free").mkdir()
+    with ns_servers(1, tmp_path / "free") as free:  # an unconfined server's logins may run anywhere
+        assert allowed(["ssh", "-F", str(free.ssh_config), free.addresses[0]]) != ",".join(map(str, SERVER_CPUS))
+    with ns_servers(1, tmp_path, cpus=list(SERVER_CPUS)) as srv:
+        assert allowed(["ssh", "-F", str(srv.ssh_config), srv.addresses[0]]) == ",".join(map(str, SERVER_CPUS))
+        with confined(rest):  # this process and what it starts: the other CPUs
+            assert os.sched_getaffinity(0) == rest
+            assert allowed([]) == ",".join(map(str, sorted(rest)))
+        assert os.sched_getaffinity(0) == mine
+
+
+@pytest.mark.parametrize("n", [0, 9])
+def test_bench_scale_servers_out_of_range_is_one_line(n):
+    from mrclab.bench.scale import check_servers
+    with pytest.raises(BadInput, match=f"--servers {n}: allowed: 1 to 8"):
+        check_servers(n)
