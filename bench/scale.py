@@ -159,7 +159,8 @@ def rung(fabric: tuple[int, int, int, int], mbps: float, dp: str, out: Path, clu
     sent = sum(x.get("data_packets", 0) for x in data.totals.values())
     faults = sorted({f["invariant"] for f in m["fidelity_faults"]})
     where = sorted({f["where"] for f in m["fidelity_faults"]})
-    why = f"{' and '.join(faults)} ({len(where)} processes)" if faults else None
+    named = ", ".join(where[:3]) + (f" and {len(where) - 3} more" if len(where) > 3 else "")
+    why = f"{' and '.join(faults)} ({named})" if faults else None
     return {"faithful": why is None, "why": why, "mbps": share * ports * mbps, "share": share,
             "us_per_hop": cpu.total_s / (sent * HOPS) * 1e6 if sent else None, "faults": faults}
 

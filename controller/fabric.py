@@ -32,7 +32,8 @@ from mrclab.controller.faults import FaultInjector
 from mrclab.controller.pfc import PauseAgent
 from mrclab.controller.queues import DEFAULT_FRAME_BYTES, PortQueue, QueueSettings, queue_plan
 from mrclab.controller.routeplan import RoutePlan, route_plan
-from mrclab.controller.thrift import THRIFT_PORT, gap_us
+from mrclab.controller.thrift import THRIFT_PORT, ThriftError, gap_us
+from mrclab.controller.thrift import session as thrift_session
 from mrclab.emulation import kernel
 from mrclab.emulation.network import Emulation, nic_queue_bytes
 from mrclab.emulation.placement import Placement
@@ -354,8 +355,14 @@ class Fabric:
             for sw, th in self.thrift.items():
                 if (switches is not None and sw not in switches) or not self.faults.applied.alive[sw]:
                     continue
-                qocc = th.register("qocc")
-                late, late_max, sent = th.late()
+                try:
+                    qocc = th.register("qocc")
+                    late, late_max, sent = th.late()
+                except ThriftError:  # a session the relay or the switch closed: one new session, once
+                    th.close()
+                    th = self.thrift[sw] = thrift_session(self.emu, sw)
+                    qocc = th.register("qocc")
+                    late, late_max, sent = th.late()
                 ports = self.port_queues(sw)
                 cnt = self.p4[sw].port_counters(sorted(ports))
                 for port, q in ports.items():

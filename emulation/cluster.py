@@ -101,7 +101,9 @@ class RemoteLinuxSrv6Switch(OnServerMixin, LinuxSrv6Switch):
 #: in the namespace (one ``tc -s -j``), ``kick DEV HEX`` -> the frame HEX sent out of DEV (a raw
 #: socket kept per port; the PFC agent's kick, controller/pfc.py), ``0``; a failure -> ``error ...``.
 #: The relay's TCP side sends at once (TCP_NODELAY): a request that reaches it in two pieces would
-#: otherwise wait for the first one's delayed acknowledgement.
+#: otherwise wait for the first one's delayed acknowledgement. Its reads block for as long as a
+#: session idles (the 5 s is the connect's only: a read timing out closed the session, and every
+#: later read of that switch's counters failed, on 64 switches read 4 s apart).
 SWITCH_HELPER = """import json,os,socket,subprocess,sys,threading
 ts,port,cs=sys.argv[1],int(sys.argv[2]),sys.argv[3]
 def pipe(a,b):
@@ -118,6 +120,7 @@ def relay(c):
  try:u=socket.create_connection(('127.0.0.1',port),5)
  except OSError:
   c.close();return
+ u.settimeout(None)
  u.setsockopt(socket.IPPROTO_TCP,socket.TCP_NODELAY,1)
  t=threading.Thread(target=pipe,args=(u,c),daemon=True);t.start();pipe(c,u);t.join();c.close();u.close()
 def ctl(c):

@@ -172,8 +172,14 @@ def test_a_switch_on_a_server_is_reached_through_its_helper_for_thrift_backlogs_
         time.sleep(0.3)  # the stand-in Thrift port
         relay = socket.socket(socket.AF_UNIX)
         relay.connect(thrift_sock)
-        relay.sendall(b"thrift")
-        assert relay.recv(100) == b"tfirht"  # through the relay to the port inside the namespace and back
+        # through the relay to the port inside the namespace and back; and again after an idle spell
+        # longer than the relay's 5 s connect timeout: the port sampler reads a switch every 4 s on 64
+        # switches, later under load (once the relay read with that timeout and closed the session:
+        # every later read of that switch failed)
+        for word, idle_s in ((b"thrift", 0.0), (b"again", 5.5)):
+            time.sleep(idle_s)
+            relay.sendall(word)
+            assert relay.recv(100) == word[::-1]
         relay.close()
         node = types.SimpleNamespace(control_addr=ctl_sock)
         emu = types.SimpleNamespace(node=lambda name: node, netns=lambda name: ns)

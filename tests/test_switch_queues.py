@@ -399,3 +399,48 @@ def test_a_nic_held_on_purpose_keeps_its_queue_and_stands_behind_its_schedule_by
                                 "h0-eth0"], capture_output=True, text=True, check=True).stdout
         tbf = next(q for q in json.loads(shown) if q["kind"] == "tbf")
         assert tbf["options"]["rate"] == nic_mbps * 1e6 / 8, tbf  # set back to the link's rate
+
+
+def test_a_thrift_session_that_closed_is_opened_again_and_the_switch_read(monkeypatch):
+    # a relay or a switch closed the session between two samples: the next sample opens one new
+    # session and reads through it (once every later read of that switch failed, and a run's
+    # trims read 0 on 64 switches over servers)
+    import threading
+    import types
+
+    from mrclab.controller import fabric as F
+    from mrclab.controller.thrift import ThriftError
+
+    class Session:
+        def __init__(self, broken):
+            self.broken, self.closed = broken, False
+
+        def register(self, name):
+            if self.broken:
+                raise ThriftError("t0-0-0: register qocc unreadable: TSocket read 0 bytes")
+            return [0, 3]
+
+        def late(self):
+            return [0, 0], [0, 0], [0, 7]
+
+        def close(self):
+            self.closed = True
+
+    dead, opened = Session(True), []
+
+    def session(emu, sw):
+        opened.append(sw)
+        return Session(False)
+
+    monkeypatch.setattr(F, "thrift_session", session)
+    q = types.SimpleNamespace(peer="h0", rate_pps=100.0, lossless=False)
+    fab = types.SimpleNamespace(
+        _lock=threading.Lock(), pfc=None, bpf={}, thrift={"t0-0-0": dead},
+        faults=types.SimpleNamespace(applied=types.SimpleNamespace(alive={"t0-0-0": True})),
+        port_queues=lambda sw: {1: q},
+        p4={"t0-0-0": types.SimpleNamespace(port_counters=lambda ports: {"marked": {}, "trimmed": {1: 5},
+                                                                          "queue_full": {}})},
+        emu=None)
+    rows = F.Fabric.port_samples(fab)
+    assert opened == ["t0-0-0"] and dead.closed and fab.thrift["t0-0-0"] is not dead
+    assert [(r["switch"], r["port"], r["queue"], r["trimmed"], r["sent"]) for r in rows] == [("t0-0-0", 1, 3, 5, 7)]

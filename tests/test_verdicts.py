@@ -240,3 +240,17 @@ def test_scenario_passes_as_shipped_and_fails_with_each_mechanism_it_demonstrate
         moved = set(scn.demonstrates[off])
         assert moved <= {v["metric"] for v in m["expectations"] if v["passed"] is False}, \
             f"{name} with {off} off: {sorted(moved)} should FAIL; FAILed: {failed}"
+
+
+def test_a_switch_count_never_read_is_void_with_the_reading_error_never_a_count_of_zero():
+    from mrclab.experiments.analysis.expectations import judge
+    args = {"counter": "trimmed", "min": 1}
+    unread = RunData(duration_s=20.0, ports_unread="t0-0-0: ThriftError: register qocc unreadable")
+    v = judge(unread, "port_total", args, [])
+    assert v["passed"] is None and v["value"] is None
+    assert v["void"] == "switch counters never read (t0-0-0: ThriftError: register qocc unreadable)"
+    # read, and nothing trimmed: a FAIL the transport owns; a fabric with no queues reads 0 too
+    read = RunData(duration_s=20.0, ports=[{"t": 1.0, "switch": "t0-0-0", "port": 1, "marked": 0, "trimmed": 0,
+                                            "queue_full": 0}])
+    assert judge(read, "port_total", args, [])["passed"] is False
+    assert judge(RunData(duration_s=20.0), "port_total", args, [])["passed"] is False

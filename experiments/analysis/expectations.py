@@ -237,6 +237,10 @@ def judge(d: RunData, metric: str, args: dict, found: list) -> dict:
     ``max`` FAILs whatever the faults held (more than it counts is more still), and one within its
     bounds passes; void only where the count outside the faults is under its ``min`` and the whole
     count is not (what met the bound happened inside a fault)."""
+    if metric == "port_total" and not d.ports and d.ports_unread:
+        # not a count of 0: no switch was ever read (the lab's reading failed, not the transport)
+        return {"value": None, "bound": _evaluate(d, metric, args)[2], "passed": None,
+                "void": f"switch counters never read ({d.ports_unread})"}
     v, ok, bound, counted = _evaluate(d, metric, args)
     if counted is not None and ok is False and _within(counted.whole, args.get("min"), args.get("max")):
         # the faults that reach what it left out: up to RETIRE_CAUSE_S before its window

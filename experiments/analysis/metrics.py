@@ -54,6 +54,9 @@ class RunData:
     #: switch port samples: {t, switch, port, peer, queue, marked, trimmed, queue_full[, gray (linux)]
     #: [, late, late_max_us, gap_us, sent (bmv2: the drain watch, controller/fabric.py port_samples)]}
     ports: list[dict] = field(default_factory=list)
+    #: why no switch port was ever read on a fabric whose switches queue (the sampler's last error),
+    #: None when one was or none queue: its counts are unknown, never 0
+    ports_unread: str | None = None
     #: host NIC port samples, the drain watch (controller/bpf.py NicWatch): {t, host, port (its
     #: interface), backlog (bytes its tbf held), behind_us, gap_us}
     nic_ports: list[dict] = field(default_factory=list)

@@ -146,6 +146,7 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
     procs: dict[str, subprocess.Popen] = {}
     t0_wall = 0.0
     sampler = monitor = None
+    unread: str | None = None
     queues: dict = {}
     try:
         with Fabric(spec, plane, progress=lambda m: console.print(f"[dim]·[/dim] {m}"),
@@ -176,6 +177,7 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
                 monitor.stop()
                 if sampler is not None:
                     sampler.stop()
+                    unread = sampler.unread()  # while the fabric still names its switches
             endpoints.stop(procs)
             if pcap and debug and plane.switch_pcaps:
                 copy_switch_pcaps(fab.emu.run_dir, out / "pcap" / "switches")
@@ -186,6 +188,7 @@ def run_with_data(scn: Scenario, out: Path | None = None, *, live: bool = True, 
                      sampler.samples if sampler is not None else [], monitor.samples if monitor is not None else [],
                      monitor.kernel_drops if monitor is not None else [], monitor.stolen if monitor is not None else [],
                      sampler.nic_samples if sampler is not None else [])
+    data.ports_unread = unread
     return _finish(scn, dp, data, fault_log, out, queues), data
 
 
@@ -288,6 +291,8 @@ class PortSampler:
         """Start sampling ``fab``'s switch ports every ``period_s`` from ``t0`` (monotonic s of t = 0)."""
         self.fab, self.t0, self.period_s = fab, t0, period_s
         self.samples: list[dict] = []
+        #: the last read that failed ("switch: error"), None while none has
+        self.last_error: str | None = None
         #: the drain watch on the host NIC ports (Fabric.nic_samples), read at each round's end
         self.nic_samples: list[dict] = []
         self._stop = threading.Event()
@@ -307,7 +312,8 @@ class PortSampler:
                     if rows is not None:
                         rows += self.fab.port_samples([sw])
                 except Exception as e:  # a switch restarting: the next round will do
-                    console.print(f"[dim]· port sample skipped ({sw}: {type(e).__name__})[/dim]")
+                    self.last_error = f"{sw}: {type(e).__name__}: {e}"
+                    console.print(f"[dim]· port sample skipped ({self.last_error})[/dim]")
                     rows = None  # a round is whole or not kept: plots sum a round's ports
             if not switches and self._stop.wait(self.period_s):
                 return
@@ -325,6 +331,13 @@ class PortSampler:
         t = round(time.monotonic() - self.t0, 3)
         self.nic_samples += [{"t": t, **r} for r in rows]
 
+    def unread(self) -> str | None:
+        """Why no switch port was ever read (the last error), on a fabric with switches to read;
+        None when one was, or there is none to read."""
+        if self.samples or not self.fab.sampled_switches():
+            return None
+        return self.last_error or "no round of reads completed"
+
     def stop(self) -> None:
         """Stop sampling and read every switch once more, at once, so the run's totals count to its
         end (the last spread round can be a period old); the samples stay in :attr:`samples`."""
@@ -333,7 +346,8 @@ class PortSampler:
         try:
             rows = self.fab.port_samples()
         except Exception as e:  # a switch restarting: the totals end at the last round
-            console.print(f"[dim]· last port sample skipped ({type(e).__name__})[/dim]")
+            self.last_error = f"{type(e).__name__}: {e}"
+            console.print(f"[dim]· last port sample skipped ({self.last_error})[/dim]")
             return
         t = round(time.monotonic() - self.t0, 3)
         self.samples += [{"t": t, **r} for r in rows]
