@@ -158,7 +158,7 @@ def rung(fabric: tuple[int, int, int, int], mbps: float, dp: str, out: Path, clu
     share = (m["expectations"][0]["value"] or 0.0) / ports
     sent = sum(x.get("data_packets", 0) for x in data.totals.values())
     faults = sorted({f["invariant"] for f in m["fidelity_faults"]})
-    where = sorted({f["where"] for f in m["fidelity_faults"]})
+    where = sorted({w for f in m["fidelity_faults"] for w in f["where"].split(", ")})
     named = ", ".join(where[:3]) + (f" and {len(where) - 3} more" if len(where) > 3 else "")
     why = f"{' and '.join(faults)} ({named})" if faults else None
     return {"faithful": why is None, "why": why, "mbps": share * ports * mbps, "share": share,
