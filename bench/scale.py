@@ -45,6 +45,7 @@ import psutil
 from mrclab.bench.tables import emit, per_dataplane, progress, run_scenario
 from mrclab.controller.dataplanes import dataplane as resolve
 from mrclab.controller.dataplanes import here
+from mrclab.emulation.nsservers import SSHD
 from mrclab.emulation.nsservers import servers as ns_servers
 from mrclab.emulation.placement import open_cluster
 from mrclab.experiments.model.scenario import parse_scenario
@@ -239,12 +240,14 @@ def confined(cpus: set[int]) -> Iterator[None]:
 
 
 def check_servers(n: int | None) -> None:
-    """Raise BadInput unless ``--servers n`` can run here: n from 1 to 8, and a CPU left for this
-    machine besides :data:`SERVER_CPUS`."""
+    """Raise BadInput unless ``--servers n`` can run here: n from 1 to 8, sshd installed, and a CPU
+    left for this machine besides :data:`SERVER_CPUS`."""
     if n is None:
         return
     if not 1 <= n <= 8:
         raise BadInput(f"--servers {n}: allowed: 1 to 8 namespace servers")
+    if not os.path.exists(SSHD):
+        raise BadInput(f"--servers: the namespace servers need {SSHD} (apt-get install -y openssh-server)")
     left = os.sched_getaffinity(0) - set(SERVER_CPUS)
     if not left or not set(SERVER_CPUS) <= os.sched_getaffinity(0):
         raise BadInput(f"--servers: needs CPUs {', '.join(map(str, SERVER_CPUS))} for the servers and another for this "

@@ -38,6 +38,8 @@ PREFIX = "198.18.0."
 BRIDGE_ADDRESS = PREFIX + "254"
 #: Root's login rc files, hidden on the servers (an empty file over each that exists)
 RC_FILES = ("/root/.bashrc", "/root/.profile", "/root/.bash_profile", "/root/.bash_login")
+#: The sshd every server runs (Debian's openssh-server)
+SSHD = "/usr/sbin/sshd"
 #: The underlay's MTU: the fabric's 9000-byte frames plus VXLAN's 50 bytes, with room
 MTU = 9100
 
@@ -77,7 +79,7 @@ def _start_sshd(s: NsServers, i: int, path: str, cpus: list[int] | None = None) 
     # of the home stays: a checkout under it (CI's /root/mrclab) is where the tests' tools live
     hide = "; ".join(f"[ -f {f} ] && mount --bind /dev/null {f}" for f in RC_FILES)
     pin = f"taskset -c {','.join(map(str, cpus))} " if cpus else ""
-    boot = f"mount -t tmpfs mrclabsrv /run/netns; {hide}; exec {pin}/usr/sbin/sshd -f {conf}"
+    boot = f"mount -t tmpfs mrclabsrv /run/netns; {hide}; exec {pin}{SSHD} -f {conf}"
     _sh(*kernel.netns_exec_argv(ns, ["unshare", "--mount", "--propagation", "private", "sh", "-c", boot]))
     for _ in range(100):  # sshd writes its pid file once it listens
         if pid.exists() and pid.read_text().strip():

@@ -194,3 +194,10 @@ def test_bench_scale_servers_out_of_range_is_one_line(n):
     from mrclab.bench.scale import check_servers
     with pytest.raises(BadInput, match=f"--servers {n}: allowed: 1 to 8"):
         check_servers(n)
+
+
+def test_bench_scale_servers_without_sshd_is_one_line(monkeypatch):
+    from mrclab.bench import scale
+    monkeypatch.setattr(scale, "SSHD", "/nonexistent/sshd")
+    with pytest.raises(BadInput, match="need /nonexistent/sshd \\(apt-get install -y openssh-server\\)"):
+        scale.check_servers(2)
