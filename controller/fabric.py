@@ -315,8 +315,8 @@ class Fabric:
         drain watch's ``late``: packets that left more than a frame time after their shaper's
         schedule, since start, ``late_max_us``: the most any left after it since the last
         sample, ``gap_us``: its frame time at the port's rate, and ``sent``: its low-priority
-        packets that left, since start; linux with the tc eBPF
-        program, which adds ``gray``: gray-loss drops); empty where switches do not queue.
+        packets that left, since start; linux with the tc eBPF program); both add ``gray``:
+        gray-loss drops at the port, since start; empty where switches do not queue.
         Of ``switches`` only (None: every switch :meth:`sampled_switches` names); bmv2 switches
         that are down are left out."""
         out = []
@@ -368,7 +368,7 @@ class Fabric:
                 for port, q in ports.items():
                     row = {"switch": sw, "port": port, "peer": q.peer, "queue": qocc[port] if port < len(qocc) else 0,
                            "marked": cnt["marked"].get(port, 0), "trimmed": cnt["trimmed"].get(port, 0),
-                           "queue_full": cnt["queue_full"].get(port, 0),
+                           "queue_full": cnt["queue_full"].get(port, 0), "gray": cnt["gray"].get(port, 0),
                            "late": late[port] if port < len(late) else 0,
                            "late_max_us": late_max[port] if port < len(late_max) else 0,
                            "gap_us": gap_us(q.rate_pps), "sent": sent[port] if port < len(sent) else 0}

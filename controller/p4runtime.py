@@ -454,10 +454,11 @@ class P4Switch:
         return sum(self.read_counter("port_tx").values())
 
     def port_counters(self, ports: list[int]) -> dict[str, dict[int, int]]:
-        """Per egress port of ``ports``: packets ECN-marked (``marked``), trimmed and dropped at a
-        full queue, in one Read."""
-        got = self.read_counter_cells(["ecn_marked", "trimmed", "queue_full"], ports)
-        return {"marked": got["ecn_marked"], "trimmed": got["trimmed"], "queue_full": got["queue_full"]}
+        """Per egress port of ``ports``: packets ECN-marked (``marked``), trimmed, dropped at a
+        full queue and dropped by gray loss (``gray``), in one Read."""
+        got = self.read_counter_cells(["ecn_marked", "trimmed", "queue_full", "gray"], ports)
+        return {"marked": got["ecn_marked"], "trimmed": got["trimmed"], "queue_full": got["queue_full"],
+                "gray": got["gray"]}
 
     def drops(self) -> dict[tuple[int, str], int]:
         """(ingress port, reason) -> packets dropped."""

@@ -51,7 +51,7 @@
  *             schedule", experiments/analysis/fidelity.py).
  *   counters  port_tx (packets, bytes) by egress port, in egress: only packets that leave;
  *             drops by (ingress port << 3 | reason), counted by the action that drops;
- *             ecn_marked, trimmed and queue_full by egress port.
+ *             ecn_marked, trimmed, queue_full and gray (gray-loss drops) by egress port.
  *
  * Cost: BMv2 builds with logging macros (p4lang's packages, the default build) format every table
  * lookup's key and every hit's entry even when nothing is logged, so each table a packet meets is
@@ -237,6 +237,7 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
     counter(MAX_PORTS * 8, CounterType.packets) drops;
     counter(MAX_PORTS, CounterType.packets) trimmed;
     counter(MAX_PORTS, CounterType.packets) queue_full;
+    counter(MAX_PORTS, CounterType.packets) gray;
     register<bit<32>>(MAX_PORTS) gray_state;
 
     action drop_with(bit<32> reason) {
@@ -350,6 +351,7 @@ control MrcIngress(inout headers_t hdr, inout metadata_t meta, inout standard_me
 
     action drop_gray() {
         uncount();
+        gray.count(meta.port);
         drop_with(DROP_GRAY);
     }
 

@@ -57,6 +57,8 @@ def test_drop_probability_0_2_gives_measured_loss_near_0_2(fabric):
     path = fabric.plan.path("h0", "h2", 1, 0)
     sw = fabric.p4["t0-1-0"]
     before = sum(n for (_, why), n in sw.drops().items() if why == "gray_loss")
+    gray_before = sw.port_counters([fabric.plan.port_to("t0-1-0", "t1-1-0")])["gray"].get(
+        fabric.plan.port_to("t0-1-0", "t1-1-0"), 0)
     fabric.loss_salt = 7
     fabric.port_loss("t0-1-0", "t1-1-0", 0.2)
     try:
@@ -71,6 +73,9 @@ def test_drop_probability_0_2_gives_measured_loss_near_0_2(fabric):
     assert 0.15 <= loss <= 0.25, loss
     after = sum(n for (_, why), n in sw.drops().items() if why == "gray_loss")
     assert after - before == lost  # every loss is the injected one, counted by reason
+    # ... and by the egress port it was dropped at, as switches.csv's gray column reads it
+    port = fabric.plan.port_to("t0-1-0", "t1-1-0")
+    assert sw.port_counters([port])["gray"].get(port, 0) - gray_before == lost
     assert all(r.delivered for r in probe_paths(fabric.plan, fabric.netns, [path] * 20))  # fault removed
 
 
