@@ -347,26 +347,32 @@ def test_a_scenario_passes_with_its_switch_dying_on_a_remote_plane(two_servers, 
     _nothing_left(srv)
 
 
-#: switch counters that move in a scenario (read from its planes' queue programs on the servers):
-#: trims at an incast, ECN marks where flows meet, gray-loss drops on a lossy path
+#: switch counters that move in a scenario (read from its planes' queues on the servers: linux's
+#: queue programs' maps, BMv2's counters over its relayed P4Runtime): trims at an incast, ECN marks
+#: where flows meet, gray-loss drops on a lossy path
 COUNTERS = {"incast": ("trimmed",), "incast-no-trim": ("queue_full",), "ecn-load-balancing": ("marked",),
             "fig16-allreduce": ("marked", "trimmed"), "fig17-alltoall": ("marked", "trimmed"),
             "permutation": ("marked", "trimmed"), "ev-loss": ("gray",)}
 #: every shipped scenario runs over servers here but the two the switch-dying test above runs. Four
 #: (fig17-alltoall, flap-soak, t1-blackhole, transceiver-flap) were left out on 2026-11-28, void 3
 #: times each for endpoint starvation before verdicts were void only by cause; at acdeb75 they
-#: passed twice in a row here, 131 s for the four (2026-12-05)
+#: passed twice in a row here, 131 s for the four (2026-12-05). On bmv2 every one passed twice in
+#: a row over 2 servers, each on its first try with no fidelity fault (2026-12-06, 6705dc4)
 OVER_SERVERS = sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml") if p.stem not in {"quickstart", "t0-down"})
+_QUEUES_HERE = {"linux": pytest.mark.skipif(bool(missing_features("linux").get("congestion")),
+                                            reason="no tc eBPF program here"),
+                "bmv2": pytest.mark.skipif(bool(missing_features("bmv2").get("congestion")),
+                                           reason="no Thrift runtime for BMv2 here")}
 
 
-@pytest.mark.root
 @needs_sshd
-@pytest.mark.skipif(bool(missing_features("linux").get("congestion")), reason="no tc eBPF program here")
-@pytest.mark.parametrize("scenario", OVER_SERVERS)
+@pytest.mark.parametrize("scenario, dataplane", [
+    pytest.param(s, dp, marks=[pytest.mark.root if dp == "linux" else pytest.mark.bmv2, _QUEUES_HERE[dp]],
+                 id=f"{s}-{dp}") for dp in ("linux", "bmv2") for s in OVER_SERVERS])
 def test_every_shipped_scenario_passes_over_two_servers_with_its_queues_on_them(two_servers, tmp_path, decided_run,
-                                                                                scenario, run_evidence):
+                                                                                scenario, dataplane, run_evidence):
     srv = two_servers
-    scn = load_scenario(scenario, dataplane="linux", duration_s=load_scenario(scenario).quick_s)
+    scn = load_scenario(scenario, dataplane=dataplane, duration_s=load_scenario(scenario).quick_s)
     with P.open_cluster(",".join(srv.addresses), str(srv.ssh_config)) as cluster:
         m, _d, out = decided_run(scn, tmp_path, cluster=cluster)
     assert m["passed"], f"{[e for e in m['expectations'] if e['passed'] is False]}\n{run_evidence(out)}"
@@ -379,7 +385,7 @@ def test_every_shipped_scenario_passes_over_two_servers_with_its_queues_on_them(
     assert set(last) == {(sw, str(p)) for sw in scn.spec.switches() for p in plan.ports(sw)}
     counters = COUNTERS.get(scenario, ())
     if counters:
-        assert sum(int(r[c]) for r in last.values() for c in counters) > 0, counters
+        assert sum(int(float(r[c] or 0)) for r in last.values() for c in counters) > 0, counters
     _nothing_left(srv)
     assert _pins(srv, 0) == [] and _pins(srv, 1) == []
 
@@ -394,8 +400,8 @@ def test_bmv2_queues_on_remote_planes_trim_and_pause_read_through_their_helpers(
     # (emulation/cluster.py SWITCH_HELPER), and the counter the transport's fabric rests on moves
     # on both servers' switches: MRC's trims at the incast port; RoCE over PFC's pauses, its levers
     # driven by tc there and woken by the helper's kick. Correctness is a verdict no machine
-    # voids. The other verdicts are not asked: bmv2 incast on a 2-core machine is void for CPU
-    # starvation here too, on one machine as over servers (issue 35)
+    # voids; MRC's incast verdicts over servers are the test above's, and RoCE's incast FAILs by
+    # design (its victim is the paper's point), so only its pauses and its correctness are asked
     from mrclab.experiments.run import runner
     srv = two_servers
     scn = load_scenario("incast", dataplane="bmv2", transport=transport, duration_s=load_scenario("incast").quick_s)
