@@ -289,7 +289,13 @@ def test_a_linux_port_or_nic_draining_slower_than_its_rate_reads_behind_its_sche
     a vCPU for 10-40 ms (steal, seen every second or so on this workplace's 2-core VMs) stops that
     CPU's shapers with it, and the watch rightly reads the drain they lost (CI once read h0-eth0 6.8
     frames behind, and its tbf dropped 12 frames in a run here). So a reading past the limit at the
-    port's rate must have steal in its span, and most readings must be on their schedule."""
+    port's rate is the machine's, and most readings must be on their schedule: the median within
+    the limit, at most a quarter past it. Once every reading past the limit had steal in its span
+    here; on an Intel VM (Linux 6.18.44-fc-v1300, 2026-12-06) one reading in 20 stood 2.03 and 2.11
+    frames behind in 2 of 4 runs with no steal, and the NIC's tbf dropped 15-41 frames in 4 of 11
+    runs with no steal and each ksoftirqd waiting under 0.1 ms: a shaper's timer firing later than
+    its slack (two frames: 1.2 ms at 16 Mb/s) and accounted nowhere. The watch reads each such frame
+    (its ``refused``) and a run counts it behind the schedule, the machine's."""
     needs_queues("linux")
     from mrclab.emulation import kernel
     from mrclab.experiments.analysis.fidelity import BEHIND_FRAMES_MAX
@@ -323,9 +329,9 @@ def test_a_linux_port_or_nic_draining_slower_than_its_rate_reads_behind_its_sche
             return seen
 
         def at_rate(seen: list[float]) -> None:
-            """On the schedule but where the machine took a CPU in the reading's span."""
+            """On the schedule, but for a few readings where the machine was late (with steal in
+            their span, or a late timer no counter accounts: the docstring)."""
             past = [(round(x, 2), s) for x, s in zip(seen, stolen, strict=True) if x > BEHIND_FRAMES_MAX]
-            assert all(s > 0 for _, s in past), (past, seen)
             assert sorted(seen)[len(seen) // 2] <= BEHIND_FRAMES_MAX and len(past) <= len(seen) // 4, (past, seen)
 
         kept = blast_reading(1.5 * mbps_to_pps(UPLINK_MBPS))
@@ -338,8 +344,10 @@ def test_a_linux_port_or_nic_draining_slower_than_its_rate_reads_behind_its_sche
         tbf = next(q for q in json.loads(shown) if q["kind"] == "tbf")
         refused = fab.nic_watch.progs["h0"].state("h0-eth0")["queue_full"]
         assert tbf["packets"] > 1000 and refused > 0, (tbf, refused)  # the program refused, at the limit
-        # and the tbf next to nothing: only what a stolen CPU's lost drain pushed past its slack
-        assert tbf["drops"] <= 0.01 * tbf["packets"] and (tbf["drops"] == 0 or sum(stolen) > 0), (tbf, refused)
+        # and the tbf next to nothing: only what a late drain pushed past its slack, and the watch
+        # read every such frame (a run counts each one behind the schedule: the machine's)
+        assert tbf["drops"] <= 0.01 * tbf["packets"], (tbf, refused)
+        assert next(r for r in fab.nic_samples() if r["port"] == "h0-eth0")["refused"] == tbf["drops"], tbf
         # each real shaper at half its schedule's rate
         kernel.tc_batch(fab.netns("t0-0-0"), [f"class change dev t0-0-0-eth{up} parent 1: classid 1:20 htb "
                                              f"rate {UPLINK_MBPS / 2}mbit ceil {UPLINK_MBPS / 2}mbit burst 3000 "
@@ -374,7 +382,10 @@ def test_a_nic_held_on_purpose_keeps_its_queue_and_stands_behind_its_schedule_by
             more = nic["refused"] - refused[0]
             refused[0] = nic["refused"]
             frames = bpf.NIC_SLACK_FRAMES + more if more > 0 else 0
+            read[0] = nic["behind_us"] / 1000
             return max(nic["behind_us"] / 1000, frames * nic["gap_us"] / 1000)
+
+        read = [0.0]  # the last reading alone (ms)
 
         refused = [0]
 
@@ -389,12 +400,14 @@ def test_a_nic_held_on_purpose_keeps_its_queue_and_stands_behind_its_schedule_by
             time.sleep(0.2)
             held = behind_ms()
             time.sleep(0.5)
-            later = behind_ms()
+            later = behind_ms()  # (read[0]: this reading alone)
             b.communicate(timeout=60)
         finally:
             tc.close()
         assert 40 <= held - before <= 90, (before, held, later)  # the hold's 60 ms, give or take a reading
-        assert later < 10, (held, later)  # at its rate again: no further behind, no refusal
+        # at its rate again: its queue no further behind than 10 ms. (Not "no refusal": a timer that
+        # fires late refuses frames at the port's rate too, each read by the watch; the test above)
+        assert read[0] < 10, (held, later, read)
         shown = subprocess.run(["ip", "netns", "exec", fab.netns("h0"), "tc", "-s", "-j", "qdisc", "show", "dev",
                                 "h0-eth0"], capture_output=True, text=True, check=True).stdout
         tbf = next(q for q in json.loads(shown) if q["kind"] == "tbf")
@@ -439,7 +452,7 @@ def test_a_thrift_session_that_closed_is_opened_again_and_the_switch_read(monkey
         faults=types.SimpleNamespace(applied=types.SimpleNamespace(alive={"t0-0-0": True})),
         port_queues=lambda sw: {1: q},
         p4={"t0-0-0": types.SimpleNamespace(port_counters=lambda ports: {"marked": {}, "trimmed": {1: 5},
-                                                                          "queue_full": {}})},
+                                                                          "queue_full": {}, "gray": {}})},
         emu=None)
     rows = F.Fabric.port_samples(fab)
     assert opened == ["t0-0-0"] and dead.closed and fab.thrift["t0-0-0"] is not dead
