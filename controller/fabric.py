@@ -234,9 +234,13 @@ class Fabric:
             for name in names:
                 if self._stop.wait(control_period_s(len(names)) / max(1, len(names))):
                     return
-                if not self.faults.applied.alive[name]:
-                    continue
                 with self._lock:
+                    # asked under the lock: a switch killed while this pass waited for the lock
+                    # is not reconnected to (a failed connect leaves gRPC's shared subchannel to
+                    # that socket backing off, and the restart's own connect then failed 3 tries
+                    # over servers: quickstart on bmv2, the suite, 2026-12-06)
+                    if not self.faults.applied.alive[name]:
+                        continue
                     try:  # nothing a switch does may end the watchdog: it asks again next period
                         if not self.p4[name].has_pipeline():
                             self.reprogram(name)

@@ -256,3 +256,36 @@ def test_the_watchdog_outlives_a_switch_that_is_still_starting():
     t.join(timeout=5)
     assert [n for _, n in fab.reprogrammed] == ["t1-0-1"], said
     assert sum("not reprogrammed yet" in m for m in said) == 2, said
+
+
+def test_the_watchdog_leaves_a_switch_killed_while_it_waited_for_the_lock_alone():
+    """A fault that kills a switch holds the fabric's lock; a watchdog pass that read the switch
+    alive just before waits for that lock and must not then reconnect to the dead switch: a failed
+    connect leaves gRPC's subchannel to that socket backing off, and the restart's own connect
+    failed after it (quickstart on bmv2 over servers, the suite, 2026-12-06)."""
+    import threading
+    import time as _time
+    from types import SimpleNamespace
+
+    from mrclab.controller import dataplanes
+    from mrclab.controller import fabric as F
+
+    asked = []
+    fab = F.Fabric.__new__(F.Fabric)
+    fab.p4 = {"t1-0-0": SimpleNamespace(has_pipeline=lambda: asked.append(1) or False)}
+    alive = {"t1-0-0": True}
+    fab.faults = SimpleNamespace(applied=SimpleNamespace(alive=alive), restarted=lambda n: None)
+    fab.plane = SimpleNamespace(reprogram=lambda f, n: asked.append("reprogram"))
+    fab.routes = {"t1-0-0": SimpleNamespace(n_entries=3)}
+    fab._stop, fab._lock, fab.reprogrammed, said = threading.Event(), threading.RLock(), [], []
+    fab.progress = said.append
+    fab._lock.acquire()  # the kill's fault holds the lock ...
+    t = threading.Thread(target=fab._watchdog, daemon=True)
+    t.start()
+    _time.sleep(dataplanes.control_period_s(1) + 0.3)  # ... while the pass comes to the switch
+    alive["t1-0-0"] = False  # killed
+    fab._lock.release()
+    _time.sleep(0.3)
+    fab._stop.set()
+    t.join(timeout=5)
+    assert asked == [], (asked, said)
