@@ -217,6 +217,11 @@ def _nothing_left(srv) -> None:
 
 
 PLANES = [pytest.param("linux", marks=pytest.mark.root), pytest.param("bmv2", marks=pytest.mark.bmv2)]
+#: each data plane's switch queues (trim, ECN, PFC) can run here, or the test says why not
+_QUEUES_HERE = {"linux": pytest.mark.skipif(bool(missing_features("linux").get("congestion")),
+                                            reason="no tc eBPF program here"),
+                "bmv2": pytest.mark.skipif(bool(missing_features("bmv2").get("congestion")),
+                                           reason="no Thrift runtime for BMv2 here")}
 
 
 @needs_sshd
@@ -266,7 +271,7 @@ def _pins(srv, i: int) -> list[str]:
 
 @pytest.mark.root
 @needs_sshd
-@pytest.mark.skipif(bool(missing_features("linux").get("congestion")), reason="no tc eBPF program here")
+@_QUEUES_HERE["linux"]
 def test_switch_queues_on_a_remote_plane_are_loaded_pinned_read_and_removed_there(two_servers):
     srv = two_servers
     spec = load_spec(None)
@@ -359,10 +364,6 @@ COUNTERS = {"incast": ("trimmed",), "incast-no-trim": ("queue_full",), "ecn-load
 #: passed twice in a row here, 131 s for the four (2026-12-05). On bmv2 every one passed twice in
 #: a row over 2 servers, each on its first try with no fidelity fault (2026-12-06, 6705dc4)
 OVER_SERVERS = sorted(p.stem for p in SCENARIO_DIR.glob("*.yaml") if p.stem not in {"quickstart", "t0-down"})
-_QUEUES_HERE = {"linux": pytest.mark.skipif(bool(missing_features("linux").get("congestion")),
-                                            reason="no tc eBPF program here"),
-                "bmv2": pytest.mark.skipif(bool(missing_features("bmv2").get("congestion")),
-                                           reason="no Thrift runtime for BMv2 here")}
 
 
 @needs_sshd
@@ -392,7 +393,7 @@ def test_every_shipped_scenario_passes_over_two_servers_with_its_queues_on_them(
 
 @pytest.mark.bmv2
 @needs_sshd
-@pytest.mark.skipif(bool(missing_features("bmv2").get("congestion")), reason="no Thrift runtime for BMv2 here")
+@_QUEUES_HERE["bmv2"]
 @pytest.mark.parametrize("transport, counter", [("mrc", "trimmed"), ("roce", "pauses")])
 def test_bmv2_queues_on_remote_planes_trim_and_pause_read_through_their_helpers(two_servers, tmp_path, transport,
                                                                                 counter):
@@ -424,7 +425,7 @@ def test_bmv2_queues_on_remote_planes_trim_and_pause_read_through_their_helpers(
 @pytest.mark.bmv2
 @needs_sshd
 @pytest.mark.slow
-@pytest.mark.skipif(bool(missing_features("bmv2").get("congestion")), reason="no Thrift runtime for BMv2 here")
+@_QUEUES_HERE["bmv2"]
 def test_the_64_switch_incast_over_two_servers_on_bmv2_is_decided_and_passes(two_servers, tmp_path, decided_run,
                                                                              run_evidence):
     # issue 38 item 4: the 64-switch fabric (8 planes x 4 T0 x 4 T1, four planes a server) with a
