@@ -215,7 +215,7 @@ def _bare_endpoint(recv, delay_s: float = 0.0):
     ep.mono0 = time.monotonic()
     ep.next_ports = ep.next_tel = float("inf")
     ep.delay_s, ep._line = delay_s, deque()
-    ep._recv, ep.backlog, ep._send_fn = {3: recv}, {}, {}
+    ep._recv, ep.backlog, ep._send_fn, ep._data_fn, ep.stamped = {3: recv}, {}, {}, {}, {}
     ep.started, ep.stopped, ep.finished_at, ep.finished, ep.max_end = set(), set(), None, False, 10.0
     ep._active, ep.coll_started = None, False
     return ep, got

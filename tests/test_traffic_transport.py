@@ -543,6 +543,99 @@ def test_a_packet_that_waited_in_its_nic_queue_is_timed_from_when_it_left():
     assert o.sender.stats.timeouts > 0 and retired == dead and not _spurious(o)
 
 
+def _nic_held_by_the_machine(stamps: bool, dead_ev: bool = False, port_down: bool = False):
+    """Every data packet handed over in a 60 ms span leaves its NIC port only when it ends (the
+    machine held the port: no model of the queue can know it), then crosses a 1 ms path: round
+    trips of up to 62 ms against a 20 ms timer floor. With ``stamps`` the port reports each
+    packet's departure as the kernel's stamp would (MrcSender.left_nic); ``dead_ev``: one EV also
+    drops everything from then; ``port_down``: the held plane-0 port is down, as the host reads its
+    carrier, for the span and a timer after it."""
+    chan = Channel(random.Random(5), delay_s=(0.001, 0.001))
+    span: dict = {}
+    dead: set[int] = set()
+    leaving: list[tuple[float, int, float]] = []  # (departure, PSN, handed over)
+    reported = [0]
+
+    def hook(now, tx, rx, ch):
+        if not span and now > 0.05:
+            span.update(start=now, end=now + 0.06)
+            ch.hold_ev = (set(tx.evs.evs), now, now + 0.06)  # the port's frames leave at its end
+            tx.wire_stamps = stamps
+            if dead_ev:
+                dead.add(tx.evs.active()[3])
+                ch.drop_ev |= dead
+            send = ch.send
+
+            def sent(pkt, to, t):  # the port's departure of each data packet
+                if to == "rx" and pkt.op in (H.OP_WRITE, H.OP_WRITE_IMM):
+                    leaving.append((max(t, span["end"]) if span["start"] <= t < span["end"] else t, pkt.psn, t))
+                send(pkt, to, t)
+            ch.send = sent
+        if port_down and span:
+            up = not span["start"] <= now < span["end"] + 0.03
+            tx.ports.local = tx.ports.local | 1 if up else tx.ports.local & ~1
+        if stamps and span:
+            while leaving and min(leaving)[0] <= now:
+                t, psn, handed = min(leaving)
+                leaving.remove((t, psn, handed))
+                tx.left_nic(psn, handed, t)
+                reported[0] += 1
+
+    s = TransportSettings(payload_bytes=1024, window_packets=16, region_bytes=4 << 20, min_rto_s=0.02)
+    o = run([random.Random(3).randbytes(1_000_000)], chan, settings=s, hook=hook)
+    _check(o, 1, False)
+    o.reported = reported[0]
+    return o, dead
+
+
+def test_a_packet_its_nic_port_has_not_sent_is_never_timed_out_and_its_timer_runs_from_the_stamp():
+    # a NIC times a packet from the wire: a port the machine held for 60 ms (three timer floors;
+    # a busy machine held a flap-soak packet 72 ms, 2026-12-06) sends its packets late, and their
+    # departure stamps say so. Without them the timer fires on packets still in the port, and
+    # the retransmissions are spurious
+    o, _ = _nic_held_by_the_machine(stamps=False)
+    assert o.sender.stats.timeouts > 0 and _spurious(o)
+    o, _ = _nic_held_by_the_machine(stamps=True)
+    assert o.sender.stats.timeouts == 0 and not _spurious(o), (o.sender.stats, _spurious(o))
+    assert o.sender.stats.nic_deferred > 0 and o.sender.stats.wire_stamped == o.reported > 0  # each stamp its packet's
+    assert not [kw for k, kw in o.events if k == "ev_state" and kw.get("new") == "ASSUMED_BAD"]
+    # the RTT samples ran from the stamps: the 60 ms in the port never reached NSCC's base RTT
+    assert o.sender.rtt.min_rtt < 0.005 and o.sender.rtt.srtt < 0.01, (o.sender.rtt.min_rtt, o.sender.rtt.srtt)
+
+
+def test_a_dead_path_behind_a_held_nic_port_still_times_out_a_timer_after_its_packets_left():
+    o, dead = _nic_held_by_the_machine(stamps=True, dead_ev=True)
+    retired = {kw["ev"] for k, kw in o.events if k == "ev_state" and kw.get("new") == "ASSUMED_BAD"}
+    assert o.sender.stats.timeouts > 0 and retired == dead and not _spurious(o)
+    lost = [kw for k, kw in o.events if k == "loss" and kw["reason"] == "timeout"]
+    assert lost and all(kw["ev"] in dead for kw in lost), lost
+    # ... each a timer after it left the port (the span's end), not after it was handed over
+    assert all(kw["age_s"] >= 0.02 for kw in lost)
+
+
+def test_a_packet_on_a_port_that_is_down_is_timed_out_without_waiting_for_its_stamp():
+    # a port that lost its carrier sends nothing and stamps nothing: its packets time out on their
+    # timers (and are resent on the planes still up), never waiting for a stamp that cannot come
+    o, _ = _nic_held_by_the_machine(stamps=True, port_down=True)
+    lost = [kw for k, kw in o.events if k == "loss" and kw["reason"] == "timeout"]
+    assert lost and {ev_plane(kw["ev"]) for kw in lost} == {0}, lost
+    assert max(kw["age_s"] for kw in lost) < 0.2, lost  # on their timers: not the 1 s a stamp is waited for
+
+
+def test_a_departure_stamp_counts_only_for_the_transmission_it_was_handed_over_with():
+    s = TransportSettings(payload_bytes=1024, window_packets=4, region_bytes=4 << 20)
+    tx = make_sender(1, PLAN, "h0", "h2", s, random.Random(1), iter([(0, bytes(8192))]))
+    tx.wire_stamps = True
+    tx.poll(1.0)
+    rec = tx.recs[0]
+    tx.left_nic(0, 1.0 - 0.02, 1.03)  # another transmission's (handed over 20 ms before this one)
+    assert rec.t_wire < 0 and rec.t_first == 1.0
+    tx.left_nic(0, 1.0 + 0.00005, 1.03)  # this one's: its send stamp is within the stamp's 100 us
+    assert rec.t_wire == 1.03 and rec.t_first == 1.03 and tx.stats.wire_stamped == 1
+    tx.left_nic(0, 1.0, 1.05)  # a second stamp for it changes nothing
+    assert rec.t_wire == 1.03
+
+
 def test_a_host_stack_on_a_shaped_port_tells_its_senders_the_nic_queue_wait_each_packet_met():
     """With the port rate known, the host stack models its NIC queues (traffic/nicqueue.py) with
     every frame it sends, and its MRC senders read the wait a packet sent at a given time met

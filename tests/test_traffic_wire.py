@@ -391,9 +391,22 @@ def test_an_endpoint_counts_the_frames_a_port_refused_at_send_and_keeps_those_it
             raise OSError(code, "refused")
         return send
 
+    def frame(op: int, tag: bytes) -> bytes:  # a frame whose BTH opcode is ``op``
+        return bytes(H.OFF_BTH) + bytes([op]) + tag
+
+    a, b, c, d = (frame(H.OP_SACK, x) for x in (b"a", b"b", b"c", b"d"))
     ep = SimpleNamespace(_send_fn={0: refuse(errno.ENETDOWN), 1: refuse(errno.ENOBUFS)}, send_drops=0)
+    ep._data_fn = ep._send_fn
     backlog = {0: deque(), 1: deque()}
-    Endpoint._send(ep, [(0, b"a"), (1, b"b")], backlog)
-    assert ep.send_drops == 1 and list(backlog[1]) == [b"b"] and not backlog[0]
-    assert Endpoint._sent(ep, 0, b"c") is True and ep.send_drops == 2  # gone: dropped
-    assert Endpoint._sent(ep, 1, b"d") is False and ep.send_drops == 2  # still to send
+    Endpoint._send(ep, [(0, a), (1, b)], backlog)
+    assert ep.send_drops == 1 and list(backlog[1]) == [b] and not backlog[0]
+    assert Endpoint._sent(ep, 0, c) is True and ep.send_drops == 2  # gone: dropped
+    assert Endpoint._sent(ep, 1, d) is False and ep.send_drops == 2  # still to send
+    # a stamped port: data frames leave through the stamped socket, control frames through the port's own
+    sent: list[tuple[str, bytes]] = []
+    ep._send_fn = {0: lambda f: sent.append(("port", f))}
+    ep._data_fn = {0: lambda f: sent.append(("stamped", f))}
+    data, imm = frame(H.OP_WRITE, b"w"), frame(H.OP_WRITE_IMM, b"i")
+    Endpoint._send(ep, [(0, data), (0, a), (0, imm)], {0: deque()})
+    assert Endpoint._sent(ep, 0, b) is True
+    assert sent == [("stamped", data), ("port", a), ("stamped", imm), ("port", b)]

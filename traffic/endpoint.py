@@ -34,6 +34,7 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+from mrclab.protocol import headers as H
 from mrclab.topologies.addressing import AddressPlan
 from mrclab.topologies.errors import BadInput
 from mrclab.topologies.spec import load_spec
@@ -42,6 +43,8 @@ from mrclab.traffic.collective import Collective, Iteration
 from mrclab.traffic.host import HostStack
 from mrclab.traffic.region import ReceiveRegion, message_source
 from mrclab.traffic.transport import Sender
+from mrclab.traffic.txstamp import drain as drain_stamps
+from mrclab.traffic.txstamp import open_stamped
 
 ETH_P_ALL = 0x0003
 PACKET_IGNORE_OUTGOING = 23
@@ -64,6 +67,14 @@ NETNS_RUN_DIR = "/var/run/netns"
 #: on_frame (payloads are copied into the memory region), and no 9 KiB buffer is made per frame;
 #: one per process, shared by the hosts it serves (a turn handles a frame whole before the next).
 _RXBUF = bytearray(65536)
+#: Where a frame's BTH opcode is, and the opcodes of data packets: the frames a stamped port sends
+#: through its stamped socket (traffic/txstamp.py); control frames go through the port's own socket
+_OP_AT = H.OFF_BTH
+_DATA_OPS = frozenset((H.OP_WRITE, H.OP_WRITE_IMM))
+#: How often the departure stamps are read (s): every turn cost a failed read per port when none
+#: had come; a stamp read this much late only moves a timer due within it by one RTO at most, and
+#: re-times it from about when the packet left (traffic/sender.py ``_left_nic_later``).
+STAMP_READ_S = 0.001
 _RXVIEW = memoryview(_RXBUF)
 _libc = ctypes.CDLL(None, use_errno=True)
 
@@ -160,7 +171,13 @@ class Endpoint:
             for (peer, _qp), s in zip(self.coll.outq, self.stack.add_collective(self.coll), strict=True):
                 self.flows.append((s, cc.start_s, None))
         self.socks: dict[int, socket.socket] = {}
+        #: plane -> the send-only socket whose frames the port stamps as it sends them (shaped ports
+        #: only; traffic/txstamp.py): this host's frames leave through it
+        self.stamped: dict[int, socket.socket] = {}
+        self._stamps: list[tuple[bytes, float]] = []
         self._send_fn: dict[int, Callable] = {}
+        self._data_fn: dict[int, Callable] = {}  # plane -> how a data frame is sent (stamped where it can be)
+        self._next_stamps = 0.0
         self._ifreq: dict[int, bytes] = {}  # plane -> struct ifreq naming its port (SIOCETHTOOL)
         self._glink = array.array("I", [ETHTOOL_GLINK, 0])  # struct ethtool_value {cmd, data} the ioctl fills
         #: the host's network namespace, where this process serves several hosts: it enters it to
@@ -206,10 +223,46 @@ class Endpoint:
                 s.bind((self.plan.host_intf(self.host, p), ETH_P_ALL))
                 s.setblocking(False)
                 self.socks[p] = s
-                self._send_fn[p] = s.send
+                self._send_fn[p] = self._data_fn[p] = s.send
                 # struct ifreq: the port's name, then ifr_data pointing at the ethtool_value
                 self._ifreq[p] = struct.pack("16sP", self.plan.host_intf(self.host, p).encode(),
                                              self._glink.buffer_info()[0]).ljust(40, b"\0")
+            if self.stack.nic is not None and self.stack.settings.nic_stamps and self.stack.transport == "mrc":
+                self._open_stamped()
+
+    def _open_stamped(self) -> None:
+        """A stamped send-only socket per port, every frame sent through it (traffic/txstamp.py),
+        and the host's MRC senders told to time their packets from the stamps; where the kernel
+        refuses stamps on any port, none (the senders keep the host's model of its queues)."""
+        try:
+            for p in range(self.plan.spec.planes):
+                self.stamped[p] = open_stamped(self.plan.host_intf(self.host, p))
+        except OSError:
+            for sk in self.stamped.values():
+                sk.close()
+            self.stamped.clear()
+            return
+        for p, sk in self.stamped.items():
+            self._data_fn[p] = sk.send
+        self.stack.wire_stamps()
+
+    def read_stamps(self) -> int:
+        """Hand the stack every departure stamp the ports queued since the last read (each a frame
+        this host sent, with when its port sent it: :meth:`HostStack.left_port`). Returns how many."""
+        got = self._stamps
+        n = 0
+        to_mono = 0.0
+        for plane, sk in self.stamped.items():
+            if not drain_stamps(sk, got):
+                continue
+            if not n:
+                to_mono = time.monotonic() - time.time()
+            n += len(got)
+            left = self.stack.left_port
+            for head, t in got:
+                left(plane, head, t + to_mono)
+            got.clear()
+        return n
 
     def port_state(self) -> int:
         """Bit p = the plane-p port has carrier (ETHTOOL_GLINK, the kernel's netif_carrier_ok, as
@@ -273,6 +326,9 @@ class Endpoint:
                 s.stop()
                 stopped.add(i)
                 stack.wake()
+        if self.stamped and now >= self._next_stamps:  # first: a timer due now is judged by when its packet left
+            self.read_stamps()
+            self._next_stamps = now + STAMP_READ_S
         work = 0
         rxview = _RXVIEW
         delay, line = self.delay_s, self._line
@@ -353,7 +409,7 @@ class Endpoint:
         self.tel.write(C.Summary(self._tx(final=True), self._rx(), self.stack.dropped(),
                                  (sum(cpu1) - sum(cpu0)) / share, (cpu1[1] - cpu0[1]) / share))
         self.tel.close()
-        for sock in self.socks.values():
+        for sock in [*self.socks.values(), *self.stamped.values()]:
             sock.close()
         if self._statm is not None:
             os.close(self._statm)
@@ -361,14 +417,14 @@ class Endpoint:
     def _send(self, frames: list[tuple[int, bytes]], backlog: dict[int, deque]) -> None:
         """Send each (plane, frame) now, or queue it behind what its port has not taken yet
         (frames leave in order). :meth:`_sent`, inlined: a call less per frame on the hot path."""
-        send_fn = self._send_fn
+        send_fn, data_fn = self._send_fn, self._data_fn
         for plane, frame in frames:
             q = backlog[plane]
             if q:
                 q.append(frame)
                 continue
             try:
-                send_fn[plane](frame)
+                (data_fn if frame[_OP_AT] in _DATA_OPS else send_fn)[plane](frame)
             except (BlockingIOError, InterruptedError):
                 q.append(frame)
             except OSError as e:
@@ -382,7 +438,7 @@ class Endpoint:
         recovers). False when the port cannot take it yet: a NIC holds frames its port has no room
         for (ENOBUFS: the qdisc is full) rather than losing them, so they wait in the backlog."""
         try:
-            self._send_fn[plane](frame)
+            (self._data_fn if frame[_OP_AT] in _DATA_OPS else self._send_fn)[plane](frame)
         except (BlockingIOError, InterruptedError):
             return False
         except OSError as e:

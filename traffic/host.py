@@ -29,12 +29,12 @@ from mrclab.topologies.addressing import AddressPlan, ev_entropy, ev_plane, ev_t
 from mrclab.traffic.contract import Event, PortsChanged, ReverseEvChanged
 from mrclab.traffic.evs import EvState
 from mrclab.traffic.nicqueue import NicQueues
-from mrclab.traffic.packet import Pkt
+from mrclab.traffic.packet import Pkt, psn_at_or_below
 from mrclab.traffic.ports import ALL_UP
 from mrclab.traffic.probes import ProbeScheduler
 from mrclab.traffic.receiver import MrcReceiver, probe_reply
 from mrclab.traffic.roce import RoceReceiver, RoceSender, ecmp_ev
-from mrclab.traffic.sender import make_sender
+from mrclab.traffic.sender import MrcSender, make_sender
 from mrclab.traffic.settings import TransportSettings
 from mrclab.traffic.transport import Receiver, Sender
 from mrclab.traffic.wire import Wire
@@ -400,6 +400,30 @@ class HostStack:
             for s, start in stamped:
                 s.departed(waits, start)
         return out
+
+    def wire_stamps(self) -> None:
+        """The NIC ports will report when they send each frame (:meth:`left_port`): every MRC
+        sender times its packets from those stamps (:meth:`MrcSender.left_nic`)."""
+        for s in self.senders.values():
+            if isinstance(s, MrcSender):
+                s.wire_stamps = True
+
+    def left_port(self, plane: int, head: bytes, t: float) -> None:
+        """The plane-``plane`` port sent the frame whose first bytes are ``head`` at ``t``
+        (monotonic s; a departure stamp, traffic/txstamp.py). For a data packet: the NIC model's
+        history takes the wait it met (traffic/nicqueue.py :meth:`~NicQueues.left`), and its MRC
+        sender the stamp. Anything else is ignored."""
+        got = self.wire.sent_data(head)
+        if got is None:
+            return
+        peer, qp, psn, stamp = got
+        # handed over at its send stamp (mod 2^16 x 100 us, 6.55 s: far longer than any port holds a frame)
+        handed = t - (((int(t * H.STAMP_HZ) - stamp) & 0xFFFF) / H.STAMP_HZ)
+        if self.nic is not None:
+            self.nic.left(plane, handed, t - handed)
+        s = self.senders.get((peer, qp))
+        if isinstance(s, MrcSender):
+            s.left_nic(psn_at_or_below(psn, s.next_psn), handed, t)
 
     def next_due(self, now: float, active: set[int] | None = None) -> float:
         """The earliest time (monotonic s) :meth:`poll` may have a frame to send with no frame

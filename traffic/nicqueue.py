@@ -74,6 +74,18 @@ class NicQueues:
                     waits.popleft()
         return out
 
+    def left(self, plane: int, t: float, wait: float) -> None:
+        """A frame handed to ``plane``'s port at ``t`` (s) left it ``wait`` s later, by the port's
+        own departure stamp (traffic/txstamp.py): the millisecond's longest wait is at least that.
+        The model cannot see a port the machine held longer than its rate allows; the stamp can.
+        Ignored when the history holds nothing sent in that millisecond."""
+        times = self.times[plane]
+        i = bisect.bisect_right(times, t) - 1
+        if i >= 0 and t - times[i] < BIN_S:
+            waits = self.waits[plane]
+            if wait > waits[i]:
+                waits[i] = wait
+
     def wait_at(self, plane: int, t: float) -> float | None:
         """The longest wait (s) a frame sent on ``plane`` in the millisecond of ``t`` met; None when
         the history does not reach back to ``t`` or nothing was sent then."""

@@ -68,6 +68,10 @@ MAX_TIMED_OUT = 1024
 #: The largest multiple of the RTO a packet's timer backs off to: a packet sent k times times out
 #: after min(k, MAX_BACKOFF) x RTO (ours; the RTO itself is capped at ``max_rto_s``).
 MAX_BACKOFF = 8
+#: How far a departure stamp's hand-over time (its send stamp, 100 us units) may lie from the
+#: transmission it is matched with (s): a frame is stamped as it is framed, within a turn of when
+#: the sender recorded it; two transmissions of one PSN are at least a round trip apart.
+WIRE_MATCH_S = 0.005
 
 
 def _ignore(_e: Event) -> None:
@@ -81,7 +85,9 @@ class _Rec:
     (``t_first``, for RTT samples: when its NIC port started to send it, where the host models its
     port queues; -1 once resent: Karn's rule), how often it was sent, and the
     wait its last transmission met in the host's NIC port queue when its timer was moved past it
-    (``nic_wait``, s; 0: not moved; -1: not looked up yet): ``t_sent`` is then when it left."""
+    (``nic_wait``, s; 0: not moved; -1: not looked up yet): ``t_sent`` is then when it left; and
+    when its port reported sending its last transmission (``t_wire``, s, the NIC's departure stamp,
+    traffic/txstamp.py; -1: not reported)."""
 
     msn: int
     offset: int
@@ -92,6 +98,7 @@ class _Rec:
     tx: int = 1
     acked: bool = False
     nic_wait: float = -1.0
+    t_wire: float = -1.0
 
 
 class MrcSender:
@@ -132,6 +139,10 @@ class MrcSender:
         #: unknown: the host's model of its queues (traffic/nicqueue.py). A packet's timer runs from
         #: when it left the queue, and spurious timeouts report the wait
         self.nic_wait: Callable[[int, float], float | None] | None = None
+        #: True where the NIC ports report when they sent each packet (:meth:`left_nic`): its timer
+        #: and its RTT sample then run from that stamp, and a packet its port has not sent yet is
+        #: not timed out (as a NIC's transport never times a packet still in its own queue)
+        self.wire_stamps = False
         #: of the last :meth:`poll`'s packets, (how many resent ones came first, the first new PSN,
         #: how many new ones followed): where :meth:`departed` finds their frames' NIC waits
         self.new_span = (0, 0, 0)
@@ -368,7 +379,7 @@ class MrcSender:
                 break
             if ev == self.timed_out.get(psn, (None,))[0]:
                 del self.timed_out[psn]  # an echo on this EV could now be either copy
-            rec.ev, rec.t_sent, rec.t_first, rec.tx, rec.nic_wait = ev, now, -1.0, rec.tx + 1, -1.0
+            rec.ev, rec.t_sent, rec.t_first, rec.tx, rec.nic_wait, rec.t_wire = ev, now, -1.0, rec.tx + 1, -1.0, -1.0
             self._record(psn, ev, now)
             self.stats.retransmits += 1
             self.evs.evs[ev].retransmits += 1
@@ -400,7 +411,7 @@ class MrcSender:
             if now - t < timeout:
                 break
             timer_q.popleft()
-            if rec.nic_wait < 0 and self._left_nic_later(psn, rec, t, now, rto):
+            if (rec.nic_wait < 0 or self.wire_stamps) and self._left_nic_later(psn, rec, t, now, rto):
                 continue
             self.stats.timeouts += 1
             self.events(TimedOut(qp=self.qp, psn=psn, ev=rec.ev))
@@ -424,8 +435,8 @@ class MrcSender:
             if now - t < rto:
                 break
             q.popleft()
-            if t == sent and self.nic_wait is not None:
-                w = self.nic_wait(ev_plane(rec.ev), sent)
+            if t == sent and (self.nic_wait is not None or self.wire_stamps):
+                w = self._nic_wait_of(rec, sent, now)
                 if w and now - (sent + w) < rto:  # it waited in its NIC queue: judged from when it left
                     i = len(q)
                     while i and q[i - 1][0] > sent + w:
@@ -433,6 +444,18 @@ class MrcSender:
                     q.insert(i, (sent + w, psn, sent))
                     continue
             self._blame(rec.ev, psn, sent, now)
+
+    def _nic_wait_of(self, rec: _Rec, sent: float, now: float) -> float | None:
+        """How long the transmission handed to its port at ``sent`` waited there (s): to its
+        departure stamp where the ports report them (up to now while it has none and its port is
+        up: still there), else the host's model's wait for a frame sent then; None: unknown."""
+        if self.wire_stamps:
+            if rec.t_wire >= 0:
+                return rec.t_wire - sent
+            if (self.ports.local >> ev_plane(rec.ev)) & 1 and now - sent < self.s.max_rto_s:
+                return now - sent
+            return None
+        return self.nic_wait(ev_plane(rec.ev), sent) if self.nic_wait is not None else None
 
     def _path_check_head(self) -> tuple[float, int, float, _Rec] | None:
         """The path-check queue's first entry still pending, with its packet's record, dropping those
@@ -491,23 +514,58 @@ class MrcSender:
 
     def _left_nic_later(self, psn: int, rec: _Rec, t: float, now: float, rto: float) -> bool:
         """Whether the packet sent at ``t`` that is due now had in fact waited in the host's NIC port
-        queue (``nic_wait``, the host's model of it): its timer then runs from when it left, as a
-        NIC's does (the paper's NICs time a packet from the wire, behind their own queue), and it
-        is timed again from there (True). The wait is looked up once per transmission. Without it a
-        packet that waited 6 ms behind the frames before it timed out on its 20 ms floor with its
-        round trip (26.7 ms) inside what the path allows: t0t1-links-flap on linux retired 8
-        healthy EVs at once (the suite, 2026-11-26)."""
-        w = self.nic_wait(ev_plane(rec.ev), t) if self.nic_wait is not None else None
-        rec.nic_wait = 0.0
-        if not w or now - (t + w) >= rto * min(MAX_BACKOFF, rec.tx):
-            return False
-        rec.nic_wait, rec.t_sent = w, t + w  # t_sent - nic_wait: when it was sent
+        queue: its timer then runs from when it left, as a NIC's does (the paper's NICs time a
+        packet from the wire, behind their own queue), and it is timed again from there (True).
+        Without it a packet that waited 6 ms behind the frames before it timed out on its 20 ms
+        floor with its round trip (26.7 ms) inside what the path allows: t0t1-links-flap on linux
+        retired 8 healthy EVs at once (the suite, 2026-11-26).
+
+        Where the ports report their departures (``wire_stamps``, :meth:`left_nic`) the stamp says
+        when it left; a packet with no stamp yet is still in its port (behind frames, or held by
+        the machine) while that port is up, and is timed from now and looked at again then, for at
+        most ``max_rto_s`` after it was handed over (a frame the kernel lost unstamped times out
+        then). Otherwise the host's model of its queues (``nic_wait``) gives the wait, looked up
+        once per transmission."""
+        if self.wire_stamps:
+            hand = t - max(0.0, rec.nic_wait)  # when it was handed to its port
+            left = rec.t_wire
+            if left < 0:  # no stamp yet
+                if not (self.ports.local >> ev_plane(rec.ev)) & 1 or now - hand >= self.s.max_rto_s:
+                    return False
+                left = now
+            elif left <= t or now - left >= rto * min(MAX_BACKOFF, rec.tx):
+                return False
+            w = left - hand
+        else:
+            modelled = self.nic_wait(ev_plane(rec.ev), t) if self.nic_wait is not None else None
+            rec.nic_wait = 0.0
+            if not modelled or now - (t + modelled) >= rto * min(MAX_BACKOFF, rec.tx):
+                return False
+            hand, w = t, modelled
+        rec.nic_wait, rec.t_sent = w, hand + w  # t_sent - nic_wait: when it was sent
         q = self.timer_qs[min(MAX_BACKOFF, rec.tx) - 1]  # in time order: entries behind may have left before it
         i = len(q)
         while i and q[i - 1][0] > rec.t_sent:
             i -= 1
         q.insert(i, (rec.t_sent, psn))
+        self.stats.nic_deferred += 1
         return True
+
+    def left_nic(self, psn: int, handed: float, t: float) -> None:
+        """The NIC port sent packet ``psn`` at ``t`` (s, this sender's clock), the transmission
+        handed to it at ``handed`` (s, within the send stamp's 100 us): its departure stamp
+        (traffic/txstamp.py). A first transmission's RTT sample runs from it, and its timer
+        (:meth:`_left_nic_later`). A stamp of another transmission than the packet's last, or of
+        a packet acknowledged or given up on, is ignored."""
+        rec = self.recs.get(psn)
+        if rec is None or rec.acked or rec.t_sent < 0 or rec.t_wire >= 0:
+            return
+        if abs(rec.t_sent - max(0.0, rec.nic_wait) - handed) > WIRE_MATCH_S:
+            return
+        rec.t_wire = t
+        self.stats.wire_stamped += 1
+        if rec.t_first >= 0:
+            rec.t_first = t
 
     def _lose(self, psn: int, rec: _Rec, why: str, now: float) -> None:
         self.stats.losses += 1

@@ -11,7 +11,10 @@ from dataclasses import dataclass, field
 @dataclass(slots=True)
 class SenderStats:
     """Data packets are first transmissions; ``retransmits`` are counted apart. ``losses``: packets
-    found lost (by a SACK gap, a go-back-N NACK or a timeout); ``timeouts`` the timer's share."""
+    found lost (by a SACK gap, a go-back-N NACK or a timeout); ``timeouts`` the timer's share.
+    ``wire_stamped``: transmissions whose NIC port reported when it sent them (traffic/txstamp.py;
+    0 on an unshaped port or with stamps off); ``nic_deferred``: timer expiries put off because
+    the packet left its NIC port later than it was handed over, or had not left yet."""
 
     data_packets: int = 0
     retransmits: int = 0
@@ -22,6 +25,8 @@ class SenderStats:
     timeouts: int = 0
     nacks: int = 0
     probes: int = 0
+    wire_stamped: int = 0
+    nic_deferred: int = 0
 
 
 @dataclass(slots=True)

@@ -201,6 +201,22 @@ class Wire:
     def _reject(self, why: str) -> None:
         self.rejected[why] = self.rejected.get(why, 0) + 1
 
+    def sent_data(self, head: bytes) -> tuple[str, int, int, int] | None:
+        """Whose data packet the first bytes of a frame this NIC sent are (a NIC departure stamp's
+        frame, traffic/txstamp.py): ``(peer, QP, PSN's low 24 bits, send stamp)``, the send stamp
+        in headers.STAMP_HZ units mod 2^16 (when it was handed to its port); None for anything
+        else (a SACK, a probe, a frame too short). Never raises."""
+        if len(head) < _DATA_END:
+            return None
+        (ethertype, first, onh, inh, _isrc, idst, _sport, _dport, _ulen, op, fq, psn,
+         _msn, _len, _crc, _moff, _xf, _ports, stamp, _va, _rkey, _dma) = _FIXED_DATA.unpack_from(head, 12)
+        if ethertype != 0x86DD or onh != 41 or inh != 17 or op not in _DATA_OPS:
+            return None
+        peer = self.nic_to_host.get(idst)
+        if peer is None:
+            return None
+        return peer, fq & 0xFFFFFF, psn & 0xFFFFFF, stamp
+
     @overload
     def decode(self, f: bytes | memoryview, on_write: None = None) -> tuple[str, Pkt] | None: ...
 

@@ -280,7 +280,8 @@ def collect(scn: Scenario, folder: Path, t0_wall: float) -> RunData:
                 for tq in rec.tx:
                     tot = d.totals.setdefault(f"{host}->{tq.peer}#{tq.qp}", {})
                     tot.update({k: getattr(tq.stats, k) for k in ("data_packets", "retransmits", "bytes_acked",
-                                                                  "messages_sent", "messages_acked", "nacks")})
+                                                                  "messages_sent", "messages_acked", "nacks",
+                                                                  "timeouts", "wire_stamped", "nic_deferred")})
                     d.completion_s[f"{host}->{tq.peer}#{tq.qp}"] = list(tq.completion_s)
                 for rq in rec.rx:
                     tot = d.totals.setdefault(f"{rq.src}->{host}#{rq.qp}", {})

@@ -518,10 +518,14 @@ def _summary(m: dict, out: Path) -> None:
     tot = m["totals"]
     sent = sum(x.get("data_packets", 0) for x in tot.values())
     rtx = sum(x.get("retransmits", 0) for x in tot.values())
+    stamped = sum(x.get("wire_stamped", 0) for x in tot.values())
+    deferred = sum(x.get("nic_deferred", 0) for x in tot.values())
     mct = m["message_completion_s"]
     sw = m["switch_ports"]
     Console(highlight=False).print(
         f"data packets {sent}, retransmits {rtx}, EV state changes {m['ev_state_changes']}"
+        + (f"; {stamped} transmissions timed from their NIC port's departure stamp, {deferred} timer "
+           f"expiries put off for packets that left their port late" if stamped else "")
         + (f"; message completion p50/p99/p99.9 {mct['p50']:.3f}/{mct['p99']:.3f}/{mct['p99.9']:.3f} s"
            if mct else "")
         + (f"; switch ports: {sw['marked']} marked, {sw['trimmed']} trimmed, {sw['queue_full']} dropped full"
