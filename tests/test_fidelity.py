@@ -545,6 +545,87 @@ expect:
 """
 
 
+NIC_HELD_SCENARIO = """
+name: held-nic
+fabric: {topo: lab, link: {bandwidth_mbps: 4, queue_packets: 16, path_delay_ms: 2}}
+dataplane: linux
+seed: 1
+duration_s: 7
+transport: {kind: mrc, nic_stamps: STAMPS}
+workload:
+  - {src: h0, dst: h2, qps: 1, message_bytes: 262144}
+expect:
+  - {metric: false_retirements, max: 2}
+  - {metric: messages_intact}
+"""
+
+
+def _run_with_h0_nic_held(tmp_path, stamps: bool) -> tuple[dict, list[float]]:
+    """NIC_HELD_SCENARIO with h0's plane-1 NIC port held (a trickle, as ``mrclab bench fidelity
+    --target nic`` holds them: tbf keeps its queue) for 150 ms at t = 2, 3.5 and 5 s while its
+    other ports send: (metrics, each hold's length in ms)."""
+    import threading
+
+    from mrclab.emulation import kernel
+    from mrclab.experiments.model.scenario import load_scenario
+    from mrclab.experiments.run.runner import run_with_data
+
+    path = tmp_path / f"held-{stamps}.yaml"
+    path.write_text(NIC_HELD_SCENARIO.replace("STAMPS", str(stamps).lower()))
+    held: list[float] = []
+
+    def port1(lines: list[str]) -> str:  # the plane-1 port's line alone
+        return "".join(f"{x}\n" for x in lines if " dev h0-eth1 " in x)
+
+    def hold(_watched, t0: float, fab=None) -> None:
+        def run() -> None:
+            tc = kernel.TcStream(fab.emu.netns("h0"))
+            try:
+                for at in (2.0, 3.5, 5.0):
+                    time.sleep(max(0.0, t0 + at - time.monotonic()))
+                    start = time.monotonic()
+                    tc.write(port1(fab.emu.nic_shaper_lines("h0", "8kbit")))
+                    time.sleep(0.15)
+                    tc.write(port1(fab.emu.nic_shaper_lines("h0", fab.spec.link.bandwidth_mbps)))
+                    held.append((time.monotonic() - start) * 1e3)
+            except (OSError, ValueError):  # the run ended first
+                pass
+            finally:
+                tc.close()
+        threading.Thread(target=run, daemon=True).start()
+
+    m, _ = run_with_data(load_scenario(path), tmp_path / f"r-{stamps}", live=False, on_start=hold)
+    return m, held
+
+
+@pytest.mark.root
+def test_a_nic_port_the_machine_held_retires_no_ev_where_packets_are_timed_from_their_departure_stamps(
+        tmp_path, no_leftovers):
+    """h0's plane-1 NIC port held three times for 150 ms (a machine that did not run its shaper:
+    a busy machine held a flap-soak packet in its plane-2 port 72 ms, 2026-12-06) while the other
+    ports send, with no fault on any path. With the
+    ports' departure stamps (traffic/txstamp.py) the sender's timer runs from when each packet
+    left: no timeout, no EV retired, nothing for the monitor to leave out. With them off, the
+    host's model of its queues cannot see the holds: the timer fires on packets still in the port,
+    and EVs are retired for it (counted, or left out as the machine's)."""
+    m, held = _run_with_h0_nic_held(tmp_path, stamps=True)
+    assert len(held) == 3 and all(140 <= h <= 200 for h in held), held
+    tot = m["totals"]["h0->h2#1"]
+    assert tot["wire_stamped"] >= 0.99 * tot["data_packets"] > 0, tot  # (a last few acknowledged before their stamp was read)
+    assert tot["timeouts"] == 0 and tot["nic_deferred"] > 0, tot
+    false_ret = next(v for v in m["expectations"] if v["metric"] == "false_retirements")
+    assert false_ret["value"] == 0 and not false_ret.get("left_out"), false_ret
+    assert m["ev_state_changes"] == 0, m["ev_state_changes"]
+    assert all(v["passed"] for v in m["expectations"]), m["expectations"]
+
+    m, held = _run_with_h0_nic_held(tmp_path, stamps=False)
+    tot = m["totals"]["h0->h2#1"]
+    assert len(held) == 3 and tot["wire_stamped"] == 0 and tot["timeouts"] > 0, tot
+    false_ret = next(v for v in m["expectations"] if v["metric"] == "false_retirements")
+    left = int(false_ret["left_out"].split()[0]) if false_ret.get("left_out") else 0
+    assert false_ret["value"] + left > 0, false_ret
+
+
 @pytest.mark.root
 @pytest.mark.bmv2
 def test_a_switch_stopped_for_a_while_holds_packets_and_voids_what_they_touch(tmp_path, no_leftovers):
