@@ -5,6 +5,7 @@ finishes. The same for the RoCE-style baseline."""
 import dataclasses
 import itertools
 import random
+import time
 
 import pytest
 from channel import Channel
@@ -18,6 +19,7 @@ from mrclab.traffic.receiver import SACK_COALESCE_MAX, MrcReceiver
 from mrclab.traffic.roce import RoceSender
 from mrclab.traffic.sender import make_sender
 from mrclab.traffic.settings import TransportSettings
+from mrclab.traffic.txstamp import HEAD_BYTES
 from mrclab.traffic.wire import Wire
 from transport_sim import PLAN, delivered_intact, reverse_evs, run
 
@@ -766,16 +768,21 @@ def test_the_receiver_echoes_each_arrivals_one_way_time_from_its_send_stamp():
     assert sack_of(3, int(7.1 * H.STAMP_HZ) & 0xFFFF, 7.0).echo_wire == 0
 
 
-def _rtt_samples_behind_a_nic_queue(stamps: bool, transport: str = "mrc") -> list[float]:
+def _rtt_samples_behind_a_nic_queue(stamps: bool | str, transport: str = "mrc") -> list[float]:
     """A 64-packet window handed to a shaped 8 Mb/s port at once: each frame leaves when the
     frames before it on its plane have (the host's NIC model), then crosses 1 ms each way; the
     receiver acknowledges each arrival at once. Returns the sender's RTT samples (s). RoCE's
-    (``transport`` roce) runs on its window alone (``roce_cc`` none), so all 64 leave at once."""
+    (``transport`` roce) runs on its window alone (``roce_cc`` none), so all 64 leave at once.
+    ``stamps`` "wire": no model, the port's departure stamp of each frame instead (its first
+    bytes and when it left, as the endpoint reads them: HostStack.left_port), read before the
+    acknowledgements."""
     s = TransportSettings(payload_bytes=1024, window_packets=64, region_bytes=4 << 20, port_mbps=8.0, nscc=False,
                           roce_cc="none")
     a, b = HostStack(PLAN, "h0", s, transport, seed=1), HostStack(PLAN, "h2", s, transport, seed=2)
-    a.stamps = stamps
+    a.stamps = stamps is True
     tx = a.add_sender(1, "h2", iter([(0, bytes(64 * 1024))]))
+    if stamps == "wire":
+        a.wire_stamps()
     got: list[float] = []
 
     class Heard:  # MRC's congestion control or RoCE's RTT estimator, hearing each RTT sample
@@ -798,10 +805,14 @@ def _rtt_samples_behind_a_nic_queue(stamps: bool, transport: str = "mrc") -> lis
         tx.cc = Heard(tx.cc)
     else:  # RoCE's samples go to its RTT estimator (and from it to DCQCN's timer)
         tx.rtt = Heard(tx.rtt)
-    gone = {p: 1.0 for p in range(PLAN.spec.planes)}  # when each port is free again
+    # the clock the frames' send stamps read (the wire's framer stamps on the monotonic clock)
+    t0 = time.monotonic() if stamps == "wire" else 1.0
+    gone = {p: t0 for p in range(PLAN.spec.planes)}  # when each port is free again
     back: list[tuple[float, bytes]] = []
-    for plane, frame in a.poll(1.0):
-        gone[plane] = max(gone[plane], 1.0) + len(frame) * 8 / 8e6  # 8 Mb/s, in order
+    for plane, frame in a.poll(t0):
+        if stamps == "wire":  # the kernel stamps it as the port's shaper hands it on
+            a.left_port(plane, frame[:HEAD_BYTES], gone[plane])
+        gone[plane] = gone[plane] + len(frame) * 8 / 8e6  # 8 Mb/s, in order
         arrive = gone[plane] + 0.001
         back += [(arrive + 0.001, f) for _, f in b.on_frame(frame, arrive) + b.poll(arrive)]
     for t, f in sorted(back, key=lambda x: x[0]):
@@ -816,6 +827,8 @@ def test_rtt_samples_run_from_when_the_nic_port_sent_the_packet(transport):
     # round trips, which are their serialisation and 2 ms
     got = _rtt_samples_behind_a_nic_queue(stamps=True, transport=transport)
     assert len(got) >= 16 and max(got) < 0.002 + 2 * 1182 * 8 / 8e6
+    wire = _rtt_samples_behind_a_nic_queue(stamps="wire", transport=transport)  # the port's own stamps
+    assert len(wire) >= 16 and max(wire) < 0.002 + 2 * 1182 * 8 / 8e6
     queued = _rtt_samples_behind_a_nic_queue(stamps=False, transport=transport)  # stamped when handed over
     assert max(queued) > 0.015
 

@@ -120,6 +120,26 @@ def test_a_failed_retirement_count_names_its_evidence_and_a_passing_one_does_not
     assert "evidence" not in judge(d, "false_retirements", {"max": 2}, [])
 
 
+def test_false_retirements_per_100_flaps_scale_the_count_by_the_failures_played():
+    """flap-soak's ten minutes allow at most 1 false retirement per 100 flaps (issue: the paper's
+    fig. 5, hours of flaps and no job impact): the count over every fail event played, a flap's each
+    down one; what a fidelity fault left out stays out."""
+    from mrclab.experiments.analysis.expectations import judge
+
+    d = _run([(8.05, THROUGH, "ASSUMED_BAD"), (3.0, ELSEWHERE, "ASSUMED_BAD"), (8.1, ELSEWHERE, "ASSUMED_BAD")])
+    assert d.timeline is not None and d.timeline.failures == 1  # the switch_down (its switch_up repairs)
+    v = judge(d, "false_retirements_per_100_flaps", {"max": 1}, [])
+    assert v["value"] == 200.0 and v["passed"] is False  # 2 false, 1 failure
+    flaps = [(10.0 + i, Fault(10.0 + i, "link_down", {"link": ("t0-0-0", "t1-0-1")})) for i in range(200)]
+    d.timeline = FabricTimeline.from_played(PLAN, [(8.0, Fault(8.0, "switch_down", {"switch": DEAD})), *flaps])
+    assert d.timeline.failures == 201
+    v = judge(d, "false_retirements_per_100_flaps", {"max": 1}, [])
+    assert v["value"] == pytest.approx(200 / 201) and v["passed"] is True
+    d.fidelity_windows = [(2.5, 2.75)]  # the 3.0 s one is the machine's: left out
+    v = judge(d, "false_retirements_per_100_flaps", {"max": 1}, [])
+    assert v["value"] == pytest.approx(100 / 201) and "1 retirements in fidelity faults left out" in v["left_out"]
+
+
 def test_revival_is_the_slowest_ev_through_the_repaired_element():
     d = _run([(8.05, THROUGH, "ASSUMED_BAD"), (16.4, THROUGH, "GOOD")])
     assert revival_s(d, 16.0) == pytest.approx(0.4)

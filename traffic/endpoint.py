@@ -227,12 +227,12 @@ class Endpoint:
                 # struct ifreq: the port's name, then ifr_data pointing at the ethtool_value
                 self._ifreq[p] = struct.pack("16sP", self.plan.host_intf(self.host, p).encode(),
                                              self._glink.buffer_info()[0]).ljust(40, b"\0")
-            if self.stack.nic is not None and self.stack.settings.nic_stamps and self.stack.transport == "mrc":
+            if self.stack.nic is not None and self.stack.settings.nic_stamps:
                 self._open_stamped()
 
     def _open_stamped(self) -> None:
-        """A stamped send-only socket per port, every frame sent through it (traffic/txstamp.py),
-        and the host's MRC senders told to time their packets from the stamps; where the kernel
+        """A stamped send-only socket per port, every data frame sent through it (traffic/txstamp.py),
+        and the host's senders told to time their packets from the stamps; where the kernel
         refuses stamps on any port, none (the senders keep the host's model of its queues)."""
         try:
             for p in range(self.plan.spec.planes):

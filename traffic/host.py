@@ -29,7 +29,7 @@ from mrclab.topologies.addressing import AddressPlan, ev_entropy, ev_plane, ev_t
 from mrclab.traffic.contract import Event, PortsChanged, ReverseEvChanged
 from mrclab.traffic.evs import EvState
 from mrclab.traffic.nicqueue import NicQueues
-from mrclab.traffic.packet import Pkt, psn_at_or_below
+from mrclab.traffic.packet import Pkt
 from mrclab.traffic.ports import ALL_UP
 from mrclab.traffic.probes import ProbeScheduler
 from mrclab.traffic.receiver import MrcReceiver, probe_reply
@@ -402,8 +402,8 @@ class HostStack:
         return out
 
     def wire_stamps(self) -> None:
-        """The NIC ports will report when they send each frame (:meth:`left_port`): every MRC
-        sender times its packets from those stamps (:meth:`MrcSender.left_nic`)."""
+        """The NIC ports will report when they send each frame (:meth:`left_port`): every sender
+        takes its RTT samples from those stamps, and MRC's its timer too (:meth:`MrcSender.left_nic`)."""
         for s in self.senders.values():
             if isinstance(s, MrcSender):
                 s.wire_stamps = True
@@ -411,7 +411,7 @@ class HostStack:
     def left_port(self, plane: int, head: bytes, t: float) -> None:
         """The plane-``plane`` port sent the frame whose first bytes are ``head`` at ``t``
         (monotonic s; a departure stamp, traffic/txstamp.py). For a data packet: the NIC model's
-        history takes the wait it met (traffic/nicqueue.py :meth:`~NicQueues.left`), and its MRC
+        history takes the wait it met (traffic/nicqueue.py :meth:`~NicQueues.left`), and its
         sender the stamp. Anything else is ignored."""
         got = self.wire.sent_data(head)
         if got is None:
@@ -422,8 +422,8 @@ class HostStack:
         if self.nic is not None:
             self.nic.left(plane, handed, t - handed)
         s = self.senders.get((peer, qp))
-        if isinstance(s, MrcSender):
-            s.left_nic(psn_at_or_below(psn, s.next_psn), handed, t)
+        if s is not None:
+            s.left_nic(psn, handed, t)
 
     def next_due(self, now: float, active: set[int] | None = None) -> float:
         """The earliest time (monotonic s) :meth:`poll` may have a frame to send with no frame

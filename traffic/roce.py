@@ -26,7 +26,7 @@ from mrclab.traffic.contract import Event, Nacked, TimedOut
 from mrclab.traffic.dcqcn import Dcqcn, Pacer
 from mrclab.traffic.evs import EvState
 from mrclab.traffic.outbox import Outbox
-from mrclab.traffic.packet import PSN_MOD, Pkt, psn_near, rkey_for
+from mrclab.traffic.packet import PSN_MOD, Pkt, psn_at_or_below, psn_near, rkey_for
 from mrclab.traffic.receiver import MrcReceiver
 from mrclab.traffic.rtt import RttEstimator
 from mrclab.traffic.settings import TransportSettings
@@ -198,6 +198,16 @@ class RoceSender:
             if w and psn in sent_at:
                 sent_at[psn] += w
             psn += 1
+
+    def left_nic(self, psn24: int, handed: float, t: float) -> None:
+        """The NIC port sent PSN ``psn24`` (its low 24 bits) at ``t`` (s), handed to it at
+        ``handed``: its departure stamp (traffic/txstamp.py), as MRC's
+        (:meth:`~traffic.sender.MrcSender.left_nic`). A first transmission's RTT sample runs from
+        it; a resent PSN has none (Karn), and the go-back-N timer still runs from the hand-off."""
+        psn = psn_at_or_below(psn24, self._high)
+        if psn in self.sent_at:
+            self.sent_at[psn] = t
+            self.stats.wire_stamped += 1
 
     def next_due(self, now: float) -> float:
         """The earliest time (s, the clock of ``now``) at which :meth:`poll` may have something to

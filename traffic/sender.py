@@ -551,13 +551,14 @@ class MrcSender:
         self.stats.nic_deferred += 1
         return True
 
-    def left_nic(self, psn: int, handed: float, t: float) -> None:
-        """The NIC port sent packet ``psn`` at ``t`` (s, this sender's clock), the transmission
+    def left_nic(self, psn24: int, handed: float, t: float) -> None:
+        """The NIC port sent packet ``psn24`` (its PSN's low 24 bits, as the wire carries it) at
+        ``t`` (s, this sender's clock), the transmission
         handed to it at ``handed`` (s, within the send stamp's 100 us): its departure stamp
         (traffic/txstamp.py). A first transmission's RTT sample runs from it, and its timer
         (:meth:`_left_nic_later`). A stamp of another transmission than the packet's last, or of
         a packet acknowledged or given up on, is ignored."""
-        rec = self.recs.get(psn)
+        rec = self.recs.get(psn_at_or_below(psn24, self.next_psn))
         if rec is None or rec.acked or rec.t_sent < 0 or rec.t_wire >= 0:
             return
         if abs(rec.t_sent - max(0.0, rec.nic_wait) - handed) > WIRE_MATCH_S:

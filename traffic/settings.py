@@ -96,7 +96,7 @@ class TransportSettings:
     dcqcn_timer_s: float = field(default=0.0,
                                  metadata=rule(lo=0, doc="DCQCN's timers and CNP interval (0: 5 base RTTs)"))
     nic_stamps: bool = field(default=True, metadata=rule(kind=bool, doc=(
-        "time MRC's packets from their NIC port's departure stamps where the port is shaped "
+        "time packets from their NIC port's departure stamps where the port is shaped (RTT samples; MRC's timer too) "
         "(off: from the host's model of its port queues)")))
     # ---- MRC's mechanisms, each of which can be switched off (docs/protocol.md, "Ablations") ----
     ev_health: bool = field(default=True, metadata=rule(kind=bool, doc="retire an EV on an untrimmed loss or timeout"))

@@ -54,6 +54,10 @@ class Sender(Protocol):
         """The NIC model's wait (s) for each frame of a turn, this sender's last :meth:`poll` among
         them from index ``start`` (traffic/host.py): when its packets left the port."""
 
+    def left_nic(self, psn24: int, handed: float, t: float) -> None:
+        """The NIC port sent PSN ``psn24`` (low 24 bits) at ``t`` (s), handed to it at ``handed``:
+        its departure stamp (traffic/txstamp.py)."""
+
     def on_packet(self, p: Pkt, now: float) -> None:
         """An acknowledgement, NACK or probe reply for this QP."""
 

@@ -88,6 +88,13 @@ def _false_retirements(d: RunData, a: dict) -> Counted:
     return Counted(n, n + left, left, "retirements", describe_retirements(counted, d=d))
 
 
+def _false_retirements_per_100_flaps(d: RunData, a: dict) -> Counted:
+    counted, left = verdicts.false_retirement_events(d)
+    per = 100 / max(1, d.timeline.failures if d.timeline is not None else 0)
+    return Counted(len(counted) * per, (len(counted) + left) * per, left, "retirements",
+                   describe_retirements(counted, d=d))
+
+
 def _longest_stall(d: RunData, a: dict) -> Counted:
     lo_hi = a["window"] if "window" in a else ()
     worst, met = stalls(d, *lo_hi)
@@ -135,6 +142,7 @@ VALUES: dict[str, Value] = {
     "evs_retired": _evs_retired,
     "retire_time_rtts": lambda d, a: verdicts.retire_time_rtts(d, _after(d, a)),
     "false_retirements": _false_retirements,
+    "false_retirements_per_100_flaps": _false_retirements_per_100_flaps,
     "revival_s": lambda d, a: verdicts.revival_s(d, a["after"]),
     "capacity_ratio": lambda d, a: verdicts.capacity_ratio(d, a["window"][0], a["window"][1], a.get("host")),
     "busbw_mbps": _collective("busbw_mbps"),

@@ -27,6 +27,8 @@ class FabricTimeline:
 
     plan: AddressPlan
     intervals: dict[Element, list[list[float]]] = field(default_factory=dict)
+    #: how many fault events that fail an element were played (a flap's every down counts one)
+    failures: int = 0
 
     @classmethod
     def from_played(cls, plan: AddressPlan, played: list[tuple[float, Fault]]) -> FabricTimeline:
@@ -36,6 +38,7 @@ class FabricTimeline:
             kind = FAULTS[f.event]  # what the event does, from the fault table alone
             opens = kind.effect == "fail" or (kind.effect == "loss" and f.args.get("rate", 0) > 0)
             closes = kind.effect == "repair" or (kind.effect == "loss" and not opens)
+            tl.failures += kind.effect == "fail"
             for el in kind.elements(plan, f.args):
                 if opens:
                     tl.intervals.setdefault(el, []).append([t, math.inf])

@@ -128,6 +128,9 @@ CLAIMS: dict[str, Claim] = {c.name: c for c in (
     Claim("false_retirements", "EVs",
           "EVs retired while their path crossed no failed element in the last second",
           (), ("max",)),
+    Claim("false_retirements_per_100_flaps", "EVs per 100 flaps",
+          "false_retirements per 100 failures played (each flap's down, a link, port or switch down, a blackhole)",
+          (), ("max",)),
     Claim("revival_s", "s",
           "from the repair at after until every EV retired through a repaired element is GOOD again",
           ("after",), ("max",)),
@@ -165,10 +168,11 @@ NEVER_VOID = frozenset({"messages_intact", "collective_correct"})
 #: of the whole run's verdict being void for one starved sample. A switch counter's total
 #: (``port_total``) leaves out what its ports counted in the sample intervals a fault met: incast on
 #: bmv2 at half rate read 3980 trims against its bound of at least 1, void for a starved 0.25 s.
-LEAVES_OUT = frozenset({"false_retirements", "evs_retired", "longest_stall_s", "port_total"})
+LEAVES_OUT = frozenset({"false_retirements", "false_retirements_per_100_flaps", "evs_retired", "longest_stall_s",
+                        "port_total"})
 #: The run-long counts of retirements: they leave out only what a fault that could have lost a packet,
 #: or held one past its timer, met (experiments/analysis/fidelity.py ``FidelityFault.retires``)
-RETIREMENTS = frozenset({"false_retirements", "evs_retired"})
+RETIREMENTS = frozenset({"false_retirements", "false_retirements_per_100_flaps", "evs_retired"})
 #: What a lapse of the machine can only raise: it slows a recovery, a retirement and a revival, and
 #: swells an endpoint (a backlog), never the reverse. Bounded above, one within its bound passes
 #: whatever the machine did (unless a lapse met what it is compared with); one past it is void where
