@@ -562,7 +562,7 @@ def _nic_held_by_the_machine(stamps: bool, dead_ev: bool = False, port_down: boo
         if not span and now > 0.05:
             span.update(start=now, end=now + 0.06)
             ch.hold_ev = (set(tx.evs.evs), now, now + 0.06)  # the port's frames leave at its end
-            tx.wire_stamps = stamps
+            tx.wire_ports = (1 << PLAN.spec.planes) - 1 if stamps else 0
             if dead_ev:
                 dead.add(tx.evs.active()[3])
                 ch.drop_ev |= dead
@@ -627,7 +627,7 @@ def test_a_packet_on_a_port_that_is_down_is_timed_out_without_waiting_for_its_st
 def test_a_departure_stamp_counts_only_for_the_transmission_it_was_handed_over_with():
     s = TransportSettings(payload_bytes=1024, window_packets=4, region_bytes=4 << 20)
     tx = make_sender(1, PLAN, "h0", "h2", s, random.Random(1), iter([(0, bytes(8192))]))
-    tx.wire_stamps = True
+    tx.wire_ports = (1 << PLAN.spec.planes) - 1
     tx.poll(1.0)
     rec = tx.recs[0]
     tx.left_nic(0, 1.0 - 0.02, 1.03)  # another transmission's (handed over 20 ms before this one)
@@ -636,6 +636,30 @@ def test_a_departure_stamp_counts_only_for_the_transmission_it_was_handed_over_w
     assert rec.t_wire == 1.03 and rec.t_first == 1.03 and tx.stats.wire_stamped == 1
     tx.left_nic(0, 1.0, 1.05)  # a second stamp for it changes nothing
     assert rec.t_wire == 1.03
+
+
+def test_a_sender_waits_for_stamps_only_on_ports_whose_device_stamps():
+    """A port's first departure stamp tells the host its device stamps (a veth does; a VXLAN port
+    to a switch on another server stamps nothing): only there is a packet with no stamp yet
+    taken to be still in its port. Eight packets over four planes, plane 0's stamped as they are
+    handed over, nothing acknowledged: at 0.9 s, past the first RTO (0.5 s) and inside the 1 s a
+    stamp is waited for, all eight time out, plane 0's from their stamps and the others' on the
+    host's model; none waits for a stamp that cannot come."""
+    s = TransportSettings(payload_bytes=1024, window_packets=8, region_bytes=4 << 20, port_mbps=1000.0, nscc=False)
+    a = HostStack(PLAN, "h0", s, seed=1)
+    tx = a.add_sender(1, "h2", iter([(0, bytes(8 * 1024))]))
+    t0 = time.monotonic()  # the frames' send stamps read the monotonic clock
+    out = a.poll(t0)
+    assert len(out) == 8 and {p for p, _ in out} == set(range(PLAN.spec.planes))
+    assert tx.wire_ports == 0 and a.stamped_ports == 0
+    for plane, frame in out:
+        if plane == 0:
+            a.left_port(plane, frame[:HEAD_BYTES], t0)
+    assert a.stamped_ports == 1 and tx.wire_ports == 1  # plane 0's device stamps
+    assert a.add_sender(2, "h2", iter([])).wire_ports == 1  # ... and a sender added later knows it
+    assert tx.stats.wire_stamped == 2
+    a.poll(t0 + 0.9)
+    assert tx.stats.timeouts == 8, tx.stats
 
 
 def test_a_host_stack_on_a_shaped_port_tells_its_senders_the_nic_queue_wait_each_packet_met():
@@ -781,8 +805,7 @@ def _rtt_samples_behind_a_nic_queue(stamps: bool | str, transport: str = "mrc") 
     a, b = HostStack(PLAN, "h0", s, transport, seed=1), HostStack(PLAN, "h2", s, transport, seed=2)
     a.stamps = stamps is True
     tx = a.add_sender(1, "h2", iter([(0, bytes(64 * 1024))]))
-    if stamps == "wire":
-        a.wire_stamps()
+
     got: list[float] = []
 
     class Heard:  # MRC's congestion control or RoCE's RTT estimator, hearing each RTT sample

@@ -377,6 +377,29 @@ def test_a_receive_regions_resident_pages_are_counted_once_as_messages_first_lan
     assert region.stats.messages_delivered == 40
 
 
+def test_a_stamped_frame_says_whose_data_packet_it_was_behind_a_vxlan_tunnel_too():
+    """A NIC departure stamp (traffic/txstamp.py) comes back with the frame's first bytes: a data
+    packet names its peer, QP, PSN and send stamp; a control frame nothing. A host port that is a
+    VXLAN tunnel to a switch on another server is stamped by its underlay port, the frame inside
+    the tunnel's headers (scapy's VXLAN, RFC 7348): read through them."""
+    from mrclab.traffic.txstamp import HEAD_BYTES
+    from scapy.layers.inet import IP
+    from scapy.layers.vxlan import VXLAN
+
+    tx = Wire(PLAN, "h0")
+    p = data_pkt()
+    _plane, f = tx.encode(p, "h2")
+    assert tx.sent_data(f[:HEAD_BYTES]) == ("h2", p.qp, p.psn, Ether(f)["MRCX"].stamp)
+    tunnelled = bytes(Ether() / IP(src="198.18.0.1", dst="198.18.0.2") / UDP(sport=40000, dport=4789)
+                      / VXLAN(vni=7) / Ether(f))
+    assert tx.sent_data(tunnelled[:HEAD_BYTES]) == tx.sent_data(f[:HEAD_BYTES])
+    other_udp = bytes(Ether() / IP() / UDP(dport=4790) / VXLAN(vni=7) / Ether(f))
+    assert tx.sent_data(other_udp[:HEAD_BYTES]) is None
+    sack = Pkt(H.OP_SACK, 3, 10, make_ev(1, 0, 5))
+    assert tx.sent_data(tx.encode(sack, "h2")[1][:HEAD_BYTES]) is None
+    assert tx.sent_data(f[:100]) is None  # too short to hold the transport headers
+
+
 def test_an_endpoint_counts_the_frames_a_port_refused_at_send_and_keeps_those_it_had_no_room_for():
     """A port down (ENETDOWN) drops the frame, counted; a full qdisc (ENOBUFS) keeps it in the
     backlog to send later, not counted."""

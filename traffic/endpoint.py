@@ -231,9 +231,10 @@ class Endpoint:
                 self._open_stamped()
 
     def _open_stamped(self) -> None:
-        """A stamped send-only socket per port, every data frame sent through it (traffic/txstamp.py),
-        and the host's senders told to time their packets from the stamps; where the kernel
-        refuses stamps on any port, none (the senders keep the host's model of its queues)."""
+        """A stamped send-only socket per port, every data frame sent through it (traffic/txstamp.py):
+        the senders time their packets from a port's stamps once the first comes (a device that
+        stamps nothing, a VXLAN port to another server, leaves its port to the host's model of
+        its queues). Where the kernel refuses stamps on any port, none."""
         try:
             for p in range(self.plan.spec.planes):
                 self.stamped[p] = open_stamped(self.plan.host_intf(self.host, p))
@@ -244,7 +245,6 @@ class Endpoint:
             return
         for p, sk in self.stamped.items():
             self._data_fn[p] = sk.send
-        self.stack.wire_stamps()
 
     def read_stamps(self) -> int:
         """Hand the stack every departure stamp the ports queued since the last read (each a frame

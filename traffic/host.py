@@ -94,6 +94,9 @@ class HostStack:
         #: whether the NIC is modelled: each sender (MRC's or RoCE's) is then told when its packets
         #: left the port (:meth:`MrcSender.departed`, :meth:`RoceSender.departed`)
         self.stamps = self.nic is not None
+        #: bit p: a departure stamp came from the plane-p port (:meth:`left_port`): MRC's senders
+        #: time their packets there from the stamps (MrcSender.wire_ports)
+        self.stamped_ports = 0
         #: id() of a sender or receiver -> its next_due as last computed: until then, with no packet
         #: for it and nothing :meth:`wake` says, its poll has nothing, and :meth:`poll` skips it. A
         #: host of a collective holds a QP per peer; polling every one at every wake-up cost the
@@ -118,6 +121,7 @@ class HostStack:
             mrc.make_data = self.wire.framer(peer)  # data packets come out as frames: no Pkt per packet
             if self.nic is not None:
                 mrc.nic_wait = self.nic.wait_at
+            mrc.wire_ports = self.stamped_ports
             s: Sender = mrc
         else:
             roce = RoceSender(qp, ecmp_ev(self.plan, self.host, peer, qp, self.seed), messages, self.settings,
@@ -401,24 +405,26 @@ class HostStack:
                 s.departed(waits, start)
         return out
 
-    def wire_stamps(self) -> None:
-        """The NIC ports will report when they send each frame (:meth:`left_port`): every sender
-        takes its RTT samples from those stamps, and MRC's its timer too (:meth:`MrcSender.left_nic`)."""
-        for s in self.senders.values():
-            if isinstance(s, MrcSender):
-                s.wire_stamps = True
-
     def left_port(self, plane: int, head: bytes, t: float) -> None:
         """The plane-``plane`` port sent the frame whose first bytes are ``head`` at ``t``
-        (monotonic s; a departure stamp, traffic/txstamp.py). For a data packet: the NIC model's
+        (monotonic s; a departure stamp, traffic/txstamp.py). The port's first stamped data packet says
+        its packets are stamped: MRC's senders time their packets there from the stamps (a port
+        whose stamps come back as nothing this NIC sent never is). For a data packet: the NIC model's
         history takes the wait it met (traffic/nicqueue.py :meth:`~NicQueues.left`), and its
         sender the stamp. Anything else is ignored."""
         got = self.wire.sent_data(head)
         if got is None:
             return
+        if not (self.stamped_ports >> plane) & 1:  # the port's first data packet stamped: it stamps them
+            self.stamped_ports |= 1 << plane
+            for x in self.senders.values():
+                if isinstance(x, MrcSender):
+                    x.wire_ports = self.stamped_ports
         peer, qp, psn, stamp = got
-        # handed over at its send stamp (mod 2^16 x 100 us, 6.55 s: far longer than any port holds a frame)
-        handed = t - (((int(t * H.STAMP_HZ) - stamp) & 0xFFFF) / H.STAMP_HZ)
+        # handed over at its send stamp (mod 2^16 x 100 us, 6.55 s: far longer than any port holds a
+        # frame); a stamp a unit ahead of its departure is the two clocks' reading, not 6.55 s of wait
+        d = (int(t * H.STAMP_HZ) - stamp) & 0xFFFF
+        handed = t - ((d - 0x10000 if d > 0xFFF0 else d) / H.STAMP_HZ)
         if self.nic is not None:
             self.nic.left(plane, handed, t - handed)
         s = self.senders.get((peer, qp))

@@ -139,10 +139,12 @@ class MrcSender:
         #: unknown: the host's model of its queues (traffic/nicqueue.py). A packet's timer runs from
         #: when it left the queue, and spurious timeouts report the wait
         self.nic_wait: Callable[[int, float], float | None] | None = None
-        #: True where the NIC ports report when they sent each packet (:meth:`left_nic`): its timer
-        #: and its RTT sample then run from that stamp, and a packet its port has not sent yet is
-        #: not timed out (as a NIC's transport never times a packet still in its own queue)
-        self.wire_stamps = False
+        #: bit p: the plane-p NIC port reports when it sent each packet (:meth:`left_nic`; set by
+        #: the host once a stamp came from that port: a port whose device stamps nothing, a VXLAN
+        #: tunnel to a switch on another server, never sets it). A packet there is timed from its
+        #: stamp, and one its port has not sent yet is not timed out (as a NIC's transport never
+        #: times a packet still in its own queue); elsewhere the host's model of its queues stands in
+        self.wire_ports = 0
         #: of the last :meth:`poll`'s packets, (how many resent ones came first, the first new PSN,
         #: how many new ones followed): where :meth:`departed` finds their frames' NIC waits
         self.new_span = (0, 0, 0)
@@ -411,7 +413,7 @@ class MrcSender:
             if now - t < timeout:
                 break
             timer_q.popleft()
-            if (rec.nic_wait < 0 or self.wire_stamps) and self._left_nic_later(psn, rec, t, now, rto):
+            if (rec.nic_wait < 0 or self.wire_ports) and self._left_nic_later(psn, rec, t, now, rto):
                 continue
             self.stats.timeouts += 1
             self.events(TimedOut(qp=self.qp, psn=psn, ev=rec.ev))
@@ -435,7 +437,7 @@ class MrcSender:
             if now - t < rto:
                 break
             q.popleft()
-            if t == sent and (self.nic_wait is not None or self.wire_stamps):
+            if t == sent and (self.nic_wait is not None or self.wire_ports):
                 w = self._nic_wait_of(rec, sent, now)
                 if w and now - (sent + w) < rto:  # it waited in its NIC queue: judged from when it left
                     i = len(q)
@@ -449,7 +451,7 @@ class MrcSender:
         """How long the transmission handed to its port at ``sent`` waited there (s): to its
         departure stamp where the ports report them (up to now while it has none and its port is
         up: still there), else the host's model's wait for a frame sent then; None: unknown."""
-        if self.wire_stamps:
+        if (self.wire_ports >> ev_plane(rec.ev)) & 1:
             if rec.t_wire >= 0:
                 return rec.t_wire - sent
             if (self.ports.local >> ev_plane(rec.ev)) & 1 and now - sent < self.s.max_rto_s:
@@ -520,13 +522,13 @@ class MrcSender:
         floor with its round trip (26.7 ms) inside what the path allows: t0t1-links-flap on linux
         retired 8 healthy EVs at once (the suite, 2026-11-26).
 
-        Where the ports report their departures (``wire_stamps``, :meth:`left_nic`) the stamp says
+        Where its port reports its departures (``wire_ports``, :meth:`left_nic`) the stamp says
         when it left; a packet with no stamp yet is still in its port (behind frames, or held by
         the machine) while that port is up, and is timed from now and looked at again then, for at
         most ``max_rto_s`` after it was handed over (a frame the kernel lost unstamped times out
         then). Otherwise the host's model of its queues (``nic_wait``) gives the wait, looked up
         once per transmission."""
-        if self.wire_stamps:
+        if (self.wire_ports >> ev_plane(rec.ev)) & 1:
             hand = t - max(0.0, rec.nic_wait)  # when it was handed to its port
             left = rec.t_wire
             if left < 0:  # no stamp yet
@@ -537,6 +539,8 @@ class MrcSender:
                 return False
             w = left - hand
         else:
+            if rec.nic_wait >= 0:  # looked up already
+                return False
             modelled = self.nic_wait(ev_plane(rec.ev), t) if self.nic_wait is not None else None
             rec.nic_wait = 0.0
             if not modelled or now - (t + modelled) >= rto * min(MAX_BACKOFF, rec.tx):

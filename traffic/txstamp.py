@@ -28,8 +28,8 @@ SOF_TIMESTAMPING_TX_SOFTWARE = 1 << 1
 SOF_TIMESTAMPING_SOFTWARE = 1 << 4
 SO_SNDBUFFORCE, SO_RCVBUFFORCE = 32, 33
 #: Buffer for a stamped frame's bytes: they come back whole unless asked for fewer; the transport
-#: headers of a data packet end well inside this (protocol/headers.py: 154 bytes of headers).
-HEAD_BYTES = 192
+#: headers of a data packet end inside this (150 bytes), behind a VXLAN tunnel's 50 too.
+HEAD_BYTES = 256
 #: Room for the control messages of one stamp: SCM_TIMESTAMPING's three timespecs and the
 #: sock_extended_err that says what was stamped.
 ANC_BYTES = 128

@@ -36,6 +36,8 @@ _OP_WRITE_IMM, _X_LAST = H.OP_WRITE_IMM, H.X_LAST
 _ECT0, _TRIM_DSCP = H.ECT0, H.TRIM_DSCP
 _TRIM_ULEN = H.TRIM_BYTES - _OFF_UDP  # UDP length a switch writes into a trimmed packet
 _BTH = H.BTH
+#: The UDP port of the VXLAN tunnels between servers (IANA's, RFC 7348; emulation/cluster.py)
+_VXLAN_DPORT = (4789).to_bytes(2, "big")
 
 
 def _concat(*parts: struct.Struct | str) -> struct.Struct:
@@ -203,13 +205,19 @@ class Wire:
 
     def sent_data(self, head: bytes) -> tuple[str, int, int, int] | None:
         """Whose data packet the first bytes of a frame this NIC sent are (a NIC departure stamp's
-        frame, traffic/txstamp.py): ``(peer, QP, PSN's low 24 bits, send stamp)``, the send stamp
+        frame, traffic/txstamp.py; a frame a VXLAN port to another server sent comes back as its
+        underlay port stamped it, in its tunnel's headers): ``(peer, QP, PSN's low 24 bits, send stamp)``, the send stamp
         in headers.STAMP_HZ units mod 2^16 (when it was handed to its port); None for anything
         else (a SACK, a probe, a frame too short). Never raises."""
-        if len(head) < _DATA_END:
+        off = 0
+        if len(head) > 42 and head[12:14] == b"\x08\x00" and head[23] == 17:  # IPv4 / UDP: a tunnel's?
+            udp = 14 + (head[14] & 0xF) * 4
+            if head[udp + 2 : udp + 4] == _VXLAN_DPORT:  # stamped as its underlay port sent it
+                off = udp + 16  # UDP and VXLAN headers (RFC 7348 section 5)
+        if len(head) < off + _DATA_END:
             return None
         (ethertype, first, onh, inh, _isrc, idst, _sport, _dport, _ulen, op, fq, psn,
-         _msn, _len, _crc, _moff, _xf, _ports, stamp, _va, _rkey, _dma) = _FIXED_DATA.unpack_from(head, 12)
+         _msn, _len, _crc, _moff, _xf, _ports, stamp, _va, _rkey, _dma) = _FIXED_DATA.unpack_from(head, off + 12)
         if ethertype != 0x86DD or onh != 41 or inh != 17 or op not in _DATA_OPS:
             return None
         peer = self.nic_to_host.get(idst)
