@@ -611,7 +611,8 @@ def test_a_nic_port_the_machine_held_retires_no_ev_where_packets_are_timed_from_
     m, held = _run_with_h0_nic_held(tmp_path, stamps=True)
     assert len(held) == 3 and all(140 <= h <= 200 for h in held), held
     tot = m["totals"]["h0->h2#1"]
-    assert tot["wire_stamped"] >= 0.99 * tot["data_packets"] > 0, tot  # (a last few acknowledged before their stamp was read)
+    # (a last few are acknowledged before their stamps are read)
+    assert tot["wire_stamped"] >= 0.99 * tot["data_packets"] > 0, tot
     assert tot["timeouts"] == 0 and tot["nic_deferred"] > 0, tot
     false_ret = next(v for v in m["expectations"] if v["metric"] == "false_retirements")
     assert false_ret["value"] == 0 and not false_ret.get("left_out"), false_ret

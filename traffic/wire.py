@@ -206,8 +206,8 @@ class Wire:
     def sent_data(self, head: bytes) -> tuple[str, int, int, int] | None:
         """Whose data packet the first bytes of a frame this NIC sent are (a NIC departure stamp's
         frame, traffic/txstamp.py; a frame a VXLAN port to another server sent comes back as its
-        underlay port stamped it, in its tunnel's headers): ``(peer, QP, PSN's low 24 bits, send stamp)``, the send stamp
-        in headers.STAMP_HZ units mod 2^16 (when it was handed to its port); None for anything
+        underlay port stamped it, in its tunnel's headers): ``(peer, QP, PSN's low 24 bits, send
+        stamp)``, the send stamp in headers.STAMP_HZ units mod 2^16 (when it was handed to its port); None for anything
         else (a SACK, a probe, a frame too short). Never raises."""
         off = 0
         if len(head) > 42 and head[12:14] == b"\x08\x00" and head[23] == 17:  # IPv4 / UDP: a tunnel's?
