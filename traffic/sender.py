@@ -454,10 +454,15 @@ class MrcSender:
         if (self.wire_ports >> ev_plane(rec.ev)) & 1:
             if rec.t_wire >= 0:
                 return rec.t_wire - sent
-            if (self.ports.local >> ev_plane(rec.ev)) & 1 and now - sent < self.s.max_rto_s:
+            if self._still_in_port(rec, sent, now):
                 return now - sent
             return None
         return self.nic_wait(ev_plane(rec.ev), sent) if self.nic_wait is not None else None
+
+    def _still_in_port(self, rec: _Rec, hand: float, now: float) -> bool:
+        """A transmission handed over at ``hand`` whose port has not stamped it: still in that
+        port while the port is up, for at most ``max_rto_s`` (a frame the kernel lost unstamped)."""
+        return bool((self.ports.local >> ev_plane(rec.ev)) & 1) and now - hand < self.s.max_rto_s
 
     def _path_check_head(self) -> tuple[float, int, float, _Rec] | None:
         """The path-check queue's first entry still pending, with its packet's record, dropping those
@@ -532,7 +537,7 @@ class MrcSender:
             hand = t - max(0.0, rec.nic_wait)  # when it was handed to its port
             left = rec.t_wire
             if left < 0:  # no stamp yet
-                if not (self.ports.local >> ev_plane(rec.ev)) & 1 or now - hand >= self.s.max_rto_s:
+                if not self._still_in_port(rec, hand, now):
                     return False
                 left = now
             elif left <= t or now - left >= rto * min(MAX_BACKOFF, rec.tx):
