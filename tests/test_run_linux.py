@@ -93,7 +93,12 @@ def test_a_fast_fabric_s_shapers_send_no_burst_its_switches_trim(tmp_path, no_le
     # of jitter in the kernel's softirq batches between hops on this workplace's VMs, frames
     # arriving at the next hop four at a time (98-2,604 trims of 25,000-62,000, its NIC ports
     # losing 0.9% of their rate while backlogged); a burst is each NIC port's shaper's, whatever
-    # the number of flows and the rate
+    # the number of flows and the rate. A burst builds while its port idles: since the sender times
+    # packets from their NIC port's departure stamp, NSCC's window keeps the ports busy and the
+    # kernel's burst trims 0.2-2.5% (8 runs, 2026-12-07; 46-53 Mb/s; CI read 2.8% and 46.8 Mb/s),
+    # too close to the bound to decide. On the sender's port model (nic_stamps off) the window
+    # leaves the ports idle between windows, and the same pair reads 4.6-4.9% trimmed (5 runs, 28-31
+    # Mb/s) against none: the comparison runs there, the default run must trim nothing too
     raw = yaml.safe_load((SCENARIO_DIR / "quickstart.yaml").read_text())
     raw.update(name="fast", faults=[], fabric_bmv2=None, duration_s=5, expect_roce=None, demonstrates={},
                fabric={"topo": "lab", "link": {"bandwidth_mbps": 16, "queue_packets": 16, "path_delay_ms": 5}},
@@ -102,9 +107,12 @@ def test_a_fast_fabric_s_shapers_send_no_burst_its_switches_trim(tmp_path, no_le
                        {"metric": "messages_intact"}])
     (tmp_path / "fast.yaml").write_text(yaml.safe_dump({k: v for k, v in raw.items() if v is not None}))
 
-    def run(out: Path) -> tuple[dict, float, float]:
+    raw["transport"] = {**raw["transport"], "nic_stamps": False}
+    (tmp_path / "idling.yaml").write_text(yaml.safe_dump({k: v for k, v in raw.items() if v is not None}))
+
+    def run(out: Path, name: str = "fast") -> tuple[dict, float, float]:
         """(metrics, trimmed share of the data packets, goodput in Mb/s)."""
-        m, _, _ = decided_run(load_scenario(tmp_path / "fast.yaml", dataplane="linux"), out)
+        m, _, _ = decided_run(load_scenario(tmp_path / f"{name}.yaml", dataplane="linux"), out)
         sent = sum(t.get("data_packets", 0) for t in m["totals"].values())
         goodput = sum(t["bytes_delivered"] for t in m["totals"].values()) * 8 / 5 / 1e6
         return m, m["switch_ports"]["trimmed"] / sent, goodput
@@ -113,12 +121,14 @@ def test_a_fast_fabric_s_shapers_send_no_burst_its_switches_trim(tmp_path, no_le
     assert m["passed"], m["expectations"]
     assert share <= 0.001, (m["switch_ports"], share)
     assert goodput > 0.6 * 4 * 16, goodput  # one flow, 4 ports of 16 Mb/s each: most of it delivered
+    _, idling, _ = run(tmp_path / "idling", "idling")
+    assert idling <= 0.001, idling
     # the mechanism off: every shaper with the kernel's burst, 4 ms of its rate (tc-tbf(8))
     from mrclab.emulation import kernel
 
     monkeypatch.setattr(kernel, "shaper_burst_bytes", lambda frame_bytes=0: 8000)
-    _, bursty, slow = run(tmp_path / "bursty")
-    assert bursty > 0.01 and slow < 0.6 * 4 * 16, (bursty, slow)
+    _, bursty, _ = run(tmp_path / "bursty", "idling")
+    assert bursty > 0.01, bursty
 
 
 def test_frames_of_the_papers_4_kib_payload_cross_shaped_links(tmp_path, no_leftovers, decided_run):
