@@ -803,7 +803,7 @@ def _rtt_samples_behind_a_nic_queue(stamps: bool | str, transport: str = "mrc") 
     s = TransportSettings(payload_bytes=1024, window_packets=64, region_bytes=4 << 20, port_mbps=8.0, nscc=False,
                           roce_cc="none")
     a, b = HostStack(PLAN, "h0", s, transport, seed=1), HostStack(PLAN, "h2", s, transport, seed=2)
-    a.stamps = stamps is True
+    a.nic_model = stamps is True
     tx = a.add_sender(1, "h2", iter([(0, bytes(64 * 1024))]))
 
     got: list[float] = []
@@ -867,7 +867,7 @@ def test_dcqcn_timer_follows_the_fabric_rtt_not_the_hosts_own_nic_queue():
     def timers_after_a_cnp(stamps: bool) -> list[float]:
         s = TransportSettings(payload_bytes=1024, window_packets=8, region_bytes=4 << 20, port_mbps=8.0, nscc=False)
         a, b = HostStack(one_plane, "h0", s, "roce", seed=1), HostStack(one_plane, "h2", s, "roce", seed=2)
-        a.stamps = stamps
+        a.nic_model = stamps
         txs = [a.add_sender(qp, "h2", iter([(0, bytes(64 * 1024))])) for qp in (1, 2, 3, 4)]
         for tx in txs:
             tx.pacer.tokens = 1e9  # each window leaves at once: 32 frames queue at the ports
@@ -903,6 +903,57 @@ def test_roce_departure_stamps_skip_a_go_back_n_resend_and_land_on_the_new_psns(
     tx.departed([0.5, 0.5, 0.004, 0.006], 0)
     assert 2 not in tx.sent_at and 3 not in tx.sent_at
     assert tx.sent_at[4] == pytest.approx(later + 0.004) and tx.sent_at[5] == pytest.approx(later + 0.006)
+
+
+def _roce_held(stamps: bool, window: int = 4) -> RoceSender:
+    """A RoCE QP on plane 1 whose 4 PSNs were handed to its port at 1.0 s; that port stamps its
+    departures when ``stamps``."""
+    s = TransportSettings(payload_bytes=1024, window_packets=window, region_bytes=1 << 20, roce_cc="none")
+    tx = RoceSender(1, make_ev(1, 0, 2), iter([(0, bytes(8 * 1024))]), s)
+    tx.wire_ports = 0b10 if stamps else 0
+    assert [p.psn for p in tx.poll(1.0)] == [0, 1, 2, 3]
+    return tx
+
+
+def test_roce_s_go_back_n_timer_runs_from_when_its_port_sent_the_oldest_psn():
+    # the Local ACK Timeout starts as the NIC sends the request packet: a port the machine held
+    # 150 ms (past the timer, 5 x min_rto_s = 100 ms) sends its PSNs late, and the baseline must
+    # not go back N on packets still in it. From the hand-off it did
+    rto = 5 * TransportSettings().min_rto_s
+    tx = _roce_held(stamps=False)
+    assert tx.poll(1.0 + rto + 0.01) and tx.stats.timeouts == 1  # the hand-off's timer: a spurious go-back-N
+    tx = _roce_held(stamps=True)
+    assert not tx.poll(1.0 + rto + 0.01) and tx.stats.timeouts == 0  # no stamp yet: still in its port
+    assert tx.stats.nic_deferred == 1 and tx.next_due(1.0 + rto + 0.01) > 1.0 + rto + 0.01  # no busy loop
+    for psn in range(4):
+        tx.left_nic(psn, 1.0, 1.15)  # the port let them go at 150 ms
+    assert tx.stats.wire_stamped == 4
+    assert not tx.poll(1.15 + rto - 0.005) and tx.stats.timeouts == 0  # a timer after they left: not yet
+    tx.on_packet(Pkt(op=H.OP_ACK, qp=1, ev=tx.ev, cum_psn=4), 1.16)
+    assert tx.una == 4 and tx.stats.timeouts == 0 and not tx.left_at and not tx.handed_at
+    # the RTT sample ran from the stamp, not from the hand-off
+    assert tx.rtt.min_rtt == pytest.approx(0.01)
+
+
+def test_roce_behind_a_held_port_still_goes_back_n_a_timer_after_its_psns_left():
+    # nothing comes back (its one path is dead): the timer fires one timeout after the stamp
+    rto = 5 * TransportSettings().min_rto_s
+    tx = _roce_held(stamps=True)
+    tx.left_nic(0, 1.0, 1.15)
+    assert not tx.poll(1.15 + rto - 0.005) and tx.stats.timeouts == 0
+    assert [p.psn for p in tx.poll(1.15 + rto + 0.005)] == [0, 1, 2, 3] and tx.stats.timeouts == 1
+    # the resent PSN 0's timer runs from the resend's stamp; the first transmission's is ignored
+    tx.left_nic(0, 1.0, 1.4)
+    assert 0 not in tx.left_at
+    tx.left_nic(0, 1.15 + rto + 0.005, 1.3)
+    assert tx.left_at[0] == 1.3
+
+
+def test_roce_on_a_port_that_is_down_goes_back_n_without_waiting_for_a_stamp():
+    rto = 5 * TransportSettings().min_rto_s
+    tx = _roce_held(stamps=True)
+    tx.set_local_ports(0b1101)  # plane 1's port lost its carrier: it sends and stamps nothing
+    assert tx.poll(1.0 + rto + 0.01) and tx.stats.timeouts == 1
 
 
 def test_a_receiver_late_by_less_than_the_timer_floor_times_nothing_out():

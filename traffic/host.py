@@ -34,7 +34,7 @@ from mrclab.traffic.ports import ALL_UP
 from mrclab.traffic.probes import ProbeScheduler
 from mrclab.traffic.receiver import MrcReceiver, probe_reply
 from mrclab.traffic.roce import RoceReceiver, RoceSender, ecmp_ev
-from mrclab.traffic.sender import MrcSender, make_sender
+from mrclab.traffic.sender import make_sender
 from mrclab.traffic.settings import TransportSettings
 from mrclab.traffic.transport import Receiver, Sender
 from mrclab.traffic.wire import Wire
@@ -93,9 +93,9 @@ class HostStack:
             if self.settings.port_mbps > 0 else None
         #: whether the NIC is modelled: each sender (MRC's or RoCE's) is then told when its packets
         #: left the port (:meth:`MrcSender.departed`, :meth:`RoceSender.departed`)
-        self.stamps = self.nic is not None
-        #: bit p: a departure stamp came from the plane-p port (:meth:`left_port`): MRC's senders
-        #: time their packets there from the stamps (MrcSender.wire_ports)
+        self.nic_model = self.nic is not None
+        #: bit p: a departure stamp came from the plane-p port (:meth:`left_port`): the senders
+        #: time their packets there from the stamps (MrcSender.wire_ports, RoceSender.wire_ports)
         self.stamped_ports = 0
         #: id() of a sender or receiver -> its next_due as last computed: until then, with no packet
         #: for it and nothing :meth:`wake` says, its poll has nothing, and :meth:`poll` skips it. A
@@ -127,6 +127,7 @@ class HostStack:
             roce = RoceSender(qp, ecmp_ev(self.plan, self.host, peer, qp, self.seed), messages, self.settings,
                               imm=imm, events=ev_log)
             roce.make_data = self.wire.framer(peer)  # as MRC's: the baseline pays what MRC pays per frame
+            roce.wire_ports = self.stamped_ports
             s = roce
         s.set_local_ports(self.local_ports)
         self.senders[(peer, qp)] = s
@@ -389,7 +390,7 @@ class HostStack:
                 due.pop(id(s), None)
                 start = len(out)
                 self._out(peer, s.poll(now, budget), out)
-                if self.stamps and len(out) > start:
+                if self.nic_model and len(out) > start:
                     stamped.append((s, start))
         for (peer, _), r in self.receivers.items():
             d = due.get(id(r))
@@ -408,7 +409,7 @@ class HostStack:
     def left_port(self, plane: int, head: bytes, t: float) -> None:
         """The plane-``plane`` port sent the frame whose first bytes are ``head`` at ``t``
         (monotonic s; a departure stamp, traffic/txstamp.py). The port's first stamped data packet says
-        its packets are stamped: MRC's senders time their packets there from the stamps (a port
+        its packets are stamped: the senders time their packets there from the stamps (a port
         whose stamps come back as nothing this NIC sent never is). For a data packet: the NIC model's
         history takes the wait it met (traffic/nicqueue.py :meth:`~NicQueues.left`), and its
         sender the stamp. Anything else is ignored."""
@@ -418,8 +419,7 @@ class HostStack:
         if not (self.stamped_ports >> plane) & 1:  # the port's first data packet stamped: it stamps them
             self.stamped_ports |= 1 << plane
             for x in self.senders.values():
-                if isinstance(x, MrcSender):
-                    x.wire_ports = self.stamped_ports
+                x.wire_ports = self.stamped_ports
         peer, qp, psn, stamp = got
         # handed over at its send stamp (mod 2^16 x 100 us, 6.55 s: far longer than any port holds a
         # frame); a stamp a unit ahead of its departure is the two clocks' reading, not 6.55 s of wait

@@ -5,6 +5,9 @@ receiver accepts only the next expected PSN, drops anything else and answers the
 out-of-order packet of a gap with a sequence-error NACK; the sender then goes back N to the NACKed
 PSN. A retransmission timer (go back N from the oldest unacknowledged PSN, doubling up to
 ``max_rto_s``) covers lost NACKs and dead paths: with its one path cut the QP stalls until then.
+Where the NIC port stamps its departures (traffic/txstamp.py) the timer runs from when that PSN
+left the port, as a NIC's transport timer starts when it sends the request packet (the requester's
+Local ACK Timeout, InfiniBand Architecture Specification vol. 1, ch. 9), not from its hand-off.
 
 Rate control is DCQCN (:mod:`traffic.dcqcn`, ``roce_cc: dcqcn``): the receiver answers CE-marked
 packets with CNPs, the sender paces itself at DCQCN's rate (its line rate, ``port_mbps``, until the
@@ -21,7 +24,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from mrclab.protocol import headers as H
-from mrclab.topologies.addressing import AddressPlan
+from mrclab.topologies.addressing import AddressPlan, ev_plane
 from mrclab.traffic.contract import Event, Nacked, TimedOut
 from mrclab.traffic.dcqcn import Dcqcn, Pacer
 from mrclab.traffic.evs import EvState
@@ -38,6 +41,11 @@ def ecmp_ev(plan: AddressPlan, src: str, dst: str, qp: int, seed: int) -> int:
     paths = plan.paths(src, dst)
     h = int.from_bytes(hashlib.sha256(f"{seed}:{src}:{dst}:{qp}".encode()).digest()[:4], "big")
     return paths[h % len(paths)].ev
+
+
+#: How much earlier than its transmission's hand-off a stamp may say it was handed over and still be
+#: that transmission's: two units of the frame's send stamp (headers.STAMP_HZ), the clocks' reading
+_HAND_SLACK_S = 2 / H.STAMP_HZ
 
 
 class RoceSender:
@@ -64,6 +72,11 @@ class RoceSender:
         self._high = 0  # one past the highest PSN ever sent: below it a send is a retransmission
         self.rtt = RttEstimator(settings)
         self.sent_at: dict[int, float] = {}  # first transmissions, for RTT samples
+        #: bit p: the plane-p NIC port stamps its departures (set by the host stack, as
+        #: MrcSender.wire_ports): the go-back-N timer then runs from them (:meth:`_timer_expired`)
+        self.wire_ports = 0
+        self.handed_at: dict[int, float] = {}  # PSN -> when its last transmission was handed to the port
+        self.left_at: dict[int, float] = {}  # PSN -> when its port sent that transmission (its stamp)
         #: what :meth:`poll` returns for a data packet, from its fields in DATA_FIELDS order: a
         #: :class:`Pkt`, or the frame where the host stack gives its wire's framer (as MrcSender's)
         self.make_data: Callable[..., Any] = Pkt
@@ -142,8 +155,8 @@ class RoceSender:
         back N to the oldest unacknowledged PSN; then PSNs from the next to send, within the
         window and, with DCQCN, as the pacer allows."""
         out: list[Pkt] = []
-        rto = self.s.min_rto_s * 5 * self.backoff
-        if self.timer is not None and now - self.timer > min(self.s.max_rto_s, rto) and self.una < self.nxt:
+        rto = min(self.s.max_rto_s, self.s.min_rto_s * 5 * self.backoff)
+        if self.timer is not None and now - self.timer > rto and self.una < self.nxt and self._timer_expired(now, rto):
             self.stats.timeouts += 1
             self.events(TimedOut(qp=self.qp, psn=self.una, ev=self.ev))
             self.nxt = self.una
@@ -175,12 +188,36 @@ class RoceSender:
                 self.stats.data_packets += 1
                 self.sent_at[self.nxt] = now
                 self.box.started.setdefault(msn, now)
+            self.handed_at[self.nxt] = now
+            self.left_at.pop(self.nxt, None)
             self.nxt += 1
             self._high = max(self._high, self.nxt)
             if self.timer is None:
                 self.timer = now
         self.new_span = (self.new_span[0], len(out))
         return out
+
+    def _timer_expired(self, now: float, rto: float) -> bool:
+        """The go-back-N timer, ``rto`` (s) past its start, has run out: always where the port does
+        not stamp; else only ``rto`` after the oldest unacknowledged PSN left its port. A PSN its port
+        holds still (no stamp yet, the port up, within ``max_rto_s`` of its hand-off) is not timed
+        out: the timer restarts now and the stamp re-times it. Re-timing moves the timer's start
+        (so :meth:`next_due` follows) and counts ``stats.nic_deferred``."""
+        plane = ev_plane(self.ev)
+        if not (self.wire_ports >> plane) & 1:
+            return True
+        una = self.una
+        left = self.left_at.get(una)
+        if left is None:
+            hand = self.handed_at.get(una, self.timer)
+            if not (self.local_ports >> plane) & 1 or now - hand >= self.s.max_rto_s:  # type: ignore[operator]
+                return True
+            left = now
+        elif now - left > rto:
+            return True
+        self.timer = left
+        self.stats.nic_deferred += 1
+        return False
 
     def departed(self, waits: list[float], start: int) -> None:
         """The host's NIC model's wait (s) for every frame of a turn, this sender's last
@@ -191,7 +228,8 @@ class RoceSender:
         host in fig. 17's 8-host all-to-all each read their shared NIC queue as path RTT and DCQCN's
         timer (5 x the smallest sample) with it: RoCE's busbw at 8 KiB rose from 0.43 to 1.04
         Mb/s on linux and from 0.87 to 1.03 on bmv2 with the departure stamp (docs/benchmarks.md). Resent
-        PSNs take no sample (Karn); the go-back-N timer still runs from the hand-off."""
+        PSNs take no sample (Karn). The go-back-N timer runs from the port's stamps
+        (:meth:`left_nic`), never from this model."""
         psn, n = self.new_span
         sent_at = self.sent_at
         for w in waits[start : start + n]:
@@ -203,11 +241,16 @@ class RoceSender:
         """The NIC port sent PSN ``psn24`` (its low 24 bits) at ``t`` (s), handed to it at
         ``handed``: its departure stamp (traffic/txstamp.py), as MRC's
         (:meth:`~traffic.sender.MrcSender.left_nic`). A first transmission's RTT sample runs from
-        it; a resent PSN has none (Karn), and the go-back-N timer still runs from the hand-off."""
+        it (a resent PSN has none: Karn), and the go-back-N timer from its last transmission's
+        (:meth:`_timer_expired`); a stamp of an earlier transmission than the last is ignored."""
         psn = psn_at_or_below(psn24, self._high)
+        hand = self.handed_at.get(psn)
+        if hand is None or handed < hand - _HAND_SLACK_S:
+            return
+        self.left_at[psn] = t
+        self.stats.wire_stamped += 1
         if psn in self.sent_at:
             self.sent_at[psn] = t
-            self.stats.wire_stamped += 1
 
     def next_due(self, now: float) -> float:
         """The earliest time (s, the clock of ``now``) at which :meth:`poll` may have something to
@@ -262,6 +305,8 @@ class RoceSender:
             self.rtt.sample(now - sent, now)
         for psn in range(self.una, cum):
             self.sent_at.pop(psn, None)
+            self.handed_at.pop(psn, None)
+            self.left_at.pop(psn, None)
             msn, _, _, _, ln = self.pkts[psn]
             self.stats.bytes_acked += ln
             self.box.acked(msn, 1, now)  # the message is released with its last packet

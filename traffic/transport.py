@@ -19,6 +19,9 @@ class Sender(Protocol):
 
     qp: int
     stats: SenderStats
+    #: bit p: the plane-p NIC port stamps its departures (set by the host stack): the sender times
+    #: its packets there from the stamps (:meth:`left_nic`)
+    wire_ports: int
 
     @property
     def done(self) -> bool:
