@@ -1002,6 +1002,47 @@ def test_an_ev_a_resent_packet_died_on_is_retired_one_timer_after_it_left_not_af
     assert tx.recs[0].tx == 2  # the resend itself still waits out its backoff
 
 
+def test_a_resend_its_port_held_has_its_ev_judged_a_timer_after_its_stamp():
+    """As above, with the ports stamping: the resend of PSN 0 (handed over at 23 ms) is held in its
+    port until 50 ms. At 46 ms it has no stamp (still there), at 68 ms it has left 18 ms before:
+    its EV is judged a timer after it left (72 ms), not a timer after the first look (68 ms)."""
+    s = TransportSettings(payload_bytes=1024, window_packets=8, region_bytes=1 << 20, min_rto_s=0.02, nscc=False,
+                          probes=False)
+    tx = make_sender(1, PLAN, "h0", "h2", s, random.Random(1), iter([(m, bytes(16 * 1024)) for m in range(8)]))
+    tx.wire_ports = (1 << PLAN.spec.planes) - 1
+
+    def sack(pkts, now, skip_ev=None):
+        got = [p for p in pkts if not p.flags & H.F_RETX and p.ev != skip_ev]
+        base = min(p.psn for p in got)
+        bm = sum(1 << (p.psn - base) for p in got)
+        tx.on_packet(Pkt(op=H.OP_SACK, qp=1, ev=got[0].ev, cum_psn=0, base_psn=base, bitmap=bm, echo_ev=got[0].ev,
+                         echo_psn=got[0].psn, port_state=0xFF), now)
+
+    def sent(pkts, t, hold=()):  # every packet leaves its port as it is handed over, but those held
+        for p in pkts:
+            if p.psn not in hold:
+                tx.left_nic(p.psn, t, t)
+
+    first = tx.poll(0.0)
+    sent(first, 0.0)
+    sack(first[1:], 0.002)  # an RTT of 2 ms: the RTO is 22 ms; PSN 0 never arrives
+    again = tx.poll(0.023)  # PSN 0 times out and is resent first, new data behind it
+    dead = next(p.ev for p in again if p.psn == 0 and p.flags & H.F_RETX)
+    sent(again, 0.023, hold={0})
+    sack(again, 0.026, skip_ev=dead)
+    later = tx.poll(0.030)
+    sent(later, 0.030)
+    sack(later, 0.033, skip_ev=dead)  # packets sent 7 ms after the resend arrive; none on its EV
+    tx.poll(0.046)
+    assert tx.evs.evs[dead].state == "GOOD"  # one RTO since its hand-off, but still in its port
+    tx.left_nic(0, 0.023, 0.050)  # its port lets it go
+    assert tx.recs[0].t_wire == 0.050
+    tx.poll(0.069)
+    assert tx.evs.evs[dead].state == "GOOD"  # a timer after the first look, 19 ms after it left
+    tx.poll(0.073)
+    assert tx.evs.evs[dead].state == "ASSUMED_BAD"  # a timer after it left: nothing came back
+
+
 def test_the_receiver_counts_first_transmissions_that_arrive_behind_a_later_one_on_their_ev():
     """A path is one FIFO: a first transmission arriving whole behind a later first transmission of
     its EV is the network reordering (the emulator's fault, experiments/analysis/fidelity.py "paths

@@ -430,16 +430,19 @@ class MrcSender:
         the packet waits out its backoff before it is resent again. A backup EV through a dead T1
         that took over a retired one carried resent packets first (they go before new data), and
         was retired only when their doubled timer fired: t1-blackhole's slowest retirement was two
-        timers after its first packet, on both data planes (2026-11-27)."""
+        timers after its first packet, on both data planes (2026-11-27). A resend its port still
+        holds is looked at again a timer later, and then a timer after its stamp, if later."""
         q = self.path_checks
         while (head := self._path_check_head()) is not None:
             t, psn, sent, rec = head
             if now - t < rto:
                 break
             q.popleft()
-            if t == sent and (self.nic_wait is not None or self.wire_ports):
+            if self.nic_wait is not None or self.wire_ports:
                 w = self._nic_wait_of(rec, sent, now)
-                if w and now - (sent + w) < rto:  # it waited in its NIC queue: judged from when it left
+                # it waited in its NIC queue: judged a timer after it left (or after now, while its
+                # port holds it still; a stamp that comes meanwhile moves it again)
+                if w and sent + w > t and now - (sent + w) < rto:
                     i = len(q)
                     while i and q[i - 1][0] > sent + w:
                         i -= 1
@@ -466,12 +469,13 @@ class MrcSender:
 
     def _path_check_head(self) -> tuple[float, int, float, _Rec] | None:
         """The path-check queue's first entry still pending, with its packet's record, dropping those
-        whose packet was acknowledged or sent again since; None when none is left."""
+        whose packet was acknowledged, given up on or sent again since; None when none is left."""
         q, recs = self.path_checks, self.recs
         while q:
             t, psn, sent = q[0]
             rec = recs.get(psn)
-            if rec is not None and not rec.acked and rec.t_sent == sent:
+            # the same transmission: handed over then (its timer may have re-timed it from its stamp)
+            if rec is not None and not rec.acked and abs(rec.t_sent - max(0.0, rec.nic_wait) - sent) < 1e-9:
                 return t, psn, sent, rec
             q.popleft()
         return None
