@@ -560,22 +560,28 @@ expect:
 """
 
 
-def _run_with_h0_nic_held(tmp_path, stamps: bool) -> tuple[dict, list[float]]:
+def _run_with_h0_nic_held(tmp_path, stamps: bool, roce: bool = False) -> tuple[dict, list[float]]:
     """NIC_HELD_SCENARIO with h0's plane-1 NIC port held (a trickle, as ``mrclab bench fidelity
     --target nic`` holds them: tbf keeps its queue) for 150 ms at t = 2, 3.5 and 5 s while its
-    other ports send: (metrics, each hold's length in ms)."""
+    other ports send: (metrics, each hold's length in ms). ``roce``: the baseline's one QP
+    instead, and every port of h0 held (its one path is on whichever plane its hash gave it)."""
     import threading
 
     from mrclab.emulation import kernel
     from mrclab.experiments.model.scenario import load_scenario
     from mrclab.experiments.run.runner import run_with_data
 
-    path = tmp_path / f"held-{stamps}.yaml"
-    path.write_text(NIC_HELD_SCENARIO.replace("STAMPS", str(stamps).lower()))
+    path = tmp_path / f"held-{stamps}-{roce}.yaml"
+    text = NIC_HELD_SCENARIO.replace("STAMPS", str(stamps).lower())
+    if roce:
+        # its timer at 5 x 20 ms, not 5 x the lab's floor for this path (1 s, max_rto_s: longer than a hold)
+        text = text.replace("kind: mrc", "kind: roce, min_rto_s: 0.02").replace(
+            "  - {metric: false_retirements, max: 2}\n", "")
+    path.write_text(text)
     held: list[float] = []
 
-    def port1(lines: list[str]) -> str:  # the plane-1 port's line alone
-        return "".join(f"{x}\n" for x in lines if " dev h0-eth1 " in x)
+    def port1(lines: list[str]) -> str:  # the plane-1 port's line alone (every port's for RoCE)
+        return "".join(f"{x}\n" for x in lines if roce or " dev h0-eth1 " in x)
 
     def hold(_watched, t0: float, fab=None) -> None:
         def run() -> None:
@@ -594,7 +600,7 @@ def _run_with_h0_nic_held(tmp_path, stamps: bool) -> tuple[dict, list[float]]:
                 tc.close()
         threading.Thread(target=run, daemon=True).start()
 
-    m, _ = run_with_data(load_scenario(path), tmp_path / f"r-{stamps}", live=False, on_start=hold)
+    m, _ = run_with_data(load_scenario(path), tmp_path / f"r-{stamps}-{roce}", live=False, on_start=hold)
     return m, held
 
 
@@ -625,6 +631,24 @@ def test_a_nic_port_the_machine_held_retires_no_ev_where_packets_are_timed_from_
     false_ret = next(v for v in m["expectations"] if v["metric"] == "false_retirements")
     left = int(false_ret["left_out"].split()[0]) if false_ret.get("left_out") else 0
     assert false_ret["value"] + left > 0, false_ret
+
+
+@pytest.mark.root
+def test_roce_s_go_back_n_timer_runs_from_the_departure_stamps_of_a_port_the_machine_held(tmp_path, no_leftovers):
+    """The baseline as a NIC runs it: its Local ACK Timeout (5 x min_rto_s, 100 ms) starts as the
+    port sends the request packet. h0's ports held three times for 150 ms (the QP's telemetry saw
+    nothing acknowledged for about 0.5 s each time, 2026-12-07): with the stamps no go-back-N,
+    without them one at each hold (3 timeouts, 43 PSNs resent), on packets still in the port."""
+    m, held = _run_with_h0_nic_held(tmp_path, stamps=True, roce=True)
+    assert len(held) == 3 and all(140 <= h <= 200 for h in held), held
+    tot = m["totals"]["h0->h2#1"]
+    assert tot["wire_stamped"] >= 0.99 * tot["data_packets"] > 0, tot
+    assert tot["timeouts"] == 0 and tot["nic_deferred"] > 0, tot
+    assert all(v["passed"] for v in m["expectations"]), m["expectations"]
+
+    m, held = _run_with_h0_nic_held(tmp_path, stamps=False, roce=True)
+    tot = m["totals"]["h0->h2#1"]
+    assert len(held) == 3 and tot["wire_stamped"] == 0 and tot["timeouts"] > 0, tot
 
 
 @pytest.mark.root
