@@ -10,15 +10,19 @@ RTT) and whether the acknowledged packet carried ECN CE:
 ECN echoed?          delay vs target          action
 ===================  =======================  =================================================
 no                   delay >= target          fair increase: ``inc += fi x acked``
-no                   delay < target           proportional increase: ``inc += alpha x acked x (target - delay)``
+no                   delay < target           proportional increase: ``inc += alpha x acked x (target - delay)``;
+                                              or, once a window's bytes came at a queueing delay
+                                              under 1/14 base RTT in a row, fast increase: ``cwnd +=
+                                              fi_scale x acked`` at once (``fi_scale = 0.25 a``)
 yes                  delay >= target          multiplicative decrease, at most once per base RTT:
                                               ``cwnd *= max(1 - gamma (avg - target) / avg, 0.5)``
 yes                  delay < target           no change: the path is hot, not the QP ("just switch
                                               path": the sender skips the EV instead)
 ===================  =======================  =================================================
 
-Increases are applied once per adjustment period (one base RTT): ``cwnd += inc / cwnd + eta``. A
-NACK for a trimmed packet *quick-adapts*, as uet-htsim's ``UecSrc::quick_adapt`` does for a loss:
+Increases are applied once more than 8 MSS have been acknowledged since the last time, or a base RTT
+has passed (``cwnd += inc / cwnd``), and ``eta`` once a base RTT (uet-htsim ``fulfill_adjustment``).
+A NACK for a trimmed packet *quick-adapts*, as uet-htsim's ``UecSrc::quick_adapt`` does for a loss:
 the bytes acknowledged are counted over windows of a base RTT plus the target delay; a NACK arms
 the quick adapt, and the first acknowledgement or NACK after the window in which it came ends that
 window: if fewer than an eighth of ``maxwnd`` got through in it (the reference's ``_qa_gate`` of 3),
@@ -26,7 +30,11 @@ the window drops to what did, and the NACKs and marked acknowledgements of the b
 are ignored (``_bytes_to_ignore``: they tell of the congestion already answered). A NACK that
 arrives while nothing is decided takes its bytes off the window. (The reference also quick-adapts on
 a delay over four targets: not here, see :meth:`Nscc.on_nack`.)
-``avg`` is an EWMA of the queueing delay (weight 0.0125).
+``avg`` is an EWMA of the queueing delay (weight 0.0125), fed a quarter of the base RTT for an
+unmarked sample over the target (a queue that marks nothing is not long) and a base RTT for a NACK
+(the trim threshold's delay), as uet-htsim's ``update_delay``. This is the reference's law (held to
+it acknowledgement by acknowledgement on one of its flows' traces, tests/test_congestion.py) but for
+its delay-triggered quick adapt.
 
 Parameters scale with the fabric as in uet-htsim: reference network 100 Gb/s x 12 us (a BDP of
 150,000 bytes); ``a = BDP / reference BDP``, ``b = target / reference RTT``; ``alpha = 4 MSS a b /
@@ -64,6 +72,15 @@ GAMMA = 0.8
 REF_MSS_BYTES = 4096
 #: quick adapt when less than this share of maxwnd got through in a window (uet-htsim ``_qa_gate`` 3: maxwnd >> 3)
 QUICK_ADAPT_FRACTION = 1 / 8
+#: increases are applied once this many MSS have been acknowledged since the last time, or a base RTT
+#: has passed (uet-htsim ``_adjust_bytes_threshold = 8 x _mtu``, ``_adjust_period_threshold``)
+ADJUST_PACKETS = 8
+#: the fast increase's delay threshold in base RTTs: uet-htsim's 1 us over its default network's
+#: 14.02272 us (``fast_increase``; ``_network_rtt`` of its 16-node fat tree at 100 Gb/s)
+FAST_INCREASE_DELAY_RTTS = 1 / 14.02272
+#: an unmarked acknowledgement whose delay is over the target feeds the average this share of the
+#: base RTT instead (uet-htsim ``update_delay``: ``_base_rtt * 0.25``)
+UNMARKED_DELAY_RTTS = 0.25
 
 
 class FixedWindow:
@@ -119,6 +136,18 @@ class NsccParams:
         return 0.15 * REF_MSS_BYTES * self.a
 
     @property
+    def fi_scale(self) -> float:
+        """The fast increase's share of each acknowledged byte added to the window, ``0.25 a``
+        (uet-htsim ``_fi_scale``)."""
+        return 0.25 * self.a
+
+    @property
+    def fast_delay_s(self) -> float:
+        """The queueing delay under which acknowledgements count towards a fast increase: the
+        reference's 1 us in its 14.02 us network RTT (uet-htsim ``fast_increase``), in base RTTs."""
+        return FAST_INCREASE_DELAY_RTTS * self.base_rtt_s
+
+    @property
     def maxwnd(self) -> float:
         """The window's ceiling, 1.5 BDP (bytes)."""
         return 1.5 * self.bdp_bytes
@@ -142,7 +171,10 @@ class Nscc:
         self.cwnd_bytes = float(initial_bytes)
         self.avg_delay = 0.0
         self.inc = 0.0
-        self.period_end: float | None = None
+        self.received = 0.0  # bytes acknowledged since increases were last applied
+        self.last_adjust: float | None = None  # when eta was last added
+        self.fi_count = 0.0  # bytes acknowledged at a near-empty queue in a row (the fast increase's)
+        self.increasing = False  # the fast increase is on
         self.last_decrease = -1.0
         # quick adapt (uet-htsim's names): bytes acknowledged in the window ending at qa_end, whether a
         # NACK armed it, and the NACKed and marked bytes to ignore after one (those in flight then)
@@ -186,29 +218,75 @@ class Nscc:
             return
         self.qa_achieved += acked_bytes
         self.qa_ignored += acked_bytes
+        self.received += acked_bytes
+        if rtt_s is not None and rtt_s >= p.base_rtt_s:
+            delay = rtt_s - p.base_rtt_s
+            self._update_delay(delay, ecn)
+        else:  # no sample: the average stands in (uet-htsim processAck)
+            delay = self.avg_delay
         if self._quick_adapt(now, in_flight, skip=ecn):
             return
-        if rtt_s is not None:
-            delay = max(0.0, rtt_s - p.base_rtt_s)
-            self.avg_delay += DELAY_EWMA * (delay - self.avg_delay)
-            target = p.target_s
-            if ecn and delay >= target:
-                if now - self.last_decrease >= p.base_rtt_s and self.avg_delay > 0:
-                    factor = max(1 - GAMMA * (self.avg_delay - target) / self.avg_delay, 0.5)
-                    self.cwnd_bytes = max(p.mss, self.cwnd_bytes * min(1.0, factor))
-                    self.last_decrease = now
-                    self.inc = 0.0
-            elif not ecn and delay >= target:
-                self.inc += p.fi * acked_bytes
-            elif not ecn:
-                self.inc += p.alpha * acked_bytes * (target - delay)
-        if self.period_end is None:
-            self.period_end = now + p.base_rtt_s
-        elif now >= self.period_end:
-            self.cwnd_bytes = min(p.maxwnd, self.cwnd_bytes + self.inc / self.cwnd_bytes + p.eta)
-            self.cwnd_bytes = max(p.mss, self.cwnd_bytes)
-            self.inc = 0.0
-            self.period_end = now + p.base_rtt_s
+        target = p.target_s
+        if not ecn and delay >= target:
+            self.inc += p.fi * acked_bytes  # fair increase
+        elif not ecn:
+            if not self._fast_increase(acked_bytes, delay):
+                self.inc += p.alpha * acked_bytes * (target - delay)  # proportional increase
+        elif delay >= target:
+            self._multiplicative_decrease(now)
+        self._bound()
+        if self.last_adjust is None:
+            self.last_adjust = now
+        if self.received > ADJUST_PACKETS * p.mss or now - self.last_adjust > p.base_rtt_s:
+            self.cwnd_bytes += self.inc / self.cwnd_bytes
+            if now - self.last_adjust >= p.base_rtt_s:
+                self.cwnd_bytes += p.eta
+                self.last_adjust = now
+            self.inc = self.received = 0.0
+        self._bound()
+
+    def _update_delay(self, delay: float, ecn: bool) -> None:
+        """The average queueing delay after a sample of ``delay`` (s): uet-htsim ``update_delay``.
+        An unmarked sample over the target feeds a quarter of the base RTT instead: a queue that
+        marks nothing is not long."""
+        p = self.p
+        assert p is not None
+        if not ecn and delay > p.target_s:
+            delay = UNMARKED_DELAY_RTTS * p.base_rtt_s
+        self.avg_delay += DELAY_EWMA * (delay - self.avg_delay)
+
+    def _fast_increase(self, acked_bytes: int, delay: float) -> bool:
+        """uet-htsim ``fast_increase``: once a window's worth of bytes is acknowledged in a row at
+        a near-empty queue (under :attr:`NsccParams.fast_delay_s`), each acknowledged byte adds
+        ``fi_scale`` of itself to the window at once, until a sample reads a queue. True while on."""
+        p = self.p
+        assert p is not None
+        if delay < p.fast_delay_s:
+            self.fi_count += acked_bytes
+            if self.fi_count > self.cwnd_bytes or self.increasing:
+                self.cwnd_bytes += acked_bytes * p.fi_scale
+                self.increasing = True
+                return True
+        else:
+            self.fi_count = 0.0
+        self.increasing = False
+        return False
+
+    def _multiplicative_decrease(self, now: float) -> None:
+        """uet-htsim ``multiplicative_decrease``: with the average delay over the target, at most
+        once per base RTT, ``cwnd *= max(1 - gamma (avg - target) / avg, 0.5)``."""
+        p = self.p
+        assert p is not None
+        self.increasing, self.fi_count = False, 0.0
+        if self.avg_delay > p.target_s and now - self.last_decrease > p.base_rtt_s:
+            self.cwnd_bytes *= max(1 - GAMMA * (self.avg_delay - p.target_s) / self.avg_delay, 0.5)
+            self.last_decrease = now
+
+    def _bound(self) -> None:
+        """The window within [1 MSS, maxwnd] (uet-htsim ``set_cwnd_bounds``)."""
+        p = self.p
+        assert p is not None
+        self.cwnd_bytes = min(max(self.cwnd_bytes, float(p.mss)), p.maxwnd)
 
     def on_nack(self, nacked_bytes: int, now: float, in_flight: float = 0.0) -> None:
         """A NACK for a trimmed packet of ``nacked_bytes`` at ``now`` (s), ``in_flight`` bytes in
@@ -224,6 +302,8 @@ class Nscc:
         if p is None:
             return
         self.qa_ignored += nacked_bytes
+        # the trim threshold's delay, a base RTT here (uet-htsim: its network RTT), into the average
+        self._update_delay(p.base_rtt_s, True)
         self.qa_armed = True
         if self._quick_adapt(now, in_flight, skip=True):
             return
@@ -236,7 +316,7 @@ class Nscc:
         p = self.p
         assert p is not None
         if skip and self.qa_ignored < self.qa_to_ignore:
-            self.inc = 0.0
+            self.inc = self.received = 0.0
             return True
         if self.qa_end is None:  # the first window starts with the first signal
             self.qa_end = now + p.base_rtt_s + p.target_s
@@ -248,7 +328,7 @@ class Nscc:
             self.cwnd_bytes = max(float(self.qa_achieved), float(p.mss))
             self.last_decrease = now
             self.qa_to_ignore, self.qa_ignored, self.qa_armed = in_flight, 0.0, False
-            self.inc = 0.0
+            self.inc = self.received = 0.0
         self.qa_achieved = 0
         self.qa_end = now + p.base_rtt_s + p.target_s
         return ran
