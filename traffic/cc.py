@@ -63,6 +63,7 @@ to keep every plane's port busy.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 
 #: uet-htsim's reference network: 100 Gb/s x 12 us
 REF_BDP_BYTES = 100e9 / 8 * 12e-6
@@ -103,51 +104,51 @@ class FixedWindow:
 class NsccParams:
     """NSCC's parameters for one BDP and base RTT, scaled as in uet-htsim (module docstring):
     ``mss`` and ``bdp_bytes`` in bytes, the target queueing delay ``target_s`` and ``base_rtt_s``
-    in seconds."""
+    in seconds. Derived figures are computed once (read on every acknowledgement)."""
 
     mss: int
     bdp_bytes: float
     target_s: float
     base_rtt_s: float
 
-    @property
+    @cached_property
     def a(self) -> float:
         """The BDP over uet-htsim's reference BDP (100 Gb/s x 12 us = 150,000 bytes)."""
         return self.bdp_bytes / REF_BDP_BYTES
 
-    @property
+    @cached_property
     def b(self) -> float:
         """The target delay over the reference RTT, here the base RTT (ours; uet-htsim: 12 us)."""
         return self.target_s / self.base_rtt_s  # time runs slower here: the fabric's own RTT is the reference
 
-    @property
+    @cached_property
     def alpha(self) -> float:
         """The proportional increase's gain, ``4 MSS a b / target`` (MSS: :data:`REF_MSS_BYTES`)."""
         return 4 * REF_MSS_BYTES * self.a * self.b / self.target_s
 
-    @property
+    @cached_property
     def fi(self) -> float:
         """The fair increase's gain, ``5 MSS a`` (MSS: :data:`REF_MSS_BYTES`)."""
         return 5 * REF_MSS_BYTES * self.a
 
-    @property
+    @cached_property
     def eta(self) -> float:
         """Bytes added to the window every adjustment period, ``0.15 MSS a`` (MSS: :data:`REF_MSS_BYTES`)."""
         return 0.15 * REF_MSS_BYTES * self.a
 
-    @property
+    @cached_property
     def fi_scale(self) -> float:
         """The fast increase's share of each acknowledged byte added to the window, ``0.25 a``
         (uet-htsim ``_fi_scale``)."""
         return 0.25 * self.a
 
-    @property
+    @cached_property
     def fast_delay_s(self) -> float:
         """The queueing delay under which acknowledgements count towards a fast increase: the
         reference's 1 us in its 14.02 us network RTT (uet-htsim ``fast_increase``), in base RTTs."""
         return FAST_INCREASE_DELAY_RTTS * self.base_rtt_s
 
-    @property
+    @cached_property
     def maxwnd(self) -> float:
         """The window's ceiling, 1.5 BDP (bytes)."""
         return 1.5 * self.bdp_bytes
@@ -219,31 +220,41 @@ class Nscc:
         self.qa_achieved += acked_bytes
         self.qa_ignored += acked_bytes
         self.received += acked_bytes
+        target = p.target_s
         if rtt_s is not None and rtt_s >= p.base_rtt_s:
             delay = rtt_s - p.base_rtt_s
-            self._update_delay(delay, ecn)
+            # the average (uet-htsim update_delay; :meth:`_update_delay`, inlined: every acknowledgement)
+            fed = UNMARKED_DELAY_RTTS * p.base_rtt_s if not ecn and delay > target else delay
+            self.avg_delay += DELAY_EWMA * (fed - self.avg_delay)
         else:  # no sample: the average stands in (uet-htsim processAck)
             delay = self.avg_delay
-        if self._quick_adapt(now, in_flight, skip=ecn):
-            return
-        target = p.target_s
+        if (self.qa_end is not None and now > self.qa_end) or (ecn and self.qa_ignored < self.qa_to_ignore):
+            if self._quick_adapt(now, in_flight, skip=ecn):
+                return
+        elif self.qa_end is None:
+            self.qa_end = now + p.base_rtt_s + target  # the quick adapt's first window starts
         if not ecn and delay >= target:
             self.inc += p.fi * acked_bytes  # fair increase
         elif not ecn:
-            if not self._fast_increase(acked_bytes, delay):
+            if delay >= p.fast_delay_s:  # a queue: no fast increase (uet-htsim fast_increase)
+                self.fi_count, self.increasing = 0.0, False
                 self.inc += p.alpha * acked_bytes * (target - delay)  # proportional increase
+            elif not self._fast_increase(acked_bytes):
+                self.inc += p.alpha * acked_bytes * (target - delay)
         elif delay >= target:
             self._multiplicative_decrease(now)
-        self._bound()
+        lo, hi = p.mss, p.maxwnd  # the window's bounds (uet-htsim set_cwnd_bounds), before and after
+        cwnd = min(max(self.cwnd_bytes, lo), hi)
         if self.last_adjust is None:
             self.last_adjust = now
-        if self.received > ADJUST_PACKETS * p.mss or now - self.last_adjust > p.base_rtt_s:
-            self.cwnd_bytes += self.inc / self.cwnd_bytes
+        if self.received > ADJUST_PACKETS * lo or now - self.last_adjust > p.base_rtt_s:
+            cwnd += self.inc / cwnd
             if now - self.last_adjust >= p.base_rtt_s:
-                self.cwnd_bytes += p.eta
+                cwnd += p.eta
                 self.last_adjust = now
             self.inc = self.received = 0.0
-        self._bound()
+            cwnd = min(max(cwnd, lo), hi)
+        self.cwnd_bytes = cwnd
 
     def _update_delay(self, delay: float, ecn: bool) -> None:
         """The average queueing delay after a sample of ``delay`` (s): uet-htsim ``update_delay``.
@@ -255,20 +266,18 @@ class Nscc:
             delay = UNMARKED_DELAY_RTTS * p.base_rtt_s
         self.avg_delay += DELAY_EWMA * (delay - self.avg_delay)
 
-    def _fast_increase(self, acked_bytes: int, delay: float) -> bool:
-        """uet-htsim ``fast_increase``: once a window's worth of bytes is acknowledged in a row at
-        a near-empty queue (under :attr:`NsccParams.fast_delay_s`), each acknowledged byte adds
-        ``fi_scale`` of itself to the window at once, until a sample reads a queue. True while on."""
+    def _fast_increase(self, acked_bytes: int) -> bool:
+        """uet-htsim ``fast_increase``, for an acknowledgement at a near-empty queue (under
+        :attr:`NsccParams.fast_delay_s`; a sample over it ends the fast increase, in :meth:`on_ack`):
+        once a window's worth of bytes is acknowledged so in a row, each acknowledged byte adds
+        ``fi_scale`` of itself to the window at once. True while on."""
         p = self.p
         assert p is not None
-        if delay < p.fast_delay_s:
-            self.fi_count += acked_bytes
-            if self.fi_count > self.cwnd_bytes or self.increasing:
-                self.cwnd_bytes += acked_bytes * p.fi_scale
-                self.increasing = True
-                return True
-        else:
-            self.fi_count = 0.0
+        self.fi_count += acked_bytes
+        if self.fi_count > self.cwnd_bytes or self.increasing:
+            self.cwnd_bytes += acked_bytes * p.fi_scale
+            self.increasing = True
+            return True
         self.increasing = False
         return False
 
@@ -281,12 +290,6 @@ class Nscc:
         if self.avg_delay > p.target_s and now - self.last_decrease > p.base_rtt_s:
             self.cwnd_bytes *= max(1 - GAMMA * (self.avg_delay - p.target_s) / self.avg_delay, 0.5)
             self.last_decrease = now
-
-    def _bound(self) -> None:
-        """The window within [1 MSS, maxwnd] (uet-htsim ``set_cwnd_bounds``)."""
-        p = self.p
-        assert p is not None
-        self.cwnd_bytes = min(max(self.cwnd_bytes, float(p.mss)), p.maxwnd)
 
     def on_nack(self, nacked_bytes: int, now: float, in_flight: float = 0.0) -> None:
         """A NACK for a trimmed packet of ``nacked_bytes`` at ``now`` (s), ``in_flight`` bytes in
