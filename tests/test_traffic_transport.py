@@ -970,12 +970,10 @@ def test_a_receiver_late_by_less_than_the_timer_floor_times_nothing_out():
     assert o.sender.stats.timeouts == 0
 
 
-def test_an_ev_a_resent_packet_died_on_is_retired_one_timer_after_it_left_not_after_its_backoff():
-    """PSN 0 is lost and resent at 23 ms onto another EV, which is dead: nothing sent on it comes
-    back, while packets sent later on the others do (RACK's evidence). The resend's own timer is
-    twice the RTO (44 ms: it is resent at 67 ms), but its EV is judged one RTO after it left
-    (45 ms): a backup EV through a dead T1 carries resent packets first and was retired a timer
-    late (t1-blackhole, both data planes)."""
+def _lost_packet_sender():
+    """(sender, sack) for the two tests below: one QP h0 -> h2 with an 8-packet window, a 20 ms
+    timer floor, no NSCC and no probes; ``sack(pkts, now, skip_ev)`` acknowledges the first
+    transmissions among ``pkts``, but those sent on ``skip_ev``, in one SACK at ``now``."""
     s = TransportSettings(payload_bytes=1024, window_packets=8, region_bytes=1 << 20, min_rto_s=0.02, nscc=False,
                           probes=False)
     tx = make_sender(1, PLAN, "h0", "h2", s, random.Random(1), iter([(m, bytes(16 * 1024)) for m in range(8)]))
@@ -986,6 +984,17 @@ def test_an_ev_a_resent_packet_died_on_is_retired_one_timer_after_it_left_not_af
         bm = sum(1 << (p.psn - base) for p in got)
         tx.on_packet(Pkt(op=H.OP_SACK, qp=1, ev=got[0].ev, cum_psn=0, base_psn=base, bitmap=bm, echo_ev=got[0].ev,
                          echo_psn=got[0].psn, port_state=0xFF), now)
+
+    return tx, sack
+
+
+def test_an_ev_a_resent_packet_died_on_is_retired_one_timer_after_it_left_not_after_its_backoff():
+    """PSN 0 is lost and resent at 23 ms onto another EV, which is dead: nothing sent on it comes
+    back, while packets sent later on the others do (RACK's evidence). The resend's own timer is
+    twice the RTO (44 ms: it is resent at 67 ms), but its EV is judged one RTO after it left
+    (45 ms): a backup EV through a dead T1 carries resent packets first and was retired a timer
+    late (t1-blackhole, both data planes)."""
+    tx, sack = _lost_packet_sender()
 
     first = tx.poll(0.0)
     sack(first[1:], 0.002)  # an RTT of 2 ms: the RTO is 22 ms; PSN 0 never arrives
@@ -1006,17 +1015,8 @@ def test_a_resend_its_port_held_has_its_ev_judged_a_timer_after_its_stamp():
     """As above, with the ports stamping: the resend of PSN 0 (handed over at 23 ms) is held in its
     port until 50 ms. At 46 ms it has no stamp (still there), at 68 ms it has left 18 ms before:
     its EV is judged a timer after it left (72 ms), not a timer after the first look (68 ms)."""
-    s = TransportSettings(payload_bytes=1024, window_packets=8, region_bytes=1 << 20, min_rto_s=0.02, nscc=False,
-                          probes=False)
-    tx = make_sender(1, PLAN, "h0", "h2", s, random.Random(1), iter([(m, bytes(16 * 1024)) for m in range(8)]))
+    tx, sack = _lost_packet_sender()
     tx.wire_ports = (1 << PLAN.spec.planes) - 1
-
-    def sack(pkts, now, skip_ev=None):
-        got = [p for p in pkts if not p.flags & H.F_RETX and p.ev != skip_ev]
-        base = min(p.psn for p in got)
-        bm = sum(1 << (p.psn - base) for p in got)
-        tx.on_packet(Pkt(op=H.OP_SACK, qp=1, ev=got[0].ev, cum_psn=0, base_psn=base, bitmap=bm, echo_ev=got[0].ev,
-                         echo_psn=got[0].psn, port_state=0xFF), now)
 
     def sent(pkts, t, hold=()):  # every packet leaves its port as it is handed over, but those held
         for p in pkts:
