@@ -166,17 +166,19 @@ def reference_events(text: str, flow: str) -> tuple[list[tuple], list[float]]:
     return events, flight
 
 
-def replay(text: str, flow: str) -> tuple[Trace, list[tuple[float, float, float]]]:
+def replay(text: str, flow: str, quarter_unmarked: bool = False) -> tuple[Trace, list[tuple[float, float, float]]]:
     """Feed one reference flow's acknowledgements and NACKs (:func:`reference_events` of ``text``,
     htsim_uec -debug's output) to mrclab's NSCC (:class:`traffic.cc.Nscc`, as the transport builds
     it) at the reference's base RTT, BDP and packet size (its payload the MSS), starting where the
     reference's window starts. Returns the reference's trace and ``(t_s, reference cwnd / BDP,
     mrclab cwnd / BDP)`` after each acknowledgement: the two control laws on the same signals,
-    open loop. Raises ValueError as :func:`parse_reference` does."""
+    open loop. ``quarter_unmarked``: with the reference's average of an unmarked delay, which the
+    lab leaves out (:class:`traffic.cc.Nscc`). Raises ValueError as :func:`parse_reference` does."""
     tr = parse_reference(text)
     events, flight = reference_events(text, flow)
     first = next((e[5] for e in events if e[0] == "ack"), 1.5 * tr.bdp_bytes)
-    cc = Nscc(tr.mss - REF_HEADER_BYTES, tr.bdp_bytes * 8 / tr.base_rtt_s, first, base_rtt_s=tr.base_rtt_s)
+    cc = Nscc(tr.mss - REF_HEADER_BYTES, tr.bdp_bytes * 8 / tr.base_rtt_s, first, base_rtt_s=tr.base_rtt_s,
+              quarter_unmarked=quarter_unmarked)
     out = []
     for (kind, t, acked, delay, ecn, cwnd), in_flight in zip(events, flight, strict=True):
         if kind == "nack":

@@ -110,16 +110,29 @@ def test_nscc_fast_increase_after_a_window_acknowledged_at_an_empty_queue():
     assert not cc.increasing and cc.fi_count == 0
 
 
-def test_nscc_averages_an_unmarked_delay_over_the_target_as_a_quarter_base_rtt():
+def test_nscc_averages_an_unmarked_delay_over_the_target_as_a_quarter_base_rtt_as_the_reference_does():
     # uet-htsim's update_delay: a queue that marks nothing is not long. Its average then stays
     # under the target, and a marked acknowledgement cuts nothing
-    cc = nscc()
+    cc = nscc(quarter_unmarked=True)
     for k in range(600):
         cc.on_ack(MSS, BASE + 2 * cc.p.target_s, False, k * 1e-5)
     assert cc.avg_delay == pytest.approx(0.25 * BASE * (1 - (1 - DELAY_EWMA) ** 600), rel=1e-6)
     w = cc.cwnd_bytes
     cc.on_ack(MSS, BASE + 2 * cc.p.target_s, True, 0.0061)
     assert cc.cwnd_bytes >= w
+
+
+def test_nscc_averages_an_unmarked_delay_over_the_target_as_it_is_by_default():
+    # the lab's ECN threshold can lie above the target (bmv2's permutation: 0.79 BDP against 0.75):
+    # a queue between them is unmarked and over the target, and it must lift the average so that
+    # a mark then cuts (cc.py's docstring: with the reference's quarter, bmv2 trimmed 10-40 a run)
+    cc = nscc()
+    for k in range(600):
+        cc.on_ack(MSS, BASE + 2 * cc.p.target_s, False, k * 1e-5)
+    assert cc.avg_delay == pytest.approx(2 * cc.p.target_s * (1 - (1 - DELAY_EWMA) ** 600), rel=1e-6)
+    w = cc.cwnd_bytes
+    cc.on_ack(MSS, BASE + 2 * cc.p.target_s, True, 0.0061)
+    assert cc.cwnd_bytes < 0.9 * w
 
 
 def test_nscc_multiplicative_decrease_on_ecn_above_the_target_once_per_rtt():
@@ -217,17 +230,22 @@ def test_nscc_follows_the_reference_simulator_on_its_own_signals():
     """mrclab's NSCC fed the acknowledgements and NACKs of one flow of uet-htsim's 4-to-1 incast
     (tests/fixtures/htsim-nscc-4to1-flow0.txt: where it came from is in its header) keeps the
     window the reference kept, at the reference's BDP and RTT, acknowledgement by acknowledgement:
-    0.8% off on average, 2.2% at worst (2026-12-07; the reference's law transcribed whole, its
-    delay-triggered quick adapt too, 0.1% and 4.4%). Before the reference's every-8-packets
-    adjustment, fast increase and quarter-RTT average were taken, 33% and 56%."""
+    0.8% off on average, 2.2% at worst with the reference's quarter-RTT average of an unmarked
+    delay (2026-12-07; the reference's law transcribed whole, its delay-triggered quick adapt
+    too, 0.1% and 4.4%). The lab's default, each sample's delay averaged (traffic/cc.py: the lab's
+    ECN threshold can lie above the target), is 2.0% off on average and 6.9% at worst. Before the
+    reference's every-8-packets adjustment, fast increase and quarter-RTT average were taken, 33%
+    and 56%."""
     text = (FIXTURES / "htsim-nscc-4to1-flow0.txt").read_text()
-    tr, steps = bench_nscc.replay(text, "Uec_0_15")
-    assert tr.bdp_bytes == 175284 and tr.base_rtt_s == pytest.approx(14.02272e-6) and tr.mss == 4150
-    events, _ = bench_nscc.reference_events(text, "Uec_0_15")
-    assert sum(e[0] == "nack" for e in events) == tr.trims["Uec_0_15"] > 10  # trims, quick adapts among them
-    assert len(steps) > 300 and min(ref for _, ref, _ in steps) < 0.5 * steps[0][1]  # the window did move
-    errors = [abs(ours / ref - 1) for _, ref, ours in steps]
-    assert sum(errors) / len(errors) < 0.01 and max(errors) < 0.15, (sum(errors) / len(errors), max(errors))
+    for quarter, mean_bound, max_bound in ((True, 0.01, 0.15), (False, 0.03, 0.1)):
+        tr, steps = bench_nscc.replay(text, "Uec_0_15", quarter_unmarked=quarter)
+        assert tr.bdp_bytes == 175284 and tr.base_rtt_s == pytest.approx(14.02272e-6) and tr.mss == 4150
+        events, _ = bench_nscc.reference_events(text, "Uec_0_15")
+        assert sum(e[0] == "nack" for e in events) == tr.trims["Uec_0_15"] > 10  # trims, quick adapts among them
+        assert len(steps) > 300 and min(ref for _, ref, _ in steps) < 0.5 * steps[0][1]  # the window did move
+        errors = [abs(ours / ref - 1) for _, ref, ours in steps]
+        mean = sum(errors) / len(errors)
+        assert mean < mean_bound and max(errors) < max_bound, (quarter, mean, max(errors))
 
 
 def test_bench_nscc_reads_figures_from_the_reference_s_trace():
