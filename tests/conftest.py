@@ -57,7 +57,11 @@ def pytest_collection_modifyitems(config, items):
     def marked(item, name):
         return item.get_closest_marker(name) is not None
 
-    if root_why is None and any(marked(i, "root") or marked(i, "bmv2") for i in items):
+    # not while only collecting (``--collect-only``, e.g. to count a marker's tests): that changes
+    # nothing on the machine, and a session running beside it may own the "crashed" run (its
+    # test_mrclab_clean_removes_a_crashed_run found its namespaces gone, 2026-12-07)
+    if root_why is None and not config.option.collectonly and any(marked(i, "root") or marked(i, "bmv2")
+                                                                  for i in items):
         root_why = _clear_the_ground(config)
     for item in items:
         if marked(item, "root") and root_why:

@@ -3,6 +3,7 @@
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from mrclab.emulation.cleanup import list_netns
@@ -34,3 +35,19 @@ def test_mrclab_clean_removes_a_crashed_run(no_leftovers):
     assert any(n.startswith("mrclab-") for n in list_netns())
     r = subprocess.run([sys.executable, "-m", "mrclab.cli", "clean"], capture_output=True, text=True)
     assert r.returncode == 0 and "removed run" in r.stdout
+
+
+def test_collecting_the_tests_leaves_a_crashed_run_s_namespaces_alone(no_leftovers):
+    # a session clears what crashed runs left before its root tests, but `pytest --collect-only`
+    # beside a running suite (counting its markers) took the namespaces of the run that suite's
+    # test above had just crashed on purpose
+    name = "mrclab-bench-b"  # a node name `mrclab clean` removes when no live run owns it
+    assert name not in list_netns()
+    subprocess.run(["ip", "netns", "add", name], check=True)
+    try:
+        r = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+                            str(Path(__file__))], capture_output=True, text=True, cwd=Path(__file__).parent.parent)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert name in list_netns()
+    finally:
+        subprocess.run(["ip", "netns", "del", name], capture_output=True)
