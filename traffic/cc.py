@@ -39,7 +39,7 @@ lies at or above the target (bmv2's permutation: 0.79 BDP against 0.75), so a st
 between them reads as unmarked and over the target, and the average never reached the target to
 let a mark cut. Run so on bmv2 (permutation over two servers, 2026-12-07), MRC trimmed 10-40
 packets a run and read 5.40-5.68 ports of goodput against its bound of 5.4; each sample's own delay
-averaged, 0-3 trims and 5.58-5.59 (the law before the reference's pieces: 0 and 5.60-5.68); a
+averaged, 0-3 trims and 5.54-5.65 in 4 runs (the law before the reference's pieces: 0 and 5.60-5.68); a
 1-packet ECN threshold instead marked at every BMv2 hiccup and cut goodput to 3.7. This is the
 reference's law (held to it acknowledgement by acknowledgement on one of its flows' traces,
 tests/test_congestion.py: 0.8% with ``quarter_unmarked``, 2% without) but for those two pieces.
