@@ -297,6 +297,41 @@ def test_reverse_evs_on_the_paths_a_hosts_own_data_crosses_are_judged_by_it_not_
     assert judged and all(judged.values())  # h2's data vouches for its paths once all work
 
 
+def test_a_path_whose_evs_an_ecn_mark_skips_is_judged_by_its_delivery_before_the_skip():
+    """A SKIP EV is congested, not broken (the mark that skipped it came back on a delivered
+    packet), and passed over for its hold: its path's delivery from before the hold judges the
+    reverse EVs through it until the hold ends, rather than leaving them to probes (fig. 17's
+    incast marks every EV at its last hop: skips left paths unused and their reverse EVs probed,
+    0.036 of the data bytes, 2026-12-07). After the hold, nothing judges it."""
+    from mrclab.traffic.evs import EvState
+
+    b = HostStack(PLAN, "h2", S, seed=2)
+    b.add_sender(1, "h0", message_source(3, 4096, None))
+    tx = b.senders[("h0", 1)]
+    tx.rtt.sample(0.02, 0.0)
+    hold = S.ecn_skip_rtts * tx.rtt.srtt
+    same = PLAN.spec.group_of("h2") == PLAN.spec.group_of("h0")
+    path = lambda ev: (ev_plane(ev), None if same else ev_t1(ev))  # noqa: E731
+    active = [ev for ev, st in tx.ev_states().items() if st is EvState.GOOD and tx.evs.evs[ev].active]
+    hot = path(active[0])
+    t0 = 1.0
+    for ev in tx.ev_states():
+        tx.delivered_after[ev] = t0
+        if path(ev) == hot:
+            tx.evs.skip(ev, "ECN mark", t0 + hold)
+    assert {path(ev) for ev in tx.ev_states()} != {hot}  # other paths: their EVs keep delivering
+    for now in (t0 + S.probe_timeout_s + hold / 2, t0 + S.probe_timeout_s + hold + 0.01):
+        for ev in tx.ev_states():
+            if path(ev) != hot:
+                tx.delivered_after[ev] = now
+        judged = b.data_paths(now)["h0"]
+        if now < t0 + S.probe_timeout_s + hold:
+            assert judged.get(hot) is True, judged  # within the hold: the skip's path still works
+        else:
+            assert hot not in judged, judged  # after it: nothing says, its reverse EVs are probed
+        assert all(judged.get(path(ev)) for ev in tx.ev_states() if path(ev) != hot)
+
+
 def _reverse_evs_over_a_slow_path(settings: TransportSettings, one_way_s: float, until_s: float):
     """h0 sends to h2 over frames that take ``one_way_s`` each way; h2's reverse EV set towards
     h0 after ``until_s`` and the probes it sent."""

@@ -198,13 +198,22 @@ class HostStack:
         spec = self.plan.spec
         for (peer, _), s in self.senders.items():
             delivered = getattr(s, "delivered_after", None)
-            if not delivered or max(delivered.values()) < since:
+            if not delivered:
+                continue
+            # a SKIP EV (an ECN mark came back on it: congested, and delivering) is passed over for
+            # its hold, ecn_skip_rtts smoothed RTTs; its delivery before the hold still judges its
+            # path through it (an incast's last hop marks every EV: fig. 17's skips left paths
+            # unused and their reverse EVs probed, 0.036 of the data bytes, 2026-12-07 captures)
+            skip_since = since - self.settings.ecn_skip_rtts * (s.rtt.srtt or 0.0)
+            states = s.ev_states()
+            if not any(delivered.get(ev, -1.0) >= (skip_since if st is EvState.SKIP else since)
+                       for ev, st in states.items()):
                 continue  # no data of it delivered lately: it says nothing
             same = spec.group_of(self.host) == spec.group_of(peer)
             seen: dict[_Path, bool | None] = {}  # None: an EV in use there with nothing lately
-            for ev, state in s.ev_states().items():
+            for ev, state in states.items():
                 path: _Path = (ev_plane(ev), None if same else ev_t1(ev))
-                if delivered.get(ev, -1.0) >= since:
+                if delivered.get(ev, -1.0) >= (skip_since if state is EvState.SKIP else since):
                     seen[path] = True
                 elif state in (EvState.ASSUMED_BAD, EvState.DENIED):
                     seen.setdefault(path, False)
