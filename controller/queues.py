@@ -77,10 +77,13 @@ class QueueSettings:
 
     def for_transport(self, transport: str) -> QueueSettings:
         """The switches a ``transport`` run meets, where the scenario leaves it open: MRC's
-        (trimming on, no marks on the last hop) or a RoCE fabric's (no trimming: RoCE NICs know
-        none; marks on the last hop too: DCQCN reacts to the congested hop)."""
+        (trimming on, no marks on the last hop) or a RoCE fabric's (marks on the last hop too:
+        DCQCN reacts to the congested hop). A RoCE fabric never trims, whatever ``trim_t`` says:
+        RoCE NICs know no trimmed packet (one is a loss, and a go-back-N), so a scenario's
+        ``trim_t`` sets MRC's switches only (fig. 17 trims MRC at 8 packets: RoCE's PFC XOFF is
+        16 there, and its packets would have been cut before the pause)."""
         roce = transport == "roce"
-        return QueueSettings(self.ecn_k, 0 if roce and self.trim_t < 0 else self.trim_t,
+        return QueueSettings(self.ecn_k, 0 if roce else self.trim_t,
                              roce if self.ecn_last_hop is None else self.ecn_last_hop,
                              self.pfc and roce, self.pfc_xoff, self.pfc_xon)
 
