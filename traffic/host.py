@@ -204,7 +204,8 @@ class HostStack:
             # its hold, ecn_skip_rtts smoothed RTTs; its delivery before the hold still judges its
             # path through it (an incast's last hop marks every EV: fig. 17's skips left paths
             # unused and their reverse EVs probed, 0.036 of the data bytes, 2026-12-07 captures)
-            skip_since = since - self.settings.ecn_skip_rtts * (s.rtt.srtt or 0.0)
+            rtt = getattr(s, "rtt", None)  # an MRC sender's (delivered_after is too)
+            skip_since = since - self.settings.ecn_skip_rtts * ((rtt.srtt if rtt is not None else None) or 0.0)
             states = s.ev_states()
             if not any(delivered.get(ev, -1.0) >= (skip_since if st is EvState.SKIP else since)
                        for ev, st in states.items()):

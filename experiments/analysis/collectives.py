@@ -20,11 +20,11 @@ iterations (the collective block's, 5 by default) are not timed, but for the las
 finished: the start of a transport (its congestion control from its floor, DCQCN's from line
 rate, base RTTs unknown) is not its pace. Every figure below reads the timed iterations.
 
-Expectation metrics: ``busbw_mbps`` (over the timed iterations: their bytes over the time from the
-last warm-up iteration's end to the last end, plus the time the unfinished iteration stalled
-when it finished fewer iterations than asked (:func:`stalled_tail_s`); in a run with fidelity faults, over the iterations
-that met none, nor the second after one: :func:`kept_iterations`), ``iteration_s(percentile)``, ``iterations`` (how
-many the collective finished, warm-up included),
+Expectation metrics: ``busbw_mbps`` (over the timed iterations: their bytes over the time from
+the last warm-up iteration's end to the last end, plus the time the unfinished iteration stalled
+when it finished fewer iterations than asked (:func:`stalled_tail_s`); in a run with fidelity
+faults, over the iterations that met none, nor the second after one: :func:`kept_iterations`),
+``iteration_s(percentile)``, ``iterations`` (how many the collective finished, warm-up included),
 ``collective_correct`` (every host's every finished iteration; bound ``iterations`` too, for a
 run that must finish some).
 """
