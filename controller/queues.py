@@ -80,8 +80,8 @@ class QueueSettings:
         (trimming on, no marks on the last hop) or a RoCE fabric's (marks on the last hop too:
         DCQCN reacts to the congested hop). A RoCE fabric never trims, whatever ``trim_t`` says:
         RoCE NICs know no trimmed packet (one is a loss, and a go-back-N), so a scenario's
-        ``trim_t`` sets MRC's switches only (fig. 17 trims MRC at 8 packets: RoCE's PFC XOFF is
-        16 there, and its packets would have been cut before the pause)."""
+        ``trim_t`` sets MRC's switches only (ecn-load-balancing trims MRC at 16 packets, where
+        RoCE's PFC pauses: a RoCE run would have had its packets cut as the pause began)."""
         roce = transport == "roce"
         return QueueSettings(self.ecn_k, 0 if roce else self.trim_t,
                              roce if self.ecn_last_hop is None else self.ecn_last_hop,

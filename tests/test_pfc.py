@@ -45,8 +45,8 @@ def test_the_queue_plan_makes_ports_lossless_for_roce_only():
 
 
 def test_a_scenario_s_trim_threshold_sets_mrc_s_switches_and_never_a_roce_fabric_s():
-    # RoCE NICs know no trimmed packet: fig. 17's trim_t of 8 (MRC's) under RoCE's PFC XOFF of 16
-    # would cut RoCE's packets before the pause, each a go-back-N
+    # RoCE NICs know no trimmed packet: a scenario's trim_t (MRC's) under RoCE's PFC XOFF would cut
+    # RoCE's packets before the pause, each a go-back-N
     plan = AddressPlan(_scenario_spec())
     for qs in (QueueSettings(pfc=True, trim_t=8), QueueSettings(trim_t=16), QueueSettings()):
         assert not any(x.trim_t for x in queue_plan(plan, qs.for_transport("roce")).values())

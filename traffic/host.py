@@ -207,14 +207,15 @@ class HostStack:
             rtt = getattr(s, "rtt", None)  # an MRC sender's (delivered_after is too)
             skip_since = since - self.settings.ecn_skip_rtts * ((rtt.srtt if rtt is not None else None) or 0.0)
             states = s.ev_states()
-            if not any(delivered.get(ev, -1.0) >= (skip_since if st is EvState.SKIP else since)
-                       for ev, st in states.items()):
+            fresh = {ev for ev, st in states.items()
+                     if delivered.get(ev, -1.0) >= (skip_since if st is EvState.SKIP else since)}
+            if not fresh:
                 continue  # no data of it delivered lately: it says nothing
             same = spec.group_of(self.host) == spec.group_of(peer)
             seen: dict[_Path, bool | None] = {}  # None: an EV in use there with nothing lately
             for ev, state in states.items():
                 path: _Path = (ev_plane(ev), None if same else ev_t1(ev))
-                if delivered.get(ev, -1.0) >= (skip_since if state is EvState.SKIP else since):
+                if ev in fresh:
                     seen[path] = True
                 elif state in (EvState.ASSUMED_BAD, EvState.DENIED):
                     seen.setdefault(path, False)
