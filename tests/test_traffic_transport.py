@@ -323,6 +323,44 @@ def test_sacks_are_coalesced_over_a_receive_batch_and_cover_every_arrival():
     assert len(late) == 1 and late[0].cum_psn == SACK_COALESCE_MAX + 6
 
 
+def test_the_last_sack_is_repeated_only_once_arrivals_stop_for_half_the_timer_floor():
+    """A QP whose packets come 50 ms apart against a 113 ms timer floor (fig. 17's all-to-all at
+    2 Mb/s: 7 QPs to a port) gets one SACK per arrival and no repeat: each next arrival's SACK
+    reports the last one. When arrivals stop, both repeats leave together, half the floor after the
+    last SACK (inside the sender's timer, which is min_rtt + min_rto_s at least), through other T1s
+    than the SACK before each. (Repeats 4 and 8 ack delays after each SACK sent two per arrival
+    there: SACKs took 0.42 of the data bytes, 2026-12-07 captures.)"""
+    from mrclab.topologies.addressing import ev_t1
+    from mrclab.traffic.receiver import SACK_REFRESHES
+
+    s = TransportSettings(payload_bytes=1024, region_bytes=1 << 20, min_rto_s=0.1132)
+    backs = itertools.cycle([make_ev(0, t1, 7) for t1 in range(4)])
+    rx = MrcReceiver(3, s, lambda: next(backs))
+
+    def arrive(psn: int, now: float) -> None:
+        p = Pkt(H.OP_WRITE, 3, psn, make_ev(0, 1, 2), 0, psn, 1024, H.crc32(bytes(1024)), 0, psn * 1024, rx._rkey,
+                1024, bytes(1024), None, 0xFF, False)
+        rx.on_packet(p, now)
+
+    sent: list[tuple[float, Pkt]] = []
+    now, psn, step = 0.0, 0, 0.0005
+    while now < 1.0:
+        if psn < 10 and now >= psn * 0.050:
+            arrive(psn, now)
+            psn += 1
+        sent += [(now, x) for x in rx.poll(now)]
+        now = round(now + step, 6)
+    last = 9 * 0.050  # the last arrival; its SACK leaves an ack delay later
+    while_flowing = [x for t, x in sent if t < last + 0.01]
+    assert len(while_flowing) == 10 and [x.cum_psn for x in while_flowing] == list(range(1, 11))
+    repeats = [(t, x) for t, x in sent if t >= last + 0.01]
+    assert len(repeats) == SACK_REFRESHES and all(x.cum_psn == 10 for _, x in repeats)
+    first_at = repeats[0][0] - (last + s.ack_delay_s)
+    assert s.min_rto_s / 2 <= first_at < s.min_rto_s / 2 + 2 * step and repeats[-1][0] == repeats[0][0]
+    t1s = [ev_t1(x.ev) for x in [while_flowing[-1]] + [x for _, x in repeats]]
+    assert all(a != b for a, b in itertools.pairwise(t1s)), t1s
+
+
 def test_a_retransmission_far_behind_the_newest_arrival_is_in_its_sacks_bitmap():
     """cum_psn is held by a hole while 100 later PSNs arrive; when the hole's neighbour (also lost,
     now retransmitted) arrives, the SACK must report it, or its sender times it out and blames a

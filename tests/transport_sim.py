@@ -76,6 +76,8 @@ def run(messages: list[bytes], chan: Channel, *, transport: str = "mrc", setting
         for p in rx.poll(now):  # after the step's arrivals, as the endpoint polls after a receive batch
             chan.send(p, "tx", now)
             work += 1
+        if tx.done:  # the transfer ends at this step, not at the next wake-up (a receiver's SACK repeat)
+            break
         if by_deadline and not work:
             wake = max(now + 0.001, min(tx.next_due(now), rx.next_due(now)))
             arrival = chan.next_time()

@@ -18,10 +18,15 @@ counts each PSN once, SACKs, NACKs trimmed packets and completes messages (docs/
   turn, each chunk through another T1 than its last report (ours): the batch's own SACK reports
   only its own 64 PSNs, and one lost with a dying reverse path left the middle of the span to the
   sender's timer, which blamed healthy EVs;
-* when arrivals stop, the last SACK is sent again, :data:`SACK_REFRESHES` times, every
-  ``ack_delay_s`` x :data:`SACK_REFRESH_DELAYS` (ours): SACKs leave on a rotation of reverse paths, and
-  a burst's one SACK lost on a path that just died would otherwise leave every packet of the burst,
-  on healthy paths too, to its sender's timer, which would blame their EVs;
+* when arrivals stop for ``min_rto_s`` / 2, the last SACK is sent again, :data:`SACK_REFRESHES`
+  times at once, each through another T1 than the one before (ours): SACKs leave on a rotation of
+  reverse paths, and a burst's one SACK lost on a path that just died would otherwise leave every
+  packet of the burst, on healthy paths too, to its sender's timer, which would blame their EVs.
+  Half the timer floor is the latest a repeat is sure to beat the timer (see
+  :data:`SACK_REFRESH_SHARE`), and the latest is what a QP needs whose packets come further apart
+  than a few ack delays but closer than its timer floor: its next arrival's SACK reports the last
+  one instead. (Repeats 4 and 8 ack delays after each SACK sent two per arrival in an all-to-all
+  at 2 Mb/s, 7 QPs to a port and one arrival every ~50 ms each: SACKs were 0.42 of the data bytes.)
 * malformed or out-of-window packets are counted in ``stats.dropped`` and never raise.
 """
 
@@ -42,10 +47,15 @@ from mrclab.traffic.stats import ReceiverStats
 #: receive batch: half the SACK bitmap, so one SACK still reports every arrival above cum_psn when
 #: the batch arrived in order (ours; NICs coalesce ACKs per interrupt or per poll likewise).
 SACK_COALESCE_MAX = 32
-#: How often the last SACK is repeated once arrivals stop, and after how many ack delays each time:
-#: both repeats leave well inside the sender's smallest RTO (min_rto_s, 20 ms, against 4 and 8 ms).
+#: How many repeats of the last SACK leave once arrivals stop (ours).
 SACK_REFRESHES = 2
-SACK_REFRESH_DELAYS = 4
+#: They leave when no arrival came for ``min_rto_s`` / SACK_REFRESH_SHARE since the last SACK (ours).
+#: The sender's timer runs from the packet's NIC departure and is max(min_rtt + min_rto_s,
+#: 2 srtt + 4 rttvar) at least (traffic/rtt.py), and a repeat reaches it an RTT plus this delay
+#: after that departure: with the delay at half of min_rto_s, an RTT under min_rtt + min_rto_s / 2
+#: is within the first bound and a longer one within the second (2 srtt), so the repeat beats the
+#: timer at any queueing.
+SACK_REFRESH_SHARE = 2
 _DATA_OPS = frozenset((H.OP_WRITE, H.OP_WRITE_IMM))
 _F_TRIM = H.F_TRIM
 _F_RETX = H.F_RETX
@@ -85,6 +95,7 @@ class MrcReceiver:
         self._rereport_t1: dict[int, int] = {}  # a chunk (its index from cum_psn) -> T1 of its last report
         self.last_sack_at = 0.0
         self.refreshes_left = 0
+        self._refresh_s = settings.min_rto_s / SACK_REFRESH_SHARE  # the delay of each repeat (s)
         self._last_back = 0  # the reverse EV of the last SACK/NACK
         self._ev_newest: dict[int, int] = {}  # EV -> the newest first transmission that arrived whole on it
 
@@ -243,13 +254,15 @@ class MrcReceiver:
         if self.refreshes_left and not n:
             if self.last_sack_at < 0:
                 self.last_sack_at = now
-            elif now - self.last_sack_at >= SACK_REFRESH_DELAYS * self.s.ack_delay_s:
-                self.refreshes_left -= 1
-                self.last_sack_at = now
+            elif now - self.last_sack_at >= self._refresh_s:
                 psn, ev, _, wire = self.last
-                # a repeat: through another T1 than the SACK before it
-                return [self._sack(H.OP_SACK, psn, ev, 0, max(self.newest, 0), avoid_t1=ev_t1(self._last_back),
-                                   wire=wire)]
+                out = []
+                while self.refreshes_left:  # each through another T1 than the SACK before it
+                    self.refreshes_left -= 1
+                    out.append(self._sack(H.OP_SACK, psn, ev, 0, max(self.newest, 0),
+                                          avoid_t1=ev_t1(self._last_back), wire=wire))
+                self.last_sack_at = now
+                return out
         return []
 
 
@@ -265,7 +278,7 @@ class MrcReceiver:
         if self.refreshes_left:
             if self.last_sack_at < 0:
                 return now
-            return self.last_sack_at + SACK_REFRESH_DELAYS * self.s.ack_delay_s
+            return self.last_sack_at + self._refresh_s
         return float("inf")
 
 
