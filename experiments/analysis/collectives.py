@@ -15,11 +15,16 @@ Correctness: each host's CRC after each iteration against the buffer the collect
 (traffic/collective.py ``expected_result``), so a run shows the transport delivered every byte
 of every step, in the right place.
 
-Expectation metrics: ``busbw_mbps`` (over the whole run: every finished iteration's bytes over
-the time from the first start to the last end, or to the run's end when it finished fewer
-iterations than asked (the unfinished one's time counts); in a run with fidelity faults, over the iterations
-that met none, nor the second after one: :func:`kept_iterations`), ``iteration_s(percentile)``, ``iterations`` (how
-many the collective finished),
+Warm-up: as nccl-tests (``-w``, 5 by default) times no warm-up iteration, the first ``warmup``
+iterations (the collective block's, 5 by default) are not timed, but for the last one a run
+finished: the start of a transport (its congestion control from its floor, DCQCN's from line
+rate, base RTTs unknown) is not its pace. Every figure below reads the timed iterations.
+
+Expectation metrics: ``busbw_mbps`` (over the timed iterations: their bytes over the time from
+the last warm-up iteration's end to the last end, plus the time the unfinished iteration stalled
+when it finished fewer iterations than asked (:func:`stalled_tail_s`); in a run with fidelity
+faults, over the iterations that met none, nor the second after one: :func:`kept_iterations`),
+``iteration_s(percentile)``, ``iterations`` (how many the collective finished, warm-up included),
 ``collective_correct`` (every host's every finished iteration; bound ``iterations`` too, for a
 run that must finish some).
 """
@@ -46,18 +51,33 @@ class CollectiveRun:
     #: the iterations the scenario asks for (0: not known; a run that finished fewer stalled or
     #: ran out of time, and the time after its last finished iteration counts: :func:`stalled_tail_s`)
     iterations: int = 0
+    #: the iterations not timed at the start (nccl-tests ``-w``; see the module docstring)
+    warmup: int = 0
+
+
+def timed(c: CollectiveRun, rows: list[dict]) -> list[dict]:
+    """The iterations of ``rows`` (:func:`iterations`) that are timed: all after the first
+    ``c.warmup``, and at least the last one finished (a run that finished no more than its
+    warm-up is timed on its last iteration and its stalled tail, as nccl-tests would hang)."""
+    return rows[min(c.warmup, max(len(rows) - 1, 0)):]
 
 
 def stalled_tail_s(d: RunData, c: CollectiveRun, rows: list[dict]) -> float:
-    """The time (s) from the last finished iteration's end to the run's end when the collective
-    finished fewer iterations than it was asked for (0 otherwise): time it spent on an iteration
-    that never ended. nccl-tests times iterations that all finish; a run cut off by its timeline
-    must count the unfinished one too, or a transport that stalls after its first iteration reads
+    """The time (s) the unfinished iteration stalled: when the collective finished fewer
+    iterations than it was asked for, the time from its last finished iteration's end to the
+    run's end beyond the longest timed iteration (:func:`timed`; 0 otherwise, and 0 for a tail
+    shorter than that). nccl-tests times iterations that all finish; a run cut off by its
+    timeline must count a stall too, or a transport that stalls after its first iteration reads
     as fast as that iteration (fig. 17's RoCE 1 QP at 128 KiB on bmv2, 2026-12-04: one iteration
-    in 0.70 s, then nothing for 6.3 s, read 1.30 Mb/s of busbw against MRC's 0.95)."""
+    in 0.70 s, then nothing for 6.3 s, read 1.30 Mb/s of busbw against MRC's 0.95). An iteration
+    the timeline cut while it ran no longer than one already timed is no stall, and its time
+    without its bytes read a steady transport slow by up to an iteration: fig. 17's MRC at 128
+    KiB, at a median of 606-622 ms, read 1.34-1.48 Mb/s over 11 or 12 timed iterations by where
+    the 12 s timeline cut the next one (2026-12-07, four runs of one tree)."""
     if not rows or not c.iterations or len(rows) >= c.iterations:
         return 0.0  # (none finished: busbw is 0 whatever the time)
-    return max(0.0, d.duration_s - rows[-1]["end_s"])
+    longest = max(r["time_s"] for r in timed(c, rows))
+    return max(0.0, d.duration_s - rows[-1]["end_s"] - longest)
 
 
 def iterations(d: RunData, c: CollectiveRun) -> list[dict]:
@@ -86,22 +106,29 @@ def iterations(d: RunData, c: CollectiveRun) -> list[dict]:
 
 
 def summary(d: RunData, c: CollectiveRun) -> dict:
-    """The collective's line of the run's metrics, nccl-tests' columns: the time per iteration
-    (median, and p99) and the bandwidths over the whole run: ``iterations x S`` over the time from
-    the first start to the last end (a mean, steady with few iterations, where the median of a
-    handful of iterations is not: a late iteration can finish at once behind a stalled one), and
-    on to the run's end when it finished fewer than it was asked for (:func:`stalled_tail_s`)."""
+    """The collective's line of the run's metrics, nccl-tests' columns over the timed iterations
+    (:func:`timed`): the time per iteration (median, and p99) and the bandwidths over all of them:
+    ``timed x S`` over the time from the last warm-up iteration's end to the last end (a mean,
+    steady with few iterations, where the median of a handful of iterations is not: a late
+    iteration can finish at once behind a stalled one), plus the time the unfinished iteration
+    stalled (:func:`stalled_tail_s`). ``iterations`` counts every finished
+    one, ``warmup`` those not timed; ``busbw_run_mbps`` is the busbw over the whole run, warm-up
+    included."""
     rows = iterations(d, c)
-    times = sorted(r["time_s"] for r in rows)
-    starts = [e["start_s"] for e in d.events if e.get("kind") == "collective_iteration" and e["index"] == 0]
-    span = rows[-1]["end_s"] - min(starts) + stalled_tail_s(d, c, rows) if rows and starts else 0.0
-    algbw = len(rows) * c.message_bytes * 8 / span / 1e6 if span > 0 else 0.0
+    t_rows = timed(c, rows)
+    times = sorted(r["time_s"] for r in t_rows)
+    tail = stalled_tail_s(d, c, rows)
+    span = sum(r["time_s"] for r in t_rows) + tail
+    algbw = len(t_rows) * c.message_bytes * 8 / span / 1e6 if span > 0 else 0.0
+    whole = sum(r["time_s"] for r in rows) + tail
+    bus = bus_factor(c.kind, len(c.hosts))
     return {
         "kind": c.kind, "hosts": len(c.hosts), "bytes": c.message_bytes, "qps_per_peer": c.qps_per_peer,
-        "iterations": len(rows),
+        "iterations": len(rows), "warmup": len(rows) - len(t_rows),
         "time_s": statistics.median(times) if times else None,
         "time_p99_s": percentile(times, 99) if times else None,
-        "algbw_mbps": algbw, "busbw_mbps": algbw * bus_factor(c.kind, len(c.hosts)),
+        "algbw_mbps": algbw, "busbw_mbps": algbw * bus,
+        "busbw_run_mbps": len(rows) * c.message_bytes * 8 / whole / 1e6 * bus if whole > 0 else 0.0,
         "correct": all(r["correct"] for r in rows),  # every iteration that finished (none: vacuously)
     }
 
@@ -109,15 +136,16 @@ def summary(d: RunData, c: CollectiveRun) -> dict:
 def kept_iterations(d: RunData, c: CollectiveRun) -> tuple[list[dict], list[dict]]:
     """(the iterations a windowed figure reads, all of them): those whose time (from the previous
     iteration's end to their own) met no fidelity fault of the run (``d.fidelity_windows``) nor
-    the :data:`~experiments.analysis.metrics.SETTLE_S` after one; all of them in a run without faults."""
+    the :data:`~experiments.analysis.metrics.SETTLE_S` after one, of the timed ones (:func:`timed`);
+    all timed ones in a run without faults."""
     rows = iterations(d, c)
-    kept = [r for r in rows
+    kept = [r for r in timed(c, rows)
             if not any(f0 < r["end_s"] and f1 + SETTLE_S > r["end_s"] - r["time_s"] for f0, f1 in d.fidelity_windows)]
     return kept, rows
 
 
 def kept_tail_s(d: RunData, c: CollectiveRun, rows: list[dict]) -> float:
-    """The part (s) of the stalled tail (:func:`stalled_tail_s`) that met no fidelity fault nor
+    """The part (s) of the stalled tail (:func:`stalled_tail_s`, the tail's last part) that met no fidelity fault nor
     the :data:`~experiments.analysis.metrics.SETTLE_S` after one: time the machine left the
     transport to finish an iteration, and it finished none."""
     tail = stalled_tail_s(d, c, rows)
@@ -132,7 +160,7 @@ def kept_share(d: RunData, c: CollectiveRun | None) -> float:
     if c is None:
         return 1.0
     kept, rows = kept_iterations(d, c)
-    total = sum(r["time_s"] for r in rows) + stalled_tail_s(d, c, rows)
+    total = sum(r["time_s"] for r in timed(c, rows)) + stalled_tail_s(d, c, rows)
     return (sum(r["time_s"] for r in kept) + kept_tail_s(d, c, rows)) / total if total > 0 else 1.0
 
 
@@ -150,7 +178,7 @@ def evaluate(d: RunData, c: CollectiveRun | None, metric: str, args: dict) -> fl
     if metric == "iterations":
         return float(s["iterations"])
     if metric == "iteration_s":
-        times = sorted(r["time_s"] for r in iterations(d, c))
+        times = sorted(r["time_s"] for r in timed(c, iterations(d, c)))
         return percentile(times, args["percentile"]) if times else float("inf")
     if metric == "collective_correct":
         return 1.0 if s["correct"] else 0.0

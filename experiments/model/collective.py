@@ -16,7 +16,8 @@ from mrclab.topologies.spec import ClosSpec
 class CollectiveSpec:
     """A scenario's ``collective:``: ``kind`` (all_reduce | all_gather | all_to_all) over ``hosts``
     (ring order), ``message_bytes`` per host, ``iterations`` back to back, each write over
-    ``qps_per_peer`` QPs, from ``start_s`` (traffic/collective.py)."""
+    ``qps_per_peer`` QPs, from ``start_s`` (traffic/collective.py); the first ``warmup`` are not
+    timed (nccl-tests ``-w``, whose default of 5 is this one's: experiments/analysis/collectives.py)."""
 
     kind: str
     hosts: tuple[str, ...]
@@ -24,6 +25,7 @@ class CollectiveSpec:
     iterations: int = 1
     qps_per_peer: int = 1
     start_s: float = 0.0
+    warmup: int = 5
 
 
 _COLLECTIVE = {
@@ -32,6 +34,7 @@ _COLLECTIVE = {
     "message_bytes": Rule(kind=int, lo=1, hi=1 << 30, required=True, allowed="1 to 2^30"),
     "iterations": Rule(kind=int, lo=1, hi=100000), "qps_per_peer": Rule(kind=int, lo=1, hi=64),
     "start_s": Rule(kind=float, lo=0),
+    "warmup": Rule(kind=int, lo=0, hi=100000, allowed="0 or more iterations not timed (nccl-tests -w)"),
 }
 
 
@@ -58,4 +61,5 @@ def parse_collective(c: Any, spec: ClosSpec, dur: float, problems: Problems) -> 
         problems.add(f"collective.start_s = {v['start_s']!r}; allowed: 0 to duration_s ({dur:g})")
     if len(problems) > n:
         return None
-    return CollectiveSpec(v["kind"], tuple(ranks), v["message_bytes"], v.get("iterations", 1), q, v.get("start_s", 0.0))
+    return CollectiveSpec(v["kind"], tuple(ranks), v["message_bytes"], v.get("iterations", 1), q, v.get("start_s", 0.0),
+                          v.get("warmup", 5))

@@ -252,7 +252,8 @@ def _run_data(run: RunSettings, data: RunData, fault_log: list[dict], ports: lis
                                         frame * 8 / (link.bandwidth_mbps * 1e6) if link.bandwidth_mbps > 0 else 0.0,
                                         frozenset(senders)),
         port_mbps=link.bandwidth_mbps, flows=[(f.src, f.dst) for f in scn.flows],
-        collective=CollectiveRun(cc.kind, cc.hosts, cc.message_bytes, scn.seed, cc.qps_per_peer, cc.iterations)
+        collective=CollectiveRun(cc.kind, cc.hosts, cc.message_bytes, scn.seed, cc.qps_per_peer, cc.iterations,
+                                 cc.warmup)
         if cc else None,
         timeline=FabricTimeline.from_played(AddressPlan(spec), [(x["t"], f) for x, f in zip(fault_log, scn.faults)]))
 
@@ -553,7 +554,8 @@ def _summary(m: dict, out: Path) -> None:
 def _collective_table(c: dict) -> None:
     """The collective's line as nccl-tests prints it (its columns; Mb/s where it prints GB/s)."""
     t = Table(title=f"{c['kind']} over {c['hosts']} hosts, {c['qps_per_peer']} QP(s) per peer "
-                    "(nccl-tests columns; time: median; bandwidths: over the run)")
+                    f"(nccl-tests columns over the iterations after {c.get('warmup', 0)} of warm-up; time: "
+                    "median; bandwidths: over them all)")
     for col in ("size (B)", "iterations", "time (ms)", "p99 time (ms)", "algbw (Mb/s)", "busbw (Mb/s)", "correct"):
         t.add_column(col, justify="right")
     ms = lambda x: "-" if x is None else f"{x * 1e3:.1f}"  # noqa: E731
