@@ -473,6 +473,9 @@ def _machine_commands(sub) -> None:
     s = sub.add_parser("report", help="compare results folders side by side")
     s.add_argument("results", nargs="+")
     s.add_argument("--out", help="where to write the overlaid plot (default: first folder)")
+    s.add_argument("--frames", metavar="HOST",
+                   help="instead: what HOST's NIC ports carried in each folder's captures (runs with --pcap): "
+                        "frames by kind, each port's busiest second, how long SACKs and NACKs took to leave")
     s.set_defaults(fn=cmd_report)
 
 

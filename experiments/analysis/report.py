@@ -3,7 +3,9 @@
 Each folder is what ``mrclab run`` wrote. The table has one row per folder: scenario, transport,
 data plane, baseline goodput, each expectation's value, retransmitted fraction and the verdict.
 The plot (``compare.png`` in ``--out`` or the first folder) overlays total goodput against time,
-with the first folder's faults marked, e.g. MRC against RoCE on the same scenario.
+with the first folder's faults marked, e.g. MRC against RoCE on the same scenario. With ``--frames
+HOST`` it compares what one host's NIC ports carried instead, from runs with ``--pcap``
+(experiments/analysis/frames.py).
 """
 
 from __future__ import annotations
@@ -13,6 +15,8 @@ import json
 from pathlib import Path
 
 from mrclab.experiments.analysis.expectations import verdict_word
+from mrclab.experiments.analysis.frames import host_frames
+from mrclab.experiments.analysis.frames import rows as frame_rows
 from mrclab.experiments.analysis.metrics import BIN_S, RunData, retransmit_fraction
 from mrclab.experiments.analysis.plots import overlay_plot
 from mrclab.topologies.errors import BadInput
@@ -55,8 +59,25 @@ def load_result(folder: Path) -> tuple[dict, RunData, list[dict]]:
     return m, d, faults
 
 
+def frames_table(folders: list[Path], host: str) -> Table:
+    """``--frames HOST``: one column per folder, what ``host``'s NIC ports carried in its captures
+    (experiments/analysis/frames.py). Raises :class:`~experiments.analysis.frames.FramesError`."""
+    runs = [host_frames(f, host) for f in folders]
+    t = Table(title=f"{host}'s NIC ports, from the captures")
+    t.add_column("frames")
+    for f in folders:
+        t.add_column(f.name, justify="right")
+    for name, cells in frame_rows(runs):
+        t.add_row(name, *cells)
+    return t
+
+
 def main(args) -> int:
-    """``mrclab report``: one table row per results folder and an overlaid goodput plot."""
+    """``mrclab report``: one table row per results folder and an overlaid goodput plot; with
+    ``--frames HOST``, the table of :func:`frames_table` instead."""
+    if getattr(args, "frames", None):
+        console.print(frames_table([Path(f) for f in args.results], args.frames))
+        return 0
     runs = [(Path(f), *load_result(Path(f))) for f in args.results]
     t = Table(title="mrclab report")
     for c in ("results", "scenario", "transport", "data plane", "baseline Mb/s", "expectations", "retransmits",
