@@ -451,12 +451,24 @@ def test_a_known_fail_is_held_to_its_claims():
     assert "beyond" in _known_fail_held({**row, "points": [{"passed": False}]})
 
 
+#: How long fig. 17's 128 KiB point runs in its test (s): long enough that RoCE's steady pace, not
+#: DCQCN's first seconds, sets its busbw (see the test's xfail).
+FIG17_TEST_S = 60
+
+
 @pytest.mark.root
+@pytest.mark.xfail(strict=True, raises=AssertionError, reason=(
+    "fig. 17's fabric does not make one RoCE QP collide: each of the all-to-all's 56 flows needs a "
+    "seventh of a port, so two or three hashed onto one T0-T1 uplink still fit it, and after DCQCN's "
+    "first ~10 s RoCE iterates in 0.62-0.77 s against MRC's 0.61 (60 s runs: MRC / RoCE 1.11, 1.12 "
+    "against >= 1.5; 2026-12-07, docs/benchmarks.md). The paper's half is ECMP collisions that "
+    "overrun an uplink"))
 def test_fig17_mrc_beats_roce_on_one_qp_at_128_kib(tmp_path, no_leftovers):
-    """The paper's fig. 17 at 128 KiB on linux: MRC's busbw at least 1.5 RoCE's on one QP. It was
-    a strict xfail while MRC's all-to-all ran at half its port (issue 36, item 2): its SACK
-    repeats after every arrival, its switches marking no last hop and trimming under NSCC's
-    target, and busbw timing warm-up and the iteration the timeline cut."""
+    """The paper's fig. 17 at 128 KiB on linux: MRC's busbw at least 1.5 RoCE's on one QP, over
+    :data:`FIG17_TEST_S` s. At the scenario's first 12 s it passed or failed by the phase of
+    RoCE's DCQCN transient (MRC / RoCE 1.42-2.29 in four runs of one tree; the test passed two
+    of three), which is no verdict; over 36 s it read 1.20-1.40. A void claim is an error here,
+    never the expected FAIL."""
     import yaml
     from mrclab.controller.dataplanes import missing_features
     from mrclab.experiments.run import runner
@@ -465,10 +477,13 @@ def test_fig17_mrc_beats_roce_on_one_qp_at_128_kib(tmp_path, no_leftovers):
         pytest.skip(f"the linux data plane lacks {missing_features('linux')}")
     raw = yaml.safe_load((SCENARIO_DIR / "fig17-alltoall.yaml").read_text())
     raw["dataplane"] = "linux"
+    raw["duration_s"] = FIG17_TEST_S
     raw["sweep"] = {**raw["sweep"], "loss": [0], "message_bytes": [131072]}
     raw["expect_sweep"] = [c for c in raw["expect_sweep"] if c.get("loss") == 0 and "message_bytes" not in c
                            and c["metric"] == "busbw_ratio"]
     s = runner.run_sweep(parse_scenario(raw, "fig17-128k.yaml"), tmp_path, live=False, tries=3)
+    if any(c["passed"] is None for c in s["claims"]):  # a void claim is no expected FAIL: an error
+        raise RuntimeError(f"fig. 17's claim undecided: {s['claims']}")
     assert [c["passed"] for c in s["claims"]] == [True], s["claims"]
 
 
