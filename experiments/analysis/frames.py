@@ -3,7 +3,7 @@
 
 A transport's control frames share the host's ports with its data, and on the lab's slow links
 they can fill a port: the incast's receiver sends a 154-byte NACK for every trimmed packet, a SACK
-per two arrivals and probes, 0.76 Mb/s of frames on a 1 Mb/s port (2026-12-07). This module counts
+per two arrivals and probes, 1.00 Mb/s of frames out of each 1 Mb/s port (2026-12-07). This module counts
 a host's frames by direction and kind, finds each port's busiest second, and times the answers:
 from a data packet's arrival to the departure of the SACK or NACK that echoes it. tcpdump taps a
 port as the kernel hands it a frame to send, after the port's ``tbf`` queue, so an answer's lag is
