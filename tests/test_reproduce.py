@@ -426,7 +426,9 @@ def test_every_paper_scenario_is_in_the_reproduce_table_and_the_report_has_a_row
 #: on 1 QP runs the 8-host all-to-all at the same half of its port as MRC (128 KiB, loss 0, linux,
 #: 12 s points: MRC 0.97 and 0.92 Mb/s busbw, RoCE 1.00 and 1.00; at 1% loss MRC 0.82 and 0.72, RoCE
 #: 0.58 and 0.67). The ratios it passed on (3.17 and 4.93) read a DCQCN that held every QP at its
-#: 1/100 floor. Why MRC's all-to-all stays at half its port is not yet found (issue 36, item 2).
+#: 1/100 floor. MRC's all-to-all now reaches 0.80-0.85 of its ports (2026-12-07), and RoCE on one
+#: QP nearly as much once DCQCN settles: this fabric's one-path flows fit their uplinks (see
+#: test_fig17_mrc_beats_roce_on_one_qp_at_128_kib).
 KNOWN_FAIL = {"fig17-alltoall": "busbw MRC 1 QP / RoCE 1 QP"}
 
 
