@@ -21,6 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mrclab.experiments.analysis.metrics import percentile
 from mrclab.protocol import headers as H
 from mrclab.topologies.addressing import AddressPlan
 from mrclab.topologies.errors import BadInput
@@ -133,14 +134,6 @@ def host_frames(results: Path, host: str) -> HostFrames:
     return out
 
 
-def percentile(sorted_values: list[float], pct: float) -> float | None:
-    """The nearest-rank ``pct`` percentile of ascending ``sorted_values``; None when empty."""
-    if not sorted_values:
-        return None
-    i = min(len(sorted_values) - 1, max(0, -(-len(sorted_values) * pct // 100) - 1))
-    return sorted_values[int(i)]
-
-
 def rows(runs: list[HostFrames]) -> list[tuple[str, list[str]]]:
     """Table rows comparing ``runs`` (one column each): frames and bytes per (direction, kind) any
     run saw, each port's busiest second, and the answers' lag percentiles (ms)."""
@@ -160,8 +153,7 @@ def rows(runs: list[HostFrames]) -> list[tuple[str, list[str]]]:
             continue
         cells = []
         for v in lags:
-            ps = [percentile(v, q) for q in LAG_PERCENTILES]
-            text = " / ".join(f"{1e3 * x:.1f}" for x in ps if x is not None)
+            text = " / ".join(f"{1e3 * percentile(v, q):.1f}" for q in LAG_PERCENTILES) if v else ""
             cells.append(f"n={len(v):,}: {text}" if v else "-")
         out.append((f"{name}, ms (p{'/p'.join(map(str, LAG_PERCENTILES))})", cells))
     return out
