@@ -187,6 +187,8 @@ def test_sweep_points_override_the_transport_and_qps_and_add_the_loss():
     ({"sweep": {"variants": [{"label": "a"}, {"label": "a"}]}}, "labels must differ"),
     ({"sweep": {"loss": [0, 2]}}, "sweep.loss = [0, 2]"),
     ({"sweep": {"variants": [{"label": "a", "set": {"sprey": False}}]}}, "sweep.variants[0].set.sprey"),
+    ({"sweep": {"quick_s": 0}}, "sweep.quick_s = 0; allowed: 1 to 3600 seconds"),
+    ({"sweep": {"quick_s": "long"}}, "sweep.quick_s = 'long'; allowed: 1 to 3600 seconds"),
 ])
 def test_bad_sweeps_are_refused(change, msg):
     raw = {**_fig16_raw(), **change}
@@ -566,6 +568,35 @@ def test_a_row_that_cannot_run_is_void_and_the_report_is_still_written(tmp_path,
     assert verdicts["incast"][0] == "void" and "not ready" in verdicts["incast"][1]
     md = (tmp_path / "rep" / "report.md").read_text()
     assert "| incast |" in md and "void (endpoints h0 not ready" in md and s["void"] == 1 and s["passed"]
+
+
+def test_quick_runs_a_sweep_s_points_for_its_own_quick_s_else_the_default(tmp_path, monkeypatch):
+    """``reproduce --quick`` runs fig. 17's points for the sweep's ``quick_s`` (60 s: an 8 s point
+    read only DCQCN's start, and passed in CI where it FAILs), fig. 16's for QUICK_SWEEP_S, and a
+    row without a sweep for its scenario's ``quick_s``; without ``--quick``, each as shipped."""
+    from mrclab.experiments.run import reproduce as R
+
+    got: dict[str, float] = {}
+
+    def fake_sweep(scn, out, live=False, cluster=None, tries=1):
+        got[scn.name] = scn.duration_s
+        raise R.NotAvailable("not run here")  # a void row: enough to read the length it was given
+
+    def fake_run(scn, out, live=False, cluster=None):
+        got[scn.name] = scn.duration_s
+        return _passing_run(scn, out)
+
+    monkeypatch.setattr(R.runner, "run_sweep", fake_sweep)
+    monkeypatch.setattr(R.runner, "run", fake_run)
+    monkeypatch.setattr(R, "_choose", lambda base, dp, remote=False: ("linux", None))
+    names = ["fig16-allreduce", "fig17-alltoall", "t0t1-links-flap"]
+    R.reproduce(tmp_path / "q", dataplane="linux", quick=True, only=names)
+    assert load_scenario("fig17-alltoall").sweep.quick_s == 60 and load_scenario("fig16-allreduce").sweep.quick_s is None
+    assert got == {"fig16-allreduce": R.QUICK_SWEEP_S, "fig17-alltoall": 60.0,
+                   "t0t1-links-flap": load_scenario("t0t1-links-flap").quick_s}
+    got.clear()
+    R.reproduce(tmp_path / "full", dataplane="linux", quick=False, only=names)
+    assert got == {n: load_scenario(n).duration_s for n in names}
 
 
 def test_a_row_whose_endpoint_crashed_is_an_error_never_void(tmp_path, monkeypatch):

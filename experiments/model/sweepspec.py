@@ -9,6 +9,7 @@ A scenario's ``sweep:`` block::
         - {label: "RoCE 16 QPs", transport: roce, qps_per_peer: 16}
       loss: [0, 0.001, 0.01]    # random loss on every switch port (the random_loss fault at t = 0)
       message_bytes: [8192, 32768, 131072]   # optional: the collective's size per host, swept too
+      quick_s: 60               # optional: a point's length under ``mrclab reproduce --quick`` (s)
     expect_sweep:               # claims across the grid
       - {metric: busbw_ratio, variant: "MRC 1 QP", baseline: "RoCE 1 QP", loss: 0, min: 1.2}
 
@@ -21,6 +22,10 @@ expectations (``expect`` for MRC, ``expect_roce`` for RoCE) into
 ``<out>/<label>-loss<rate>[-<size>]/``; the sweep writes ``sweep.csv``, ``sweep.md`` and
 ``sweep.png`` (bus bandwidth per variant against loss, or against message size where sizes are
 swept) beside them, and ``sweep.json`` with every point and every claim's verdict.
+
+``quick_s`` is the shortest point at which the claims decide; without it ``--quick`` runs each point
+for ``experiments.run.reproduce.QUICK_SWEEP_S``. A sweep whose baseline has a slow start sets it
+(fig. 17: RoCE's DCQCN takes about 10 s to settle, and an 8 s point read only that start).
 
 Claims: ``busbw_ratio`` (``variant``'s bus bandwidth over ``baseline``'s at ``loss``) and
 ``busbw_retained`` (``variant``'s bus bandwidth at ``loss`` over its own at loss 0), each with
@@ -53,6 +58,8 @@ class Sweep:
     loss: tuple[float, ...]
     claims: tuple[dict, ...]
     sizes: tuple[int | None, ...] = (None,)
+    #: a point's length (s) under ``mrclab reproduce --quick``; None: reproduce's own default
+    quick_s: float | None = None
 
     def grid(self) -> list[tuple[dict, float, int | None]]:
         """Every point, ``(variant, loss, message_bytes)``: loss rates outermost, then sizes, then variants."""
@@ -93,8 +100,14 @@ def parse_sweep(raw: dict, problems: Problems) -> Sweep | None:
     if not isinstance(loss, list) or not loss or not all(isinstance(x, (int, float)) and 0 <= x <= 1 for x in loss):
         problems.add(f"sweep.loss = {loss!r}; allowed: a list of probabilities 0.0 to 1.0")
         loss = [0.0]
-    if (set(sw) - {"variants", "loss", "message_bytes"}) or not isinstance(raw["sweep"], dict):
-        problems.add(f"sweep: {raw['sweep']!r}; allowed: {{variants: [...], loss: [...], message_bytes: [...]}}")
+    if (set(sw) - {"variants", "loss", "message_bytes", "quick_s"}) or not isinstance(raw["sweep"], dict):
+        problems.add(f"sweep: {raw['sweep']!r}; allowed: {{variants: [...], loss: [...], message_bytes: [...], "
+                     f"quick_s: seconds}}")
+    quick_s = sw.get("quick_s")
+    if quick_s is not None and (isinstance(quick_s, bool) or not isinstance(quick_s, (int, float))
+                                or not 1 <= quick_s <= 3600):
+        problems.add(f"sweep.quick_s = {quick_s!r}; allowed: 1 to 3600 seconds")
+        quick_s = None
     if "collective" not in raw and any("qps_per_peer" in v or "message_bytes" in v for v in variants):
         problems.add("sweep.variants set qps_per_peer / message_bytes, which need a collective:")
     sizes: tuple[int | None, ...] = (None,)
@@ -132,4 +145,5 @@ def parse_sweep(raw: dict, problems: Problems) -> Sweep | None:
                 problems.add(f"expect_sweep[{i}].message_bytes = {got['message_bytes']}; allowed: one of the sweep's "
                              f"message_bytes {list(sizes)}")
         claims.append(got)
-    return Sweep(tuple(variants), tuple(float(x) for x in loss), tuple(claims), sizes)
+    return Sweep(tuple(variants), tuple(float(x) for x in loss), tuple(claims), sizes,
+                 None if quick_s is None else float(quick_s))

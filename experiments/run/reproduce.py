@@ -12,7 +12,8 @@ sweep plot) and one results folder per run beside them.
 
 ``--quick`` compresses every scenario to its ``quick_s`` (14 s unless it says otherwise: the soak
 keeps 40 s so that its flaps stay longer than an EV takes to be retired and revived; fault times
-and windows scale with it) so that the whole table runs in a few minutes; a sweep's points to :data:`QUICK_SWEEP_S`.
+and windows scale with it) so that the whole table runs in a few minutes; a sweep's points to its
+``sweep.quick_s``, else :data:`QUICK_SWEEP_S`.
 """
 
 from __future__ import annotations
@@ -133,7 +134,7 @@ def reproduce(out: Path | None = None, *, dataplane: str | None = None, quick: b
     # meanwhile, or a file edited, would otherwise name code the rows never ran)
     for k, name in enumerate(names, 1):
         base = load_scenario(name)
-        dur = (QUICK_SWEEP_S if base.sweep is not None else base.quick_s) if quick else None
+        dur = ((base.sweep.quick_s or QUICK_SWEEP_S) if base.sweep is not None else base.quick_s) if quick else None
         dp, why = _choose(base, dataplane, remote=cluster is not None)
         elapsed = time.monotonic() - t_start
         console.print(f"[bold cyan]reproduce {k}/{len(names)}[/bold cyan] {name} "
