@@ -103,26 +103,9 @@ def parse_sweep(raw: dict, problems: Problems) -> Sweep | None:
     if (set(sw) - {"variants", "loss", "message_bytes", "quick_s"}) or not isinstance(raw["sweep"], dict):
         problems.add(f"sweep: {raw['sweep']!r}; allowed: {{variants: [...], loss: [...], message_bytes: [...], "
                      f"quick_s: seconds}}")
-    quick_s = sw.get("quick_s")
-    if quick_s is not None and (isinstance(quick_s, bool) or not isinstance(quick_s, (int, float))
-                                or not 1 <= quick_s <= 3600):
-        problems.add(f"sweep.quick_s = {quick_s!r}; allowed: 1 to 3600 seconds")
-        quick_s = None
     if "collective" not in raw and any("qps_per_peer" in v or "message_bytes" in v for v in variants):
         problems.add("sweep.variants set qps_per_peer / message_bytes, which need a collective:")
-    sizes: tuple[int | None, ...] = (None,)
-    if "message_bytes" in sw:
-        got_sizes = sw["message_bytes"]
-        if (not isinstance(got_sizes, list) or not got_sizes or len(set(got_sizes)) != len(got_sizes)
-                or not all(isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= 1 << 30 for b in got_sizes)):
-            problems.add(f"sweep.message_bytes = {got_sizes!r}; allowed: a list of different sizes, 1 to 2^30 bytes")
-        elif "collective" not in raw:
-            problems.add("sweep.message_bytes sweeps a collective's size, which needs a collective:")
-        elif any("message_bytes" in v for v in variants):
-            problems.add("sweep.variants set message_bytes while sweep.message_bytes sweeps it; "
-                         "allowed: one of the two")
-        else:
-            sizes = tuple(got_sizes)
+    sizes = _sizes(raw, sw, variants, problems)
     coll = raw.get("collective")
     own = coll.get("message_bytes") if isinstance(coll, dict) else None
     claims = []
@@ -145,5 +128,33 @@ def parse_sweep(raw: dict, problems: Problems) -> Sweep | None:
                 problems.add(f"expect_sweep[{i}].message_bytes = {got['message_bytes']}; allowed: one of the sweep's "
                              f"message_bytes {list(sizes)}")
         claims.append(got)
-    return Sweep(tuple(variants), tuple(float(x) for x in loss), tuple(claims), sizes,
-                 None if quick_s is None else float(quick_s))
+    return Sweep(tuple(variants), tuple(float(x) for x in loss), tuple(claims), sizes, _quick_s(sw, problems))
+
+
+def _sizes(raw: dict, sw: dict, variants: list[dict], problems: Problems) -> tuple[int | None, ...]:
+    """The swept message sizes (``(None,)``: sizes are not swept), their problems added."""
+    sizes: tuple[int | None, ...] = (None,)
+    if "message_bytes" in sw:
+        got_sizes = sw["message_bytes"]
+        if (not isinstance(got_sizes, list) or not got_sizes or len(set(got_sizes)) != len(got_sizes)
+                or not all(isinstance(b, int) and not isinstance(b, bool) and 1 <= b <= 1 << 30 for b in got_sizes)):
+            problems.add(f"sweep.message_bytes = {got_sizes!r}; allowed: a list of different sizes, 1 to 2^30 bytes")
+        elif "collective" not in raw:
+            problems.add("sweep.message_bytes sweeps a collective's size, which needs a collective:")
+        elif any("message_bytes" in v for v in variants):
+            problems.add("sweep.variants set message_bytes while sweep.message_bytes sweeps it; "
+                         "allowed: one of the two")
+        else:
+            sizes = tuple(got_sizes)
+    return sizes
+
+
+def _quick_s(sw: dict, problems: Problems) -> float | None:
+    """``sweep.quick_s`` (s), None where it is not given or is refused (added to ``problems``)."""
+    quick_s = sw.get("quick_s")
+    if quick_s is None:
+        return None
+    if isinstance(quick_s, bool) or not isinstance(quick_s, (int, float)) or not 1 <= quick_s <= 3600:
+        problems.add(f"sweep.quick_s = {quick_s!r}; allowed: 1 to 3600 seconds")
+        return None
+    return float(quick_s)
