@@ -146,6 +146,35 @@ def test_revival_is_the_slowest_ev_through_the_repaired_element():
     assert revival_s(_run([(8.05, THROUGH, "ASSUMED_BAD")]), 16.0) == math.inf  # never back
 
 
+def test_a_soaks_revival_is_the_slowest_of_every_repair_in_its_window_and_names_that_repair():
+    """flap-soak's probes claim: every EV a flap retired is back after each of its link's returns,
+    not only the first. A repair whose EVs never come back reads inf; a window without a repair
+    reads 0; the value is judged, and a FAIL is void only where a lapse met its repair's bound."""
+    from mrclab.experiments.analysis.expectations import judge, read_windows
+    from mrclab.experiments.analysis.verdicts import slowest_revival
+
+    d = _run([(8.05, THROUGH, "ASSUMED_BAD"), (16.2, THROUGH, "GOOD"),
+              (18.05, THROUGH, "ASSUMED_BAD"), (20.7, THROUGH, "GOOD")])
+    d.timeline = FabricTimeline.from_played(PLAN, [(8.0, Fault(8.0, "switch_down", {"switch": DEAD})),
+                                                   (16.0, Fault(16.0, "switch_up", {"switch": DEAD})),
+                                                   (18.0, Fault(18.0, "switch_down", {"switch": DEAD})),
+                                                   (20.0, Fault(20.0, "switch_up", {"switch": DEAD}))])
+    assert slowest_revival(d, 0, 24) == (pytest.approx(0.7), 20.0)  # the second return, not the first
+    assert slowest_revival(d, 0, 17) == (pytest.approx(0.2), 16.0)
+    assert slowest_revival(d, 0, 12) == (0.0, None)  # no repair in the window
+    v = judge(d, "slowest_revival_s", {"window": [0, 24], "max": 0.5}, [])
+    assert v["passed"] is False and v["value"] == pytest.approx(0.7)
+    assert read_windows(d, "slowest_revival_s", {"window": [0, 24], "max": 0.5}, False) == [(20.0, 20.5)]
+    assert read_windows(d, "slowest_revival_s", {"window": [0, 24], "max": 1.0}, True) == []
+    d.events = d.events[:3]  # probes off: the second return's EV never comes back
+    assert slowest_revival(d, 0, 24) == (math.inf, 20.0)
+    d.events[1] = {**d.events[1], "new": "ASSUMED_BAD"}  # nor the first's: a lapse over one does not void it
+    d.fidelity_windows = [(16.5, 17.0)]
+    assert read_windows(d, "slowest_revival_s", {"window": [0, 24], "max": 0.5}, False) == [(20.0, 20.5)]
+    d.fidelity_windows = [(16.5, 17.0), (20.2, 20.3)]  # both met: judged at the first, void
+    assert read_windows(d, "slowest_revival_s", {"window": [0, 24], "max": 0.5}, False) == [(16.0, 16.5)]
+
+
 def test_time_to_retire_is_per_ev_in_rtts():
     d = _run([(8.02, THROUGH, "ASSUMED_BAD"), (8.05, make_ev(0, 0, 9), "ASSUMED_BAD")], rtt_us=10_000)
     assert retire_time_rtts(d, 8.0) == pytest.approx(5.0)  # the slower of the two: 50 ms of 10 ms RTTs

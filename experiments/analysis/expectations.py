@@ -144,6 +144,7 @@ VALUES: dict[str, Value] = {
     "false_retirements": _false_retirements,
     "false_retirements_per_100_flaps": _false_retirements_per_100_flaps,
     "revival_s": lambda d, a: verdicts.revival_s(d, a["after"]),
+    "slowest_revival_s": lambda d, a: verdicts.slowest_revival(d, *a["window"])[0],
     "capacity_ratio": lambda d, a: verdicts.capacity_ratio(d, a["window"][0], a["window"][1], a.get("host")),
     "busbw_mbps": _collective("busbw_mbps"),
     "iteration_s": _collective("iteration_s"),
@@ -162,6 +163,7 @@ _READS_BASELINE = ("goodput_ratio", "recovery_time_s", "capacity_ratio")
 _TIMES: dict[str, Callable[[RunData], tuple[float, float]]] = {
     "recovery_time_s": lambda d: (1.0, 0.5),
     "revival_s": lambda d: (1.0, 0.0),
+    "slowest_revival_s": lambda d: (1.0, 0.0),
     "retire_time_rtts": lambda d: ((d.rtt_us or 0.0) * 1e-6, 0.0),
 }
 
@@ -176,6 +178,8 @@ def read_windows(d: RunData, metric: str, args: dict, ok: bool | None) -> list[t
     if metric not in RAISED_ONLY or args.get("max") is None:
         return windows(d, metric, args)
     after = float(args.get("after", d.first_fault_s or 0.0))
+    if metric == "slowest_revival_s" and not ok:  # from a late repair, one no lapse met where there is one
+        after = verdicts.late_revival(d, *args["window"], float(args["max"])) or after
     if metric not in _TIMES:  # memory: flat, the reading it grows from (a second either side); grown, all
         return [(after - SETTLE_S, after + SETTLE_S)] if ok else windows(d, metric, args)
     b = baseline_window(d)

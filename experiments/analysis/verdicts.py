@@ -92,6 +92,33 @@ def revival_s(d: RunData, after: float) -> float:
     return worst
 
 
+def revivals(d: RunData, lo: float, hi: float) -> list[tuple[float, float]]:
+    """``[(repair time (s), its :func:`revival_s`)]`` for every repair in [lo, hi], in time order."""
+    ends = sorted({b for ivs in _timeline(d).intervals.values() for _a, b in ivs if lo <= b <= hi})
+    return [(b, revival_s(d, b)) for b in ends]
+
+
+def slowest_revival(d: RunData, lo: float, hi: float) -> tuple[float, float | None]:
+    """(the slowest :func:`revival_s` of every repair in [lo, hi] (s): a soak's "probes bring every
+    EV back each time its link returns"; the first repair it was read from, None when [lo, hi]
+    holds no repair, whose value is then 0.0)."""
+    worst, at = 0.0, None
+    for b, v in revivals(d, lo, hi):
+        if at is None or v > worst:
+            worst, at = v, b
+    return worst, at
+
+
+def late_revival(d: RunData, lo: float, hi: float, max_s: float) -> float | None:
+    """The repair in [lo, hi] a revival later than ``max_s`` is judged at: the first whose
+    [repair, repair + max_s] met no fidelity fault of the run (``d.fidelity_windows``), else the
+    first late one; None when none is late. A machine's lapse can hold one revival past its bound,
+    not one it never met: with probes off, every return of every flapping link reads inf."""
+    late = [b for b, v in revivals(d, lo, hi) if v > max_s]
+    clear = [b for b in late if not any(a <= b + max_s and z >= b for a, z in d.fidelity_windows)]
+    return (clear or late or [None])[0]
+
+
 def retire_time_rtts(d: RunData, after: float) -> float:
     """For every EV retired whose path crosses an element that failed at ``after``: the time from
     the first packet lost on it (sent, that is: the loss events say how long before they were

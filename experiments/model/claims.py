@@ -134,6 +134,9 @@ CLAIMS: dict[str, Claim] = {c.name: c for c in (
     Claim("revival_s", "s",
           "from the repair at after until every EV retired through a repaired element is GOOD again",
           ("after",), ("max",)),
+    Claim("slowest_revival_s", "s",
+          "revival_s of every repair in window (a soak's flaps); the slowest",
+          ("window",), ("max",)),
     Claim("capacity_ratio", "ratio",
           "goodput in window as a share of the capacity the faults left, over that share before the first fault",
           ("window",), (*_BOUND, "host")),
@@ -177,7 +180,7 @@ RETIREMENTS = frozenset({"false_retirements", "false_retirements_per_100_flaps",
 #: swells an endpoint (a backlog), never the reverse. Bounded above, one within its bound passes
 #: whatever the machine did (unless a lapse met what it is compared with); one past it is void where
 #: a lapse met the time it ran past its bound in (experiments/analysis/expectations.py ``read_windows``).
-RAISED_ONLY = frozenset({"rss_growth", "recovery_time_s", "retire_time_rtts", "revival_s"})
+RAISED_ONLY = frozenset({"rss_growth", "recovery_time_s", "retire_time_rtts", "revival_s", "slowest_revival_s"})
 #: Windowed means: read over their window less each fidelity fault and the second after it
 #: (experiments/analysis/metrics.py ``kept_spans``), saying how long they left out; void only where
 #: the faults held more than half of a window they read (``KEPT_MIN``). A collective's busbw reads the
