@@ -573,18 +573,22 @@ def test_a_row_that_cannot_run_is_void_and_the_report_is_still_written(tmp_path,
 
 def test_quick_runs_a_sweep_s_points_for_its_own_quick_s_else_the_default(tmp_path, monkeypatch):
     """``reproduce --quick`` runs fig. 17's points for the sweep's ``quick_s`` (60 s: an 8 s point
-    read only DCQCN's start, and passed in CI where it FAILs), fig. 16's for QUICK_SWEEP_S, and a
-    row without a sweep for its scenario's ``quick_s``; without ``--quick``, each as shipped."""
+    read only DCQCN's start, and passed in CI where it FAILs), fig. 16's for its 36 s (an 8 s point
+    timed RoCE 16 QPs' start at 1% loss: 1.30 in CI, 2.92 here), a sweep without ``quick_s`` for
+    QUICK_SWEEP_S, and a row without a sweep for its scenario's ``quick_s``; only the points the
+    claims read. Without ``--quick``, each as shipped, its whole grid."""
+    import dataclasses
+
     from mrclab.experiments.run import reproduce as R
 
-    got: dict[str, float] = {}
+    got: dict[str, tuple[float, bool | None]] = {}
 
-    def fake_sweep(scn, out, live=False, cluster=None, tries=1):
-        got[scn.name] = scn.duration_s
+    def fake_sweep(scn, out, live=False, cluster=None, tries=1, claimed=False):
+        got[scn.name] = (scn.duration_s, claimed)
         raise R.NotAvailable("not run here")  # a void row: enough to read the length it was given
 
     def fake_run(scn, out, live=False, cluster=None):
-        got[scn.name] = scn.duration_s
+        got[scn.name] = (scn.duration_s, None)
         return _passing_run(scn, out)
 
     monkeypatch.setattr(R.runner, "run_sweep", fake_sweep)
@@ -593,12 +597,45 @@ def test_quick_runs_a_sweep_s_points_for_its_own_quick_s_else_the_default(tmp_pa
     names = ["fig16-allreduce", "fig17-alltoall", "t0t1-links-flap"]
     R.reproduce(tmp_path / "q", dataplane="linux", quick=True, only=names)
     assert load_scenario("fig17-alltoall").sweep.quick_s == 60
-    assert load_scenario("fig16-allreduce").sweep.quick_s is None
-    assert got == {"fig16-allreduce": R.QUICK_SWEEP_S, "fig17-alltoall": 60.0,
-                   "t0t1-links-flap": load_scenario("t0t1-links-flap").quick_s}
+    assert load_scenario("fig16-allreduce").sweep.quick_s == 36
+    assert got == {"fig16-allreduce": (36.0, True), "fig17-alltoall": (60.0, True),
+                   "t0t1-links-flap": (load_scenario("t0t1-links-flap").quick_s, None)}
     got.clear()
     R.reproduce(tmp_path / "full", dataplane="linux", quick=False, only=names)
-    assert got == {n: load_scenario(n).duration_s for n in names}
+    assert got == {n: (load_scenario(n).duration_s, False if n.startswith("fig") else None) for n in names}
+    got.clear()
+    real = R.load_scenario
+
+    def without_quick_s(name, **kw):  # the base scenario reproduce sizes a point from, its quick_s gone
+        scn = real(name, **kw)
+        return scn if kw else dataclasses.replace(scn, sweep=dataclasses.replace(scn.sweep, quick_s=None))
+
+    monkeypatch.setattr(R, "load_scenario", without_quick_s)
+    R.reproduce(tmp_path / "default", dataplane="linux", quick=True, only=["fig16-allreduce"])
+    assert got == {"fig16-allreduce": (R.QUICK_SWEEP_S, True)}
+
+
+def test_quick_sweep_points_are_those_its_claims_read():
+    """fig. 16's claims read 8 of its 24 points and fig. 17's 8 of 12: a ratio reads its variant
+    and its baseline at its loss and size, a retained share its variant at its loss and at 0, a
+    claim without a size the collective's own; a sweep without claims keeps its whole grid."""
+    import dataclasses
+
+    def keys(sw, pts):
+        return sorted((v["label"], x, b) for v, x, b in pts)
+
+    f16 = load_scenario("fig16-allreduce").sweep
+    assert len(f16.grid()) == 24
+    assert keys(f16, f16.claimed()) == sorted([
+        ("MRC 1 QP", 0.0, 131072), ("MRC 1 QP, one path", 0.0, 131072), ("RoCE 1 QP", 0.0, 131072),
+        ("RoCE 16 QPs", 0.0, 131072), ("MRC 1 QP", 0.0, 32768), ("RoCE 1 QP", 0.0, 32768),
+        ("MRC 1 QP", 0.01, 131072), ("RoCE 16 QPs", 0.01, 131072)])
+    f17 = load_scenario("fig17-alltoall").sweep
+    assert len(f17.grid()) == 12 and len(f17.claimed()) == 8
+    assert {b for _v, x, b in f17.claimed() if x == 0.01} == {131072}
+    assert [p for p in f16.grid() if p in f16.claimed()] == f16.claimed()  # grid order kept
+    bare = dataclasses.replace(f16, claims=())
+    assert bare.claimed() == bare.grid()
 
 
 def test_a_row_whose_endpoint_crashed_is_an_error_never_void(tmp_path, monkeypatch):

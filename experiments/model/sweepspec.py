@@ -23,9 +23,11 @@ expectations (``expect`` for MRC, ``expect_roce`` for RoCE) into
 ``sweep.png`` (bus bandwidth per variant against loss, or against message size where sizes are
 swept) beside them, and ``sweep.json`` with every point and every claim's verdict.
 
-``quick_s`` is the shortest point at which the claims decide; without it ``--quick`` runs each point
-for ``experiments.run.reproduce.QUICK_SWEEP_S``. A sweep whose baseline has a slow start sets it
-(fig. 17: RoCE's DCQCN takes about 10 s to settle, and an 8 s point read only that start).
+``--quick`` runs only the points the claims read (:meth:`Sweep.claimed`), each for ``quick_s``: the
+shortest point at which the claims decide; without it for ``experiments.run.reproduce.QUICK_SWEEP_S``.
+A sweep whose baseline has a slow start sets it (fig. 17: RoCE's DCQCN takes about 10 s to settle,
+and an 8 s point read only that start; fig. 16: RoCE with 16 QPs at 1% loss runs three fast
+iterations, then 3-7 s each).
 
 Claims: ``busbw_ratio`` (``variant``'s bus bandwidth over ``baseline``'s at ``loss``) and
 ``busbw_retained`` (``variant``'s bus bandwidth at ``loss`` over its own at loss 0), each with
@@ -64,6 +66,21 @@ class Sweep:
     def grid(self) -> list[tuple[dict, float, int | None]]:
         """Every point, ``(variant, loss, message_bytes)``: loss rates outermost, then sizes, then variants."""
         return [(v, x, b) for x in self.loss for b in self.sizes for v in self.variants]
+
+    def claimed(self) -> list[tuple[dict, float, int | None]]:
+        """The points of :meth:`grid` some claim reads (:func:`claim_reads`), in grid order; the whole
+        grid where the sweep has no claims. ``mrclab reproduce --quick`` runs these only."""
+        read = {k for c in self.claims for k in claim_reads(c)}
+        return [(v, x, b) for v, x, b in self.grid() if (v["label"], x, b) in read] or self.grid()
+
+
+def claim_reads(claim: dict) -> list[tuple[str, float, int | None]]:
+    """The points a claim reads, ``[(variant label, loss, message_bytes)]``, numerator first:
+    ``busbw_ratio`` its variant's and its baseline's at its loss, ``busbw_retained`` its variant's
+    at its loss and at loss 0, both at its ``message_bytes`` (None where sizes are not swept)."""
+    loss, size = float(claim["loss"]), claim.get("message_bytes")
+    other = (claim["baseline"], loss, size) if claim["metric"] == "busbw_ratio" else (claim["variant"], 0.0, size)
+    return [(claim["variant"], loss, size), other]
 
 
 def size_text(message_bytes: int | None) -> str:

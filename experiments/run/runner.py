@@ -597,9 +597,10 @@ def exit_code(m: dict) -> int:
 
 
 def run_sweep(scn: Scenario, out: Path | None = None, *, live: bool = True, cluster: Cluster | None = None,
-              tries: int = 1) -> dict:
+              tries: int = 1, claimed: bool = False) -> dict:
     """Every point of ``scn``'s sweep (experiments/run/sweep.py), each its own run in a subfolder of
     ``out``, then the sweep's table, plot and claims. Returns ``{points, claims, passed}``.
+    ``claimed``: only the points some claim reads (``Sweep.claimed``; ``mrclab reproduce --quick``).
 
     ``tries``: runs a point may take. A point whose run the machine voided (a void verdict, or its
     busbw held: the fidelity faults held most of its iterations) runs again with the next seed (its
@@ -610,7 +611,7 @@ def run_sweep(scn: Scenario, out: Path | None = None, *, live: bool = True, clus
     if sw is None:
         raise BadInput(f"{scn.source}: {scn.name} has no sweep: block to run")
     out = results_folder(out, f"{scn.name}-sweep")
-    grid = sw.grid()
+    grid = sw.claimed() if claimed else sw.grid()
     points = []
     for k, (v, x, b) in enumerate(grid, 1):
         console.print(f"[bold]sweep point {k}/{len(grid)}[/bold]: {S.label(v, x, b)}")

@@ -21,7 +21,7 @@ from mrclab.experiments.analysis.metrics import KEPT_MIN
 from mrclab.experiments.analysis.plots import sweep_plot
 from mrclab.experiments.model.faults import Fault
 from mrclab.experiments.model.scenario import Scenario, parse_scenario
-from mrclab.experiments.model.sweepspec import Sweep, size_suffix, size_text
+from mrclab.experiments.model.sweepspec import Sweep, claim_reads, size_suffix, size_text
 
 
 def point(scn: Scenario, variant: dict, loss: float, message_bytes: int | None = None,
@@ -73,11 +73,10 @@ def judge(sw: Sweep, points: list[dict]) -> list[dict]:
     for c in sw.claims:
         loss, size = float(c["loss"]), c.get("message_bytes")
         at_size = size_suffix(size)
+        read = claim_reads(c)
         if c["metric"] == "busbw_ratio":
-            read = [(c["variant"], loss, size), (c["baseline"], loss, size)]
             what = f"busbw {c['variant']} / {c['baseline']} at loss {loss:g}{at_size}"
         else:
-            read = [(c["variant"], loss, size), (c["variant"], 0.0, size)]
             what = f"busbw {c['variant']} at loss {loss:g} / at loss 0{at_size}"
         num, den = at.get(read[0], 0.0), at.get(read[1], 0.0)
         void = next((f"{k[0]} at loss {k[1]:g}{at_size}: {void_at[k]}" for k in read if void_at.get(k)), None)
