@@ -179,7 +179,9 @@ def read_windows(d: RunData, metric: str, args: dict, ok: bool | None) -> list[t
         return windows(d, metric, args)
     after = float(args.get("after", d.first_fault_s or 0.0))
     if metric == "slowest_revival_s" and not ok:  # from a late repair, one no lapse met where there is one
-        after = verdicts.late_revival(d, *args["window"], float(args["max"])) or after
+        lo, hi = args["window"]
+        late = verdicts.late_revival(d, lo, hi, float(args["max"]))
+        after = after if late is None else late
     if metric not in _TIMES:  # memory: flat, the reading it grows from (a second either side); grown, all
         return [(after - SETTLE_S, after + SETTLE_S)] if ok else windows(d, metric, args)
     b = baseline_window(d)

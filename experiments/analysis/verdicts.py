@@ -116,7 +116,7 @@ def late_revival(d: RunData, lo: float, hi: float, max_s: float) -> float | None
     not one it never met: with probes off, every return of every flapping link reads inf."""
     late = [b for b, v in revivals(d, lo, hi) if v > max_s]
     clear = [b for b in late if not any(a <= b + max_s and z >= b for a, z in d.fidelity_windows)]
-    return (clear or late or [None])[0]
+    return (clear or late)[0] if late else None
 
 
 def retire_time_rtts(d: RunData, after: float) -> float:
